@@ -1,0 +1,559 @@
+//! HTTP(S) serving and routing of the emulated `core/v1` pod endpoints.
+//!
+//! Order of checks per request, as in the apiserver's filter chain:
+//! authentication (401) → injected faults → routing (404/405) → handler.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::service::service_fn;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    APIResource, APIResourceList, APIVersions, ListMeta, ServerAddressByClientCIDR,
+};
+use k8s_openapi::apimachinery::pkg::version::Info;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::auth::Verifier;
+use crate::faults::{Faults, RequestRecord};
+use crate::paging::{self, ListRequest};
+use crate::patch;
+use crate::pods::{self, Subresource};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{Change, Store};
+
+/// The apiserver's default request body limit (3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+type Resp = Response<Full<Bytes>>;
+
+/// Everything a request handler needs.
+pub(crate) struct AppState {
+    pub store: Store,
+    pub faults: Faults,
+    pub verifier: Verifier,
+    pub address: SocketAddr,
+}
+
+/// Accepts connections until the task is aborted; dropping this future
+/// (abort) drops the connection set, closing every connection.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    state: Arc<AppState>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let acceptor = acceptor.clone();
+                    let state = Arc::clone(&state);
+                    connections.spawn(serve_connection(stream, acceptor, state));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    acceptor: Option<TlsAcceptor>,
+    state: Arc<AppState>,
+) {
+    let service = service_fn(move |req| handle(Arc::clone(&state), req));
+    let http = hyper::server::conn::http1::Builder::new();
+    let result = match acceptor {
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(tls) => http.serve_connection(TokioIo::new(tls), service).await,
+            Err(error) => {
+                tracing::debug!(%error, "TLS handshake failed");
+                return;
+            }
+        },
+        None => http.serve_connection(TokioIo::new(stream), service).await,
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// Answers one request and records it in the request log.
+pub(crate) async fn handle(
+    state: Arc<AppState>,
+    req: Request<Incoming>,
+) -> Result<Resp, Infallible> {
+    let method = req.method().clone();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |pq| pq.as_str().to_owned());
+    let authenticated = match req.headers().get(AUTHORIZATION) {
+        None => None,
+        Some(value) => {
+            let verdict = state
+                .verifier
+                .verify_authorization(value.to_str().ok(), SystemTime::now());
+            match verdict {
+                Ok(caller) => {
+                    tracing::trace!(access_key_id = %caller.access_key_id, "authenticated");
+                    Some(true)
+                }
+                Err(reason) => {
+                    tracing::warn!(%method, path = %req.uri().path(), %reason, "rejected bearer token");
+                    Some(false)
+                }
+            }
+        }
+    };
+    let response = match respond(&state, req, authenticated).await {
+        Ok(response) => response,
+        Err(error) => error_response(&error),
+    };
+    tracing::debug!(%method, %path_and_query, status = response.status().as_u16(), "request");
+    state.faults.record(RequestRecord {
+        method: method.to_string(),
+        path_and_query,
+        authenticated: authenticated == Some(true),
+        status: response.status().as_u16(),
+    });
+    Ok(response)
+}
+
+fn response(status: u16, content_type: &'static str, body: Vec<u8>) -> Resp {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    resp
+}
+
+fn json_response(status: u16, value: &impl Serialize) -> Result<Resp, ApiError> {
+    let body = serde_json::to_vec(value).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(response(status, "application/json", body))
+}
+
+fn error_response(error: &ApiError) -> Resp {
+    let body = serde_json::to_vec(&error.to_status()).unwrap_or_default();
+    let mut resp = response(error.code, "application/json", body);
+    if let Some(seconds) = error.retry_after {
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    resp
+}
+
+/// Splits a query string into its parameters; the first value wins, as
+/// with Go's `url.Values.Get`.
+fn parse_query(query: Option<&str>) -> HashMap<String, String> {
+    let mut params = HashMap::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        params
+            .entry(k.into_owned())
+            .or_insert_with(|| v.into_owned());
+    }
+    params
+}
+
+/// The routes this emulator serves.
+enum Route<'a> {
+    Health,
+    Version,
+    ApiVersions,
+    ApiResources,
+    AllPods,
+    NamespacePods(&'a str),
+    Pod(&'a str, &'a str),
+    PodStatus(&'a str, &'a str),
+}
+
+impl Route<'_> {
+    fn is_public(&self) -> bool {
+        matches!(self, Route::Health | Route::Version)
+    }
+}
+
+fn route(path: &str) -> Option<Route<'_>> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Some(match segments.as_slice() {
+        ["healthz" | "livez" | "readyz"] => Route::Health,
+        ["version"] => Route::Version,
+        ["api"] => Route::ApiVersions,
+        ["api", "v1"] => Route::ApiResources,
+        ["api", "v1", "pods"] => Route::AllPods,
+        ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => Route::NamespacePods(ns),
+        ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
+            Route::Pod(ns, name)
+        }
+        ["api", "v1", "namespaces", ns, "pods", name, "status"]
+            if !ns.is_empty() && !name.is_empty() =>
+        {
+            Route::PodStatus(ns, name)
+        }
+        _ => return None,
+    })
+}
+
+async fn respond(
+    state: &AppState,
+    req: Request<Incoming>,
+    authenticated: Option<bool>,
+) -> Result<Resp, ApiError> {
+    let path = req.uri().path().to_owned();
+    let route = route(&path);
+    let public = route.as_ref().is_some_and(Route::is_public);
+    // Authentication runs first: a bad token is 401 everywhere, no token is
+    // 401 everywhere but the public health and version endpoints.
+    match authenticated {
+        Some(true) => {}
+        Some(false) => return Err(ApiError::unauthorized()),
+        None if public => {}
+        None => return Err(ApiError::unauthorized()),
+    }
+    if let Some(code) = state.faults.fail_all_status() {
+        return Err(ApiError::generic(code));
+    }
+    let Some(route) = route else {
+        return Err(ApiError::path_not_found());
+    };
+    let method = req.method().clone();
+    let query = parse_query(req.uri().query());
+    let headers = req.headers().clone();
+    match (route, method) {
+        (Route::Health, Method::GET) => {
+            Ok(response(200, "text/plain; charset=utf-8", b"ok".to_vec()))
+        }
+        (Route::Version, Method::GET) => json_response(200, &version_info()),
+        (Route::ApiVersions, Method::GET) => json_response(200, &api_versions(state.address)),
+        (Route::ApiResources, Method::GET) => json_response(200, &api_resources()),
+        (Route::AllPods, Method::GET) => list_pods(state, None, &query),
+        (Route::NamespacePods(ns), Method::GET) => list_pods(state, Some(ns), &query),
+        (Route::NamespacePods(ns), Method::POST) => {
+            let body = read_body(req).await?;
+            create_pod(state, ns, &body)
+        }
+        (Route::Pod(ns, name), Method::GET) | (Route::PodStatus(ns, name), Method::GET) => {
+            get_pod(state, ns, name)
+        }
+        (Route::Pod(ns, name), Method::PUT) => {
+            let body = read_body(req).await?;
+            replace_pod(state, ns, name, &body, Subresource::Main)
+        }
+        (Route::PodStatus(ns, name), Method::PUT) => {
+            let body = read_body(req).await?;
+            replace_pod(state, ns, name, &body, Subresource::Status)
+        }
+        (Route::Pod(ns, name), Method::PATCH) => {
+            let body = read_body(req).await?;
+            patch_pod(state, ns, name, &headers, &body, Subresource::Main)
+        }
+        (Route::PodStatus(ns, name), Method::PATCH) => {
+            let body = read_body(req).await?;
+            patch_pod(state, ns, name, &headers, &body, Subresource::Status)
+        }
+        (Route::Pod(ns, name), Method::DELETE) => {
+            let body = read_body(req).await?;
+            delete_pod(state, ns, name, &body)
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error)
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::too_large())
+        }
+        Err(error) => Err(ApiError::bad_request(format!(
+            "error reading the request body: {error}"
+        ))),
+    }
+}
+
+fn version_info() -> Info {
+    Info {
+        major: "1".to_owned(),
+        minor: "33".to_owned(),
+        git_version: "v1.33.0-eks-kube-emulator".to_owned(),
+        git_commit: "0000000000000000000000000000000000000000".to_owned(),
+        git_tree_state: "clean".to_owned(),
+        build_date: "2025-01-01T00:00:00Z".to_owned(),
+        go_version: "go1.24.0".to_owned(),
+        compiler: "gc".to_owned(),
+        platform: "linux/amd64".to_owned(),
+        ..Info::default()
+    }
+}
+
+fn api_versions(address: SocketAddr) -> APIVersions {
+    APIVersions {
+        server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
+            client_cidr: "0.0.0.0/0".to_owned(),
+            server_address: address.to_string(),
+        }],
+        versions: vec!["v1".to_owned()],
+    }
+}
+
+fn api_resources() -> APIResourceList {
+    let verbs = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
+    APIResourceList {
+        group_version: "v1".to_owned(),
+        resources: vec![
+            APIResource {
+                kind: "Pod".to_owned(),
+                name: "pods".to_owned(),
+                namespaced: true,
+                short_names: Some(vec!["po".to_owned()]),
+                singular_name: "pod".to_owned(),
+                verbs: verbs(&["create", "delete", "get", "list", "patch", "update"]),
+                ..APIResource::default()
+            },
+            APIResource {
+                kind: "Pod".to_owned(),
+                name: "pods/status".to_owned(),
+                namespaced: true,
+                singular_name: String::new(),
+                verbs: verbs(&["get", "patch", "update"]),
+                ..APIResource::default()
+            },
+        ],
+    }
+}
+
+/// A pod as a list item: no per-item `kind`/`apiVersion`, as the apiserver
+/// sends them.
+fn list_item(pod: &Pod) -> Result<Value, ApiError> {
+    let mut value = serde_json::to_value(pod).map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Value::Object(map) = &mut value {
+        map.remove("kind");
+        map.remove("apiVersion");
+    }
+    Ok(value)
+}
+
+#[derive(Serialize)]
+struct PodListBody {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: ListMeta,
+    items: Vec<Value>,
+}
+
+fn is_true(value: Option<&String>) -> bool {
+    value.is_some_and(|v| v == "true" || v == "1")
+}
+
+fn list_pods(
+    state: &AppState,
+    namespace: Option<&str>,
+    query: &HashMap<String, String>,
+) -> Result<Resp, ApiError> {
+    if is_true(query.get("watch")) {
+        return Err(ApiError::bad_request(
+            "watch is not supported by kube-emulator",
+        ));
+    }
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let limit = match query.get("limit").filter(|l| !l.is_empty()) {
+        None => None,
+        Some(l) => Some(l.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!("strconv.ParseInt: parsing {l:?}: invalid syntax"))
+        })?),
+    };
+    let continue_token = query.get("continue").filter(|c| !c.is_empty()).cloned();
+    let has_continue = continue_token.is_some();
+    let request = ListRequest {
+        namespace: namespace.map(str::to_owned),
+        labels,
+        fields,
+        limit,
+        continue_token,
+        resource_version: query.get("resourceVersion").cloned(),
+        resource_version_match: query.get("resourceVersionMatch").cloned(),
+    };
+    if let Some(code) = state.faults.list_page_fault(has_continue) {
+        return Err(ApiError::generic(code));
+    }
+    let expire = state.faults.take_expire(has_continue);
+    let page = paging::list(&state.store, &request, expire)?;
+    let items = page
+        .items
+        .iter()
+        .map(|p| list_item(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    json_response(
+        200,
+        &PodListBody {
+            kind: "PodList",
+            api_version: "v1",
+            metadata: ListMeta {
+                continue_: page.continue_token,
+                remaining_item_count: page.remaining_item_count,
+                resource_version: Some(page.resource_version.to_string()),
+                self_link: None,
+            },
+            items,
+        },
+    )
+}
+
+fn get_pod(state: &AppState, namespace: &str, name: &str) -> Result<Resp, ApiError> {
+    let pod = state
+        .store
+        .get_pod(namespace, name)
+        .ok_or_else(|| ApiError::pod_not_found(name))?;
+    json_response(200, &pod)
+}
+
+fn create_pod(state: &AppState, namespace: &str, body: &[u8]) -> Result<Resp, ApiError> {
+    let pod = pods::prepare_create(pods::decode_pod(body)?, namespace)?;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let stored = state.store.modify(namespace, &name, |old| match old {
+        Some(_) => Err(ApiError::already_exists(&name)),
+        None => Ok(Change::Put(Box::new(pod))),
+    })?;
+    let stored = stored.ok_or_else(|| ApiError::internal("the created pod was not stored"))?;
+    json_response(201, &stored)
+}
+
+fn replace_pod(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+    body: &[u8],
+    sub: Subresource,
+) -> Result<Resp, ApiError> {
+    let mut pod = pods::decode_pod(body)?;
+    pods::check_identity(&mut pod, namespace, Some(name))?;
+    let stored = state.store.modify(namespace, name, |old| {
+        let old = old.ok_or_else(|| ApiError::pod_not_found(name))?;
+        pods::prepare_update(old, pod, sub)
+    })?;
+    let stored = stored.ok_or_else(|| ApiError::pod_not_found(name))?;
+    json_response(200, &stored)
+}
+
+#[derive(Clone, Copy)]
+enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+}
+
+fn patch_pod(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    sub: Subresource,
+) -> Result<Resp, ApiError> {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let media_type = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let patch_type = match media_type.as_str() {
+        "application/json-patch+json" => PatchType::Json,
+        "application/merge-patch+json" => PatchType::Merge,
+        "application/strategic-merge-patch+json" => PatchType::Strategic,
+        _ => return Err(ApiError::unsupported_patch_type(content_type)),
+    };
+    let patch: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let stored = state.store.modify(namespace, name, |old| {
+        let old = old.ok_or_else(|| ApiError::pod_not_found(name))?;
+        let mut doc = serde_json::to_value(old).map_err(|e| ApiError::internal(e.to_string()))?;
+        let applied = match patch_type {
+            PatchType::Json => patch::json_patch(&mut doc, &patch),
+            PatchType::Merge => {
+                patch::merge_patch(&mut doc, &patch);
+                Ok(())
+            }
+            PatchType::Strategic => patch::strategic_merge_patch(&mut doc, &patch),
+        };
+        applied.map_err(|e| ApiError::invalid(name, vec![("patch".to_owned(), e)]))?;
+        let mut new = pods::pod_from_value(doc)?;
+        pods::check_identity(&mut new, namespace, Some(name))?;
+        pods::prepare_update(old, new, sub)
+    })?;
+    let stored = stored.ok_or_else(|| ApiError::pod_not_found(name))?;
+    json_response(200, &stored)
+}
+
+fn delete_pod(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+    body: &[u8],
+) -> Result<Resp, ApiError> {
+    let options: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
+    };
+    let precondition = |field: &str| {
+        options
+            .get("preconditions")
+            .and_then(|p| p.get(field))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let want_uid = precondition("uid");
+    let want_rv = precondition("resourceVersion");
+    let deleted = state.store.modify(namespace, name, |old| {
+        let old = old.ok_or_else(|| ApiError::pod_not_found(name))?;
+        let uid = old.metadata.uid.clone().unwrap_or_default();
+        let rv = old.metadata.resource_version.clone().unwrap_or_default();
+        if let Some(want) = want_uid.as_ref().filter(|w| **w != uid) {
+            return Err(ApiError::conflict_with(
+                name,
+                &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+            ));
+        }
+        if let Some(want) = want_rv.as_ref().filter(|w| **w != rv) {
+            return Err(ApiError::conflict_with(
+                name,
+                &format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
+            ));
+        }
+        Ok(Change::Delete)
+    })?;
+    let deleted = deleted.ok_or_else(|| ApiError::pod_not_found(name))?;
+    json_response(200, &deleted)
+}

@@ -1,0 +1,416 @@
+//! The pod store: a versioned map of pods with one global resourceVersion
+//! (like an etcd revision) and a bounded history of snapshots, so that paged
+//! LISTs are served from the snapshot of the first page (as etcd serves a
+//! continued range read at the revision in the continue token) and a token
+//! whose snapshot was dropped expires with 410.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::clock;
+
+/// `(namespace, name)`; its ordering is the order LIST returns pods in.
+pub(crate) type PodKey = (String, String);
+
+/// An immutable view of all pods at one resourceVersion.
+pub(crate) type Snapshot = Arc<BTreeMap<PodKey, Arc<Pod>>>;
+
+/// How many past revisions are kept for continued LISTs by default.
+pub const DEFAULT_HISTORY_LIMIT: usize = 1000;
+
+/// Why a store call was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A pod needs `metadata.name` to be stored.
+    #[error("pod has no metadata.name")]
+    MissingName,
+}
+
+/// Why a snapshot for a resourceVersion is not available.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SnapshotError {
+    /// The revision was compacted away (older than the retained history).
+    Compacted,
+    /// The revision has not happened yet.
+    Future { current: u64 },
+}
+
+/// What a write closure decided to do with the pod it was shown.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// Store this pod (its resourceVersion is set by the store).
+    Put(Box<Pod>),
+    /// Remove the pod.
+    Delete,
+    /// Leave the store unchanged (no resourceVersion bump).
+    Keep,
+}
+
+struct Inner {
+    revision: u64,
+    current: Snapshot,
+    /// State after each retained revision, keyed by that revision.
+    history: BTreeMap<u64, Snapshot>,
+    history_limit: usize,
+}
+
+impl Inner {
+    fn commit(&mut self, next: BTreeMap<PodKey, Arc<Pod>>) {
+        let snapshot = Arc::new(next);
+        self.current = Arc::clone(&snapshot);
+        self.history.insert(self.revision, snapshot);
+        while self.history.len() > self.history_limit.max(1) {
+            self.history.pop_first();
+        }
+    }
+}
+
+/// Shared handle to the emulator's pods. Tests use it to seed and mutate
+/// state directly, without HTTP; every mutation is a write that bumps the
+/// global resourceVersion exactly as an API write would.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("Store")
+            .field("resource_version", &inner.revision)
+            .field("pods", &inner.current.len())
+            .finish()
+    }
+}
+
+fn key_of(pod: &Pod) -> Option<PodKey> {
+    let name = pod.metadata.name.clone()?;
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
+    Some((namespace, name))
+}
+
+/// A random RFC 4122 version-4 UUID, the form the apiserver uses for `uid`.
+pub(crate) fn new_uid() -> String {
+    let mut bytes = [0u8; 16];
+    for b in &mut bytes {
+        *b = fastrand::u8(..);
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+impl Store {
+    /// An empty store at resourceVersion 1.
+    pub fn new() -> Self {
+        let empty: Snapshot = Arc::new(BTreeMap::new());
+        let mut history = BTreeMap::new();
+        history.insert(1, Arc::clone(&empty));
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                revision: 1,
+                current: empty,
+                history,
+                history_limit: DEFAULT_HISTORY_LIMIT,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-made write (each
+        // write swaps in a finished snapshot), so a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates or replaces a pod (namespace defaults to `default`). Assigns
+    /// `uid` and `creationTimestamp` when missing (keeping those of the pod
+    /// it replaces), and always sets `metadata.resourceVersion` to the new
+    /// global resourceVersion. Returns the pod as stored.
+    pub fn put_pod(&self, pod: Pod) -> Result<Pod, StoreError> {
+        let (namespace, name) = key_of(&pod).ok_or(StoreError::MissingName)?;
+        let stored = self.modify(&namespace, &name, |old| {
+            let mut pod = pod;
+            if let Some(old) = old {
+                if pod.metadata.uid.is_none() {
+                    pod.metadata.uid.clone_from(&old.metadata.uid);
+                }
+                if pod.metadata.creation_timestamp.is_none() {
+                    pod.metadata
+                        .creation_timestamp
+                        .clone_from(&old.metadata.creation_timestamp);
+                }
+            }
+            Ok::<_, std::convert::Infallible>(Change::Put(Box::new(pod)))
+        });
+        match stored {
+            Ok(Some(pod)) => Ok(pod),
+            Ok(None) | Err(_) => Err(StoreError::MissingName),
+        }
+    }
+
+    /// The pod `namespace/name`, if present.
+    pub fn get_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let inner = self.lock();
+        inner
+            .current
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|p| Pod::clone(p))
+    }
+
+    /// Removes a pod at once (no grace period). Returns the removed pod.
+    pub fn delete_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.modify(namespace, name, |old| {
+            Ok::<_, std::convert::Infallible>(if old.is_some() {
+                Change::Delete
+            } else {
+                Change::Keep
+            })
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// Marks a pod as terminating, as a graceful DELETE does: sets
+    /// `metadata.deletionTimestamp` to now + the grace period and
+    /// `metadata.deletionGracePeriodSeconds` to the pod's
+    /// `spec.terminationGracePeriodSeconds` (default 30). A pod already
+    /// terminating is left as it is. Returns the pod, if present.
+    pub fn set_terminating(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.modify(namespace, name, |old| {
+            let Some(old) = old else {
+                return Ok::<_, std::convert::Infallible>(Change::Keep);
+            };
+            if old.metadata.deletion_timestamp.is_some() {
+                return Ok(Change::Keep);
+            }
+            let mut pod = old.clone();
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            pod.metadata.deletion_timestamp = Some(clock::k8s_time_after(grace));
+            pod.metadata.deletion_grace_period_seconds = Some(grace);
+            Ok(Change::Put(Box::new(pod)))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// Applies `f` to a stored pod and writes the result (one resourceVersion
+    /// bump). Returns the pod as stored, or `None` if there is no such pod.
+    pub fn update_pod(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Pod)) -> Option<Pod> {
+        self.modify(namespace, name, |old| {
+            let Some(old) = old else {
+                return Ok::<_, std::convert::Infallible>(Change::Keep);
+            };
+            let mut pod = old.clone();
+            f(&mut pod);
+            pod.metadata.name = Some(name.to_owned());
+            pod.metadata.namespace = Some(namespace.to_owned());
+            Ok(Change::Put(Box::new(pod)))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// All pods, sorted by namespace then name.
+    pub fn pods(&self) -> Vec<Pod> {
+        let inner = self.lock();
+        inner.current.values().map(|p| Pod::clone(p)).collect()
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().revision
+    }
+
+    /// Drops every retained snapshot but the current one, as an etcd
+    /// compaction does: continue tokens issued before now then get 410.
+    pub fn compact(&self) {
+        let mut inner = self.lock();
+        let revision = inner.revision;
+        inner.history.retain(|rv, _| *rv == revision);
+    }
+
+    /// Sets how many past revisions are kept for continued LISTs.
+    pub fn set_history_limit(&self, limit: usize) {
+        let mut inner = self.lock();
+        inner.history_limit = limit.max(1);
+        while inner.history.len() > inner.history_limit {
+            inner.history.pop_first();
+        }
+    }
+
+    /// The current revision and pods.
+    pub(crate) fn current(&self) -> (u64, Snapshot) {
+        let inner = self.lock();
+        (inner.revision, Arc::clone(&inner.current))
+    }
+
+    /// The pods as they were at `revision`.
+    pub(crate) fn snapshot_at(&self, revision: u64) -> Result<Snapshot, SnapshotError> {
+        let inner = self.lock();
+        if revision > inner.revision {
+            return Err(SnapshotError::Future {
+                current: inner.revision,
+            });
+        }
+        let oldest = inner
+            .history
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(inner.revision);
+        if revision < oldest {
+            return Err(SnapshotError::Compacted);
+        }
+        inner
+            .history
+            .range(..=revision)
+            .next_back()
+            .map(|(_, s)| Arc::clone(s))
+            .ok_or(SnapshotError::Compacted)
+    }
+
+    /// Runs one atomic read-modify-write of `namespace/name`. `f` sees the
+    /// current pod and decides the change; a `Put` gets the next
+    /// resourceVersion. Returns the stored pod for `Put`, the removed pod
+    /// (carrying the deletion's resourceVersion) for `Delete`, and the
+    /// current pod for `Keep`.
+    pub(crate) fn modify<E>(
+        &self,
+        namespace: &str,
+        name: &str,
+        f: impl FnOnce(Option<&Pod>) -> Result<Change, E>,
+    ) -> Result<Option<Pod>, E> {
+        let mut inner = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let old = inner.current.get(&key).cloned();
+        match f(old.as_deref())? {
+            Change::Keep => Ok(old.map(|p| Pod::clone(&p))),
+            Change::Delete => {
+                let Some(old) = old else { return Ok(None) };
+                inner.revision += 1;
+                let mut next = BTreeMap::clone(&inner.current);
+                next.remove(&key);
+                inner.commit(next);
+                let mut removed = Pod::clone(&old);
+                removed.metadata.resource_version = Some(inner.revision.to_string());
+                Ok(Some(removed))
+            }
+            Change::Put(mut pod) => {
+                inner.revision += 1;
+                pod.metadata.name = Some(name.to_owned());
+                pod.metadata.namespace = Some(namespace.to_owned());
+                if pod.metadata.uid.is_none() {
+                    pod.metadata.uid = Some(new_uid());
+                }
+                if pod.metadata.creation_timestamp.is_none() {
+                    pod.metadata.creation_timestamp = Some(clock::k8s_now());
+                }
+                pod.metadata.resource_version = Some(inner.revision.to_string());
+                let mut next = BTreeMap::clone(&inner.current);
+                next.insert(key, Arc::new(Pod::clone(&pod)));
+                inner.commit(next);
+                Ok(Some(*pod))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn writes_bump_resource_version_and_fill_metadata() {
+        let store = Store::new();
+        let rv0 = store.resource_version();
+        let a = store.put_pod(pod("default", "a")).unwrap();
+        assert_eq!(store.resource_version(), rv0 + 1);
+        assert_eq!(a.metadata.resource_version, Some((rv0 + 1).to_string()));
+        let uid = a.metadata.uid.clone().unwrap();
+        assert_eq!(uid.len(), 36);
+        assert!(a.metadata.creation_timestamp.is_some());
+
+        // Replacing keeps uid and creationTimestamp.
+        let a2 = store.put_pod(pod("default", "a")).unwrap();
+        assert_eq!(a2.metadata.uid.as_deref(), Some(uid.as_str()));
+        assert_eq!(
+            a2.metadata.creation_timestamp,
+            a.metadata.creation_timestamp
+        );
+        assert_eq!(store.resource_version(), rv0 + 2);
+
+        let t = store.set_terminating("default", "a").unwrap();
+        assert!(t.metadata.deletion_timestamp.is_some());
+        assert_eq!(t.metadata.deletion_grace_period_seconds, Some(30));
+
+        let removed = store.delete_pod("default", "a").unwrap();
+        assert_eq!(
+            removed.metadata.resource_version,
+            Some((rv0 + 4).to_string())
+        );
+        assert!(store.pods().is_empty());
+        assert!(store.delete_pod("default", "a").is_none());
+        assert_eq!(store.resource_version(), rv0 + 4);
+        assert_eq!(store.put_pod(Pod::default()), Err(StoreError::MissingName));
+    }
+
+    #[test]
+    fn snapshots_and_compaction() {
+        let store = Store::new();
+        store.put_pod(pod("default", "a")).unwrap();
+        let rv = store.resource_version();
+        store.put_pod(pod("default", "b")).unwrap();
+        assert_eq!(store.snapshot_at(rv).unwrap().len(), 1);
+        assert_eq!(store.current().1.len(), 2);
+        assert_eq!(
+            store.snapshot_at(rv + 5),
+            Err(SnapshotError::Future { current: rv + 1 })
+        );
+        store.compact();
+        assert_eq!(store.snapshot_at(rv), Err(SnapshotError::Compacted));
+        assert_eq!(store.snapshot_at(rv + 1).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn history_limit_drops_old_snapshots() {
+        let store = Store::new();
+        store.set_history_limit(2);
+        for i in 0..5 {
+            store.put_pod(pod("default", &format!("p{i}"))).unwrap();
+        }
+        let rv = store.resource_version();
+        assert!(store.snapshot_at(rv - 1).is_ok());
+        assert_eq!(store.snapshot_at(rv - 2), Err(SnapshotError::Compacted));
+    }
+}

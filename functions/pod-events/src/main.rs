@@ -1,0 +1,17 @@
+//! `tgsync-pod-events`: reconciles the target groups one pod touches, within seconds of
+//! its lifecycle event. Thin on purpose: everything lives in the library.
+
+// The engine's nested futures are deeper than rustc's default layout query limit.
+#![recursion_limit = "256"]
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    tgsync::app::serve("pod-events", |app, payload, deadline| async move {
+        let wait = app.settings.ready_wait;
+        tgsync::handlers::pod_events::handle(&app.engine, &payload, wait, Some(deadline)).await
+    })
+    .await
+}

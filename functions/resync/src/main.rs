@@ -1,0 +1,16 @@
+//! `tgsync-resync`: the scheduled (and manual) full diff of every bound target group.
+//! Thin on purpose: configuration, the engine and the handler live in the library.
+
+// The engine's nested futures are deeper than rustc's default layout query limit.
+#![recursion_limit = "256"]
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    tgsync::app::serve("resync", |app, payload, deadline| async move {
+        tgsync::handlers::resync::handle(&app.engine, &payload, Some(deadline)).await
+    })
+    .await
+}

@@ -1,0 +1,170 @@
+//! The built `tgsync-resync` binary under `cargo lambda watch` (the Lambda Runtime API
+//! emulator), invoked with `cargo lambda invoke` and the payloads in `events/`: the same
+//! path a deployed function takes, from the runtime's `next` request to the response.
+
+#[path = "../../../tests/support/moto.rs"]
+mod moto;
+#[path = "../../../tests/support/world.rs"]
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tgsync::testkit::PodBuilder;
+use world::World;
+
+/// Kills a child process when dropped.
+struct Reaper(Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cargo_lambda() -> PathBuf {
+    let venv = std::env::var_os("TGSYNC_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv"));
+    let bin = venv.join("bin/cargo-lambda");
+    assert!(
+        bin.exists(),
+        "{} not found: run scripts/test.sh (it installs cargo-lambda into the venv)",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn invoke(port: u16, event: &str) -> Value {
+    let out = Command::new(cargo_lambda())
+        .args([
+            "lambda",
+            "invoke",
+            "--invoke-address",
+            "127.0.0.1",
+            "--invoke-port",
+        ])
+        .arg(port.to_string())
+        .arg("--data-file")
+        .arg(repo_root().join("events").join(event))
+        .arg("--output-format")
+        .arg("json")
+        .arg("_")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo lambda invoke runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "invoke {event} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report is JSON ({e}): {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn built_binary_converges_a_group_under_cargo_lambda() {
+    let w = World::new().await;
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    for (name, ip) in [("web-1", "10.0.1.1"), ("web-2", "10.0.1.2")] {
+        w.put_pod(
+            PodBuilder::new("shop", name)
+                .label("app", "web")
+                .ip(ip)
+                .build(),
+        );
+    }
+    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
+    std::fs::write(&ca, w.emulator.ca_pem().unwrap()).unwrap();
+
+    let port = free_port();
+    let _watch = Reaper(
+        Command::new(cargo_lambda())
+            .args([
+                "lambda",
+                "watch",
+                "--only-lambda-apis",
+                "--invoke-address",
+                "127.0.0.1",
+                "--invoke-port",
+            ])
+            .arg(port.to_string())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cargo lambda watch starts"),
+    );
+    wait_for_port(port);
+    let _function = Reaper(
+        Command::new(env!("CARGO_BIN_EXE_tgsync-resync"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("http://127.0.0.1:{port}/.rt"),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_REGION", moto::REGION)
+            .env("AWS_ENDPOINT_URL", moto::endpoint())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_SESSION_TOKEN", "testing")
+            .env("TGSYNC_CLUSTER_NAME", &w.cluster)
+            .env("TGSYNC_TABLE_NAME", &w.table)
+            .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
+            .env("TGSYNC_CLUSTER_CA_FILE", &ca)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("function binary starts"),
+    );
+
+    // Dry run first: a plan, and nothing changed.
+    let report = invoke(port, "resync-dry-run.json");
+    assert_eq!(report["dryRun"], true, "{report}");
+    let group = &report["groups"][0];
+    assert_eq!(group["targetGroupArn"], arn.as_str());
+    assert_eq!(group["outcome"], "planned");
+    assert_eq!(
+        group["plan"]["register"],
+        serde_json::json!(["10.0.1.1:8080", "10.0.1.2:8080"])
+    );
+    assert!(w.targets(&arn).await.is_empty());
+
+    // The scheduled event converges the group.
+    let report = invoke(port, "scheduled.json");
+    assert_eq!(report["groups"][0]["outcome"], "changed", "{report}");
+    assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
+    assert_eq!(w.ledger(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
+    let _ = std::fs::remove_file(ca);
+}

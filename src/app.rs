@@ -1,0 +1,127 @@
+//! Wiring for a Lambda container: settings → SDK config → the real adapters → an engine.
+//! Built once per container (cold start) and shared by every invocation.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::aws::dynamo::DynamoState;
+use crate::aws::elbv2::{Elbv2TargetGroups, MutationRate};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{ConfigError, Settings};
+use crate::core::UnixMillis;
+use crate::eks::access::{AccessError, ClusterAccess, Overrides};
+use crate::eks::pods::KubePods;
+use crate::reconcile::{Engine, EngineSettings};
+
+/// The engine with the production adapters.
+pub type LiveEngine = Engine<KubePods, Elbv2TargetGroups, DynamoState>;
+
+/// A configured container.
+pub struct App {
+    /// The validated settings.
+    pub settings: Settings,
+    /// The engine.
+    pub engine: LiveEngine,
+}
+
+/// Why the container could not be configured; every invocation reports it.
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// A setting is missing or wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The CA file could not be read.
+    #[error("TGSYNC_CLUSTER_CA_FILE={path:?} cannot be read: {source}")]
+    CaFile {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The cluster access could not be set up (no region or credentials).
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// The ELBv2 mutation rate is invalid.
+    #[error("TGSYNC_ELB_MUTATIONS_PER_SECOND: {0}")]
+    Rate(String),
+}
+
+impl App {
+    /// Reads the environment and builds everything (`function` names lease owners).
+    pub async fn from_env(function: &str) -> Result<Self, AppError> {
+        let settings = Settings::from_env()?;
+        let sdk = crate::aws::sdk_config().await;
+        Self::build(settings, &sdk, Arc::new(SystemClock), function)
+    }
+
+    /// Builds the adapters and engine from settings and an SDK configuration.
+    pub fn build(
+        settings: Settings,
+        sdk: &aws_config::SdkConfig,
+        clock: Arc<dyn Clock>,
+        function: &str,
+    ) -> Result<Self, AppError> {
+        let ca_pem = match &settings.ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|source| AppError::CaFile {
+                path: path.display().to_string(),
+                source,
+            })?),
+            None => None,
+        };
+        let overrides = Overrides {
+            endpoint: settings.endpoint_override.clone(),
+            ca_pem,
+        };
+        let access = ClusterAccess::from_sdk_config(&settings.cluster_name, sdk, overrides)?;
+        let pods = KubePods::new(Arc::new(access)).with_page_size(settings.page_size);
+        let rate = MutationRate::new(settings.mutations_per_second, None)
+            .map_err(|e| AppError::Rate(e.to_string()))?;
+        let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate);
+        let state = DynamoState::from_sdk_config(sdk, &settings.table_name, &settings.cluster_name);
+        let engine = Engine::new(settings.cluster_name.clone(), pods, groups, state, clock)
+            .with_settings(EngineSettings {
+                concurrency: settings.concurrency,
+                ..EngineSettings::default()
+            })
+            .with_owner_prefix(function);
+        Ok(Self { settings, engine })
+    }
+}
+
+/// The Lambda main of both functions: logging, crypto provider, configuration once per
+/// container, then the runtime loop calling `handler` with the app, the payload and the
+/// invocation deadline. A bad setting does not crash the container: every invocation
+/// answers with the one-line error instead, so `aws lambda invoke` shows it.
+pub async fn serve<F, Fut>(function: &'static str, handler: F) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(Arc<App>, serde_json::Value, UnixMillis) -> Fut,
+    Fut: std::future::Future<Output = Result<serde_json::Value, crate::handlers::HandlerError>>,
+{
+    lambda_runtime::tracing::init_default_subscriber();
+    install_crypto_provider();
+    let app = App::from_env(function)
+        .await
+        .map(Arc::new)
+        .map_err(|e| e.to_string());
+    if let Err(e) = &app {
+        tracing::error!("configuration error: {e}");
+    }
+    let handler = &handler;
+    let app = &app;
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| async move {
+            let app = app.clone().map_err(lambda_runtime::Error::from)?;
+            let deadline = UnixMillis(event.context.deadline);
+            Ok::<_, lambda_runtime::Error>(handler(app, event.payload, deadline).await?)
+        },
+    ))
+    .await
+}
+
+/// Installs aws-lc-rs as the process-wide rustls provider, so kube and the AWS SDK agree
+/// on one (mixing providers panics at runtime when none is the default).
+pub fn install_crypto_provider() {
+    // Err means one is installed already, which is what we want.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}

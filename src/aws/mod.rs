@@ -1,0 +1,129 @@
+//! AWS adapters: the ELBv2 side of [`TargetGroupApi`](crate::groups::TargetGroupApi) and
+//! the DynamoDB side of [`StateStore`](crate::state::StateStore).
+//!
+//! Both share one SDK configuration, so every call gets the SDK's own standard retry
+//! strategy (exponential backoff with jitter on throttling, 5xx and transient network
+//! errors) and bounded timeouts; nothing here hand-writes a retry loop for those. What
+//! survives the SDK's retries is mapped to the crate's typed errors with a short
+//! `Code: message` an operator can act on.
+
+mod calls;
+pub mod dynamo;
+pub mod elbv2;
+
+use std::error::Error;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, ConfigLoader, SdkConfig};
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::display::DisplayErrorContext;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+
+pub use calls::ApiCalls;
+pub use dynamo::{DynamoState, create_table};
+pub use elbv2::{Elbv2TargetGroups, MutationRate, RateError};
+
+/// Attempts per call (the first plus four retries): enough to ride out a burst of
+/// ELBv2 throttling from a shared per-account token bucket without outliving a Lambda.
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// Time to open a connection; AWS endpoints answer in milliseconds, so a longer wait
+/// means a network problem better retried than waited on.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Bound on one attempt (connect, send, read), so a hung connection is retried instead
+/// of eating the whole invocation.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bound on a whole call including all retries and their backoff, well inside a Lambda
+/// timeout so the function can still report and release its lease.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// The loader behind [`sdk_config`]: the standard credential and region chain with
+/// tgsync's retry and timeout settings. Tests and the local sandbox start from it and
+/// override the endpoint, region and credentials explicitly, so they exercise exactly
+/// the retry and timeout behaviour production gets.
+pub fn config_loader() -> ConfigLoader {
+    aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .operation_timeout(OPERATION_TIMEOUT)
+                .build(),
+        )
+}
+
+/// The SDK configuration both adapters are built from: region and credentials from the
+/// standard chain (in Lambda, the function's role), `AWS_ENDPOINT_URL` honoured by the
+/// SDK itself (how local emulators are reached), standard retries with
+/// [`MAX_ATTEMPTS`] and the timeouts above.
+pub async fn sdk_config() -> SdkConfig {
+    config_loader().load().await
+}
+
+/// `Code: message` for an SDK error, or the whole error chain when there is no service
+/// error code (timeouts, connection failures, credential problems), so reports say what
+/// AWS said without the SDK's debug noise.
+pub fn error_summary<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + Error + 'static,
+    R: Debug,
+{
+    match (err.code(), err.message()) {
+        (Some(code), Some(message)) if !message.is_empty() => format!("{code}: {message}"),
+        (Some(code), _) => code.to_owned(),
+        _ => DisplayErrorContext(err).to_string(),
+    }
+}
+
+/// Error codes AWS services use for throttling (the SDK's own retry classifier list):
+/// such an error that survives the SDK's retries means "back off", not "broken".
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "TransactionInProgressException",
+    "RequestLimitExceeded",
+    "BandwidthLimitExceeded",
+    "LimitExceededException",
+    "RequestThrottled",
+    "SlowDown",
+    "PriorRequestNotComplete",
+    "EC2ThrottledException",
+];
+
+/// Whether an error code means the caller was throttled.
+pub fn is_throttling_code(code: &str) -> bool {
+    THROTTLING_CODES.contains(&code)
+}
+
+/// Whether an error code means IAM refused the call (fix the role, retrying won't help).
+pub fn is_access_denied_code(code: &str) -> bool {
+    matches!(
+        code,
+        "AccessDenied" | "AccessDeniedException" | "UnauthorizedOperation"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_codes() {
+        assert!(is_throttling_code("Throttling"));
+        assert!(is_throttling_code("ProvisionedThroughputExceededException"));
+        assert!(!is_throttling_code("ValidationError"));
+        assert!(is_access_denied_code("AccessDenied"));
+        assert!(is_access_denied_code("AccessDeniedException"));
+        assert!(!is_access_denied_code("TargetGroupNotFound"));
+    }
+}

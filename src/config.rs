@@ -1,0 +1,244 @@
+//! Settings from the environment, validated once, with one clear line per mistake.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+use url::Url;
+
+/// Everything both functions read from their environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `TGSYNC_CLUSTER_NAME`: the EKS cluster this deployment serves.
+    pub cluster_name: String,
+    /// `TGSYNC_TABLE_NAME`: the state table.
+    pub table_name: String,
+    /// `TGSYNC_CLUSTER_ENDPOINT`: API server URL instead of DescribeCluster's.
+    pub endpoint_override: Option<Url>,
+    /// `TGSYNC_CLUSTER_CA_FILE`: PEM CA bundle instead of DescribeCluster's.
+    pub ca_file: Option<PathBuf>,
+    /// `TGSYNC_CONCURRENCY` (default 16): groups reconciled at once.
+    pub concurrency: usize,
+    /// `TGSYNC_PAGE_SIZE` (default 500): pods per LIST page.
+    pub page_size: u32,
+    /// `TGSYNC_ELB_MUTATIONS_PER_SECOND` (default 5): client-side rate of
+    /// Register/DeregisterTargets calls.
+    pub mutations_per_second: u32,
+    /// `TGSYNC_READY_WAIT_SECONDS` (default 20): how long pod-events waits for a Running
+    /// pod to turn Ready.
+    pub ready_wait: Duration,
+}
+
+/// A setting that is missing or wrong. The message names the variable and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("{name} is not set: {hint}")]
+    Missing {
+        /// Variable name.
+        name: &'static str,
+        /// What to set it to.
+        hint: &'static str,
+    },
+    /// A variable has a value tgsync cannot use.
+    #[error("{name}={value:?} is not valid: {reason}")]
+    Invalid {
+        /// Variable name.
+        name: &'static str,
+        /// The value found.
+        value: String,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+}
+
+impl Settings {
+    /// Reads settings from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `lookup` (testable without touching the environment).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let cluster_name = get("TGSYNC_CLUSTER_NAME").ok_or(ConfigError::Missing {
+            name: "TGSYNC_CLUSTER_NAME",
+            hint: "set it to the EKS cluster name whose pods fill the target groups",
+        })?;
+        if !cluster_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || cluster_name.len() > 100
+        {
+            return Err(invalid(
+                "TGSYNC_CLUSTER_NAME",
+                &cluster_name,
+                "an EKS cluster name has at most 100 letters, digits, `-` and `_`",
+            ));
+        }
+        let table_name = get("TGSYNC_TABLE_NAME").ok_or(ConfigError::Missing {
+            name: "TGSYNC_TABLE_NAME",
+            hint: "set it to the DynamoDB table created by template.yaml",
+        })?;
+        let endpoint_override = match get("TGSYNC_CLUSTER_ENDPOINT") {
+            None => None,
+            Some(v) => {
+                let url = Url::parse(&v)
+                    .map_err(|e| invalid("TGSYNC_CLUSTER_ENDPOINT", &v, &e.to_string()))?;
+                if !matches!(url.scheme(), "https" | "http") || url.host().is_none() {
+                    return Err(invalid(
+                        "TGSYNC_CLUSTER_ENDPOINT",
+                        &v,
+                        "give the API server URL, e.g. https://ABC.gr7.us-east-1.eks.amazonaws.com",
+                    ));
+                }
+                Some(url)
+            }
+        };
+        let ca_file = match get("TGSYNC_CLUSTER_CA_FILE") {
+            None => None,
+            Some(v) => {
+                let path = PathBuf::from(&v);
+                if !path.is_file() {
+                    return Err(invalid(
+                        "TGSYNC_CLUSTER_CA_FILE",
+                        &v,
+                        "no such file; give the path of the cluster's PEM CA bundle",
+                    ));
+                }
+                Some(path)
+            }
+        };
+        Ok(Self {
+            cluster_name,
+            table_name,
+            endpoint_override,
+            ca_file,
+            concurrency: number(&get, "TGSYNC_CONCURRENCY", 16, 1, 256)?,
+            page_size: number(&get, "TGSYNC_PAGE_SIZE", 500, 10, 5000)?,
+            mutations_per_second: number(&get, "TGSYNC_ELB_MUTATIONS_PER_SECOND", 5, 1, 100)?,
+            ready_wait: Duration::from_secs(number(&get, "TGSYNC_READY_WAIT_SECONDS", 20, 0, 600)?),
+        })
+    }
+}
+
+fn invalid(name: &'static str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        name,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn number<T>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: T,
+    min: T,
+    max: T,
+) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    match get(name) {
+        None => Ok(default),
+        Some(v) => match v.parse::<T>() {
+            Ok(n) if n >= min && n <= max => Ok(n),
+            _ => Err(invalid(
+                name,
+                &v,
+                &format!("expected a whole number from {min} to {max}"),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn minimal_settings_take_defaults() {
+        let s = settings(&[
+            ("TGSYNC_CLUSTER_NAME", "prod"),
+            ("TGSYNC_TABLE_NAME", "tgsync-state"),
+        ])
+        .unwrap();
+        assert_eq!(s.cluster_name, "prod");
+        assert_eq!(s.concurrency, 16);
+        assert_eq!(s.page_size, 500);
+        assert_eq!(s.ready_wait, Duration::from_secs(20));
+        assert_eq!(s.endpoint_override, None);
+    }
+
+    #[test]
+    fn each_mistake_names_its_variable() {
+        let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+            (
+                vec![("TGSYNC_TABLE_NAME", "t")],
+                "TGSYNC_CLUSTER_NAME is not set",
+            ),
+            (
+                vec![("TGSYNC_CLUSTER_NAME", "prod")],
+                "TGSYNC_TABLE_NAME is not set",
+            ),
+            (
+                vec![("TGSYNC_CLUSTER_NAME", "pr od"), ("TGSYNC_TABLE_NAME", "t")],
+                "TGSYNC_CLUSTER_NAME=\"pr od\"",
+            ),
+            (
+                vec![
+                    ("TGSYNC_CLUSTER_NAME", "p"),
+                    ("TGSYNC_TABLE_NAME", "t"),
+                    ("TGSYNC_CLUSTER_ENDPOINT", "ftp://x"),
+                ],
+                "TGSYNC_CLUSTER_ENDPOINT",
+            ),
+            (
+                vec![
+                    ("TGSYNC_CLUSTER_NAME", "p"),
+                    ("TGSYNC_TABLE_NAME", "t"),
+                    ("TGSYNC_CLUSTER_CA_FILE", "/nope.pem"),
+                ],
+                "TGSYNC_CLUSTER_CA_FILE",
+            ),
+            (
+                vec![
+                    ("TGSYNC_CLUSTER_NAME", "p"),
+                    ("TGSYNC_TABLE_NAME", "t"),
+                    ("TGSYNC_CONCURRENCY", "0"),
+                ],
+                "TGSYNC_CONCURRENCY=\"0\" is not valid: expected a whole number from 1 to 256",
+            ),
+        ];
+        for (pairs, want) in cases {
+            let err = settings(&pairs).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{err} should start with {want}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn explicit_http_endpoint_is_allowed() {
+        let s = settings(&[
+            ("TGSYNC_CLUSTER_NAME", "p"),
+            ("TGSYNC_TABLE_NAME", "t"),
+            ("TGSYNC_CLUSTER_ENDPOINT", "http://127.0.0.1:6443"),
+        ])
+        .unwrap();
+        assert_eq!(s.endpoint_override.unwrap().scheme(), "http");
+    }
+}

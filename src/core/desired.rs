@@ -1,0 +1,358 @@
+//! Pods + binding → the targets a group should hold, and why every other selected pod
+//! yields none.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::binding::{Binding, PortSpec};
+use super::pod::{PodFacts, PodRef};
+use super::target::{AddressFamily, Target};
+
+/// Why a selected pod yields no target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "camelCase")]
+pub enum SkipReason {
+    /// Annotated `tgsync/exclude: "true"`.
+    Excluded,
+    /// `metadata.deletionTimestamp` is set: removed at once so the NLB starts draining.
+    Terminating,
+    /// `status.phase` is not `Running`.
+    NotRunning {
+        /// The phase seen (empty when unset).
+        phase: String,
+    },
+    /// No IP of the group's family in `status.podIPs`.
+    NoAddress {
+        /// The family the group needs.
+        family: AddressFamily,
+    },
+    /// The `Ready` condition is not True.
+    NotReady,
+    /// Gated pod whose `ContainersReady` condition is not True yet.
+    ContainersNotReady,
+    /// The binding's named port is not declared by any container: a pod error.
+    PortNotFound {
+        /// The port name looked for.
+        port: String,
+    },
+    /// Another selected pod already yields the same target: a pod error.
+    DuplicateTarget {
+        /// The contested target.
+        target: Target,
+        /// The pod that kept it (`namespace/name`).
+        kept_for: String,
+    },
+}
+
+impl SkipReason {
+    /// Pod errors need an operator (fix the port name, the duplicate); the rest are normal
+    /// lifecycle states that resolve themselves.
+    pub fn is_error(&self) -> bool {
+        matches!(
+            self,
+            Self::PortNotFound { .. } | Self::DuplicateTarget { .. }
+        )
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Excluded => f.write_str("excluded by annotation tgsync/exclude"),
+            Self::Terminating => f.write_str("terminating"),
+            Self::NotRunning { phase } if phase.is_empty() => f.write_str("no phase yet"),
+            Self::NotRunning { phase } => write!(f, "phase is {phase}, not Running"),
+            Self::NoAddress { family } => write!(f, "no {family} address in status.podIPs"),
+            Self::NotReady => f.write_str("Ready condition is not True"),
+            Self::ContainersNotReady => f.write_str(
+                "ContainersReady condition is not True (readiness gate tgsync/target-health)",
+            ),
+            Self::PortNotFound { port } => write!(
+                f,
+                "no container declares a port named `{port}`; fix the pod spec or the tgsync/port tag"
+            ),
+            Self::DuplicateTarget { target, kept_for } => {
+                write!(f, "target {target} is already yielded by pod {kept_for}")
+            }
+        }
+    }
+}
+
+/// A selected pod that yields no target, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The pod.
+    pub pod: Arc<PodRef>,
+    /// Why.
+    #[serde(flatten)]
+    pub reason: SkipReason,
+}
+
+/// The targets a group should hold and the selected pods that yield none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// Desired targets, each with the pod it comes from (sorted by target).
+    pub targets: BTreeMap<Target, DesiredTarget>,
+    /// Selected pods that yield no target, in input order.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A desired target's origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredTarget {
+    /// The pod it comes from.
+    pub pod: Arc<PodRef>,
+    /// `Some(open)` when the pod carries the `tgsync/target-health` readiness gate.
+    pub gate: Option<bool>,
+}
+
+impl Desired {
+    /// Pods that need their `tgsync/target-health` condition set True because their
+    /// target is now healthy in the NLB.
+    pub fn gates_to_open<'a>(
+        &'a self,
+        healthy: impl Fn(&Target) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a Arc<PodRef>> + 'a {
+        self.targets
+            .iter()
+            .filter(move |(t, d)| d.gate == Some(false) && healthy(t))
+            .map(|(_, d)| &d.pod)
+    }
+}
+
+/// Computes the desired targets of one bound group from candidate pods.
+///
+/// Pods outside the binding's namespace or selector are ignored without a reason (they
+/// are not this group's business); callers may pass any superset of the selected pods.
+pub fn desired_targets<'a>(
+    pods: impl IntoIterator<Item = &'a PodFacts>,
+    binding: &Binding,
+) -> Desired {
+    let mut out = Desired::default();
+    for pod in pods {
+        if pod.pod.namespace != binding.namespace || !binding.selector.matches(&pod.labels) {
+            continue;
+        }
+        match target_of(pod, binding) {
+            Ok(target) => {
+                if let Some(existing) = out.targets.get(&target) {
+                    let kept_for = existing.pod.to_string();
+                    out.skipped.push(Skipped {
+                        pod: pod.pod.clone(),
+                        reason: SkipReason::DuplicateTarget { target, kept_for },
+                    });
+                } else {
+                    out.targets.insert(
+                        target,
+                        DesiredTarget {
+                            pod: pod.pod.clone(),
+                            gate: pod.gate,
+                        },
+                    );
+                }
+            }
+            Err(reason) => out.skipped.push(Skipped {
+                pod: pod.pod.clone(),
+                reason,
+            }),
+        }
+    }
+    out
+}
+
+/// The design's readiness rules, in the order an operator would want them reported.
+fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
+    if pod.excluded {
+        return Err(SkipReason::Excluded);
+    }
+    if pod.terminating {
+        return Err(SkipReason::Terminating);
+    }
+    if pod.phase != "Running" {
+        return Err(SkipReason::NotRunning {
+            phase: pod.phase.clone(),
+        });
+    }
+    let ip = pod.ip(binding.family).ok_or(SkipReason::NoAddress {
+        family: binding.family,
+    })?;
+    match pod.gate {
+        Some(_) if !pod.containers_ready => return Err(SkipReason::ContainersNotReady),
+        Some(_) => {}
+        None if !pod.ready => return Err(SkipReason::NotReady),
+        None => {}
+    }
+    let port = match &binding.port {
+        PortSpec::Number(n) => *n,
+        PortSpec::Name(name) => pod
+            .named_port(name)
+            .ok_or_else(|| SkipReason::PortNotFound { port: name.clone() })?,
+    };
+    Ok(Target::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_fixtures::{binding, fixture, shop_web};
+    use super::*;
+
+    fn reason_of(name: &str, b: &Binding) -> Option<SkipReason> {
+        let facts = PodFacts::from_pod(fixture(name));
+        let d = desired_targets([&facts], b);
+        d.skipped.first().map(|s| s.reason.clone())
+    }
+
+    fn target_of_fixture(name: &str, b: &Binding) -> Option<String> {
+        let facts = PodFacts::from_pod(fixture(name));
+        let d = desired_targets([&facts], b);
+        d.targets.keys().next().map(Target::to_string)
+    }
+
+    #[test]
+    fn running_ready_pod_is_a_target_on_the_group_port() {
+        let b = shop_web(8080);
+        assert_eq!(
+            target_of_fixture("running", &b).as_deref(),
+            Some("10.0.1.10:8080")
+        );
+    }
+
+    #[test]
+    fn lifecycle_states_give_their_reasons() {
+        let b = shop_web(8080);
+        assert_eq!(
+            reason_of("pending", &b),
+            Some(SkipReason::NotRunning {
+                phase: "Pending".into()
+            })
+        );
+        assert_eq!(reason_of("terminating", &b), Some(SkipReason::Terminating));
+        assert_eq!(reason_of("not-ready", &b), Some(SkipReason::NotReady));
+        assert_eq!(reason_of("excluded", &b), Some(SkipReason::Excluded));
+        assert_eq!(
+            reason_of("missing-ip", &b),
+            Some(SkipReason::NoAddress {
+                family: AddressFamily::Ipv4
+            })
+        );
+        assert_eq!(
+            reason_of("succeeded", &b),
+            Some(SkipReason::NotRunning {
+                phase: "Succeeded".into()
+            })
+        );
+    }
+
+    #[test]
+    fn gated_pod_is_registered_on_containers_ready_before_ready() {
+        let b = shop_web(8080);
+        let facts = PodFacts::from_pod(fixture("gated"));
+        assert!(!facts.ready && facts.containers_ready);
+        let d = desired_targets([&facts], &b);
+        let (target, origin) = d.targets.iter().next().expect("gated pod is desired");
+        assert_eq!(target.to_string(), "10.0.1.14:8080");
+        assert_eq!(origin.gate, Some(false));
+        let healthy: Vec<_> = d.gates_to_open(|_| true).map(|p| p.name.clone()).collect();
+        assert_eq!(healthy, vec!["web-gated"]);
+        assert_eq!(d.gates_to_open(|_| false).count(), 0);
+    }
+
+    #[test]
+    fn gated_pod_waits_for_containers_ready() {
+        let b = shop_web(8080);
+        assert_eq!(
+            reason_of("gated-starting", &b),
+            Some(SkipReason::ContainersNotReady)
+        );
+    }
+
+    #[test]
+    fn ipv6_group_takes_the_ipv6_address_of_a_dual_stack_pod() {
+        let mut b = shop_web(8080);
+        assert_eq!(
+            target_of_fixture("dual-stack", &b).as_deref(),
+            Some("10.0.1.15:8080")
+        );
+        b.family = AddressFamily::Ipv6;
+        assert_eq!(
+            target_of_fixture("dual-stack", &b).as_deref(),
+            Some("[2600:1f18:abcd:1::f]:8080")
+        );
+        assert_eq!(
+            reason_of("running", &b),
+            Some(SkipReason::NoAddress {
+                family: AddressFamily::Ipv6
+            })
+        );
+    }
+
+    #[test]
+    fn host_network_pod_registers_its_node_ip() {
+        let b = shop_web(8080);
+        let facts = PodFacts::from_pod(fixture("host-network"));
+        assert!(facts.host_network);
+        assert_eq!(
+            target_of_fixture("host-network", &b).as_deref(),
+            Some("10.0.0.21:8080")
+        );
+    }
+
+    #[test]
+    fn named_ports_resolve_per_pod_or_give_a_pod_error() {
+        let b = binding("shop", "app=web", PortSpec::Name("metrics".into()));
+        assert_eq!(
+            target_of_fixture("running", &b).as_deref(),
+            Some("10.0.1.10:9090")
+        );
+        let b = binding("shop", "app=web", PortSpec::Name("admin".into()));
+        let reason = reason_of("running", &b).expect("port missing");
+        assert_eq!(
+            reason,
+            SkipReason::PortNotFound {
+                port: "admin".into()
+            }
+        );
+        assert!(reason.is_error());
+        assert!(reason.to_string().contains("tgsync/port"));
+    }
+
+    #[test]
+    fn unselected_pods_are_ignored_silently() {
+        let other_ns = binding("billing", "app=web", PortSpec::Number(80));
+        let facts = PodFacts::from_pod(fixture("running"));
+        let d = desired_targets([&facts], &other_ns);
+        assert!(d.targets.is_empty() && d.skipped.is_empty());
+        let other_app = binding("shop", "app=api", PortSpec::Number(80));
+        let d = desired_targets([&facts], &other_app);
+        assert!(d.targets.is_empty() && d.skipped.is_empty());
+    }
+
+    #[test]
+    fn duplicate_targets_keep_the_first_and_report_the_second() {
+        let b = shop_web(8080);
+        let a = PodFacts::from_pod(fixture("running"));
+        let mut twin = a.clone();
+        twin.pod = Arc::new(PodRef {
+            namespace: "shop".into(),
+            name: "web-twin".into(),
+            uid: "u2".into(),
+        });
+        let d = desired_targets([&a, &twin], &b);
+        assert_eq!(d.targets.len(), 1);
+        assert_eq!(d.skipped.len(), 1);
+        assert!(d.skipped[0].reason.is_error());
+    }
+
+    #[test]
+    fn every_fixture_yields_a_target_or_a_reason() {
+        let b = shop_web(8080);
+        for name in super::super::test_fixtures::ALL {
+            let facts = PodFacts::from_pod(fixture(name));
+            let d = desired_targets([&facts], &b);
+            assert_eq!(d.targets.len() + d.skipped.len(), 1, "{name}");
+        }
+    }
+}

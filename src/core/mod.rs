@@ -1,0 +1,28 @@
+//! The sans-IO reconcile core: everything that decides, nothing that talks to a network.
+//!
+//! Inputs are plain values (tags, pods, target health, ledger rows, a clock reading and a
+//! random source); outputs are plans. Keeping I/O out is what lets the diff be property
+//! tested and lets both Lambda functions share exactly the same decisions.
+
+pub mod backoff;
+pub mod binding;
+pub mod desired;
+pub mod index;
+pub mod plan;
+pub mod pod;
+pub mod selector;
+pub mod target;
+
+#[cfg(test)]
+mod plan_properties;
+#[cfg(test)]
+mod test_fixtures;
+
+pub use backoff::{BackoffPolicy, BackoffState, Gate, UnixMillis};
+pub use binding::{Binding, BindingError, GroupFacts, Mode, PortSpec};
+pub use desired::{Desired, SkipReason, desired_targets};
+pub use index::PodIndex;
+pub use plan::{Call, MAX_TARGETS_PER_CALL, Plan, TargetSet, plan};
+pub use pod::{PodFacts, PodRef};
+pub use selector::{Labels, Selector, SelectorError};
+pub use target::{AddressFamily, HealthState, Target};

@@ -1,0 +1,186 @@
+//! Property tests of the diff's invariants. Each one fails if the corresponding rule of
+//! the design is broken in `plan`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+
+use super::binding::Mode;
+use super::plan::{Call, MAX_TARGETS_PER_CALL, Plan, plan};
+use super::target::{HealthState, Target};
+
+/// A target from a universe of `n` addresses on two ports, small enough that desired,
+/// actual and owned overlap often.
+fn target(n: u32) -> impl Strategy<Value = Target> {
+    (0..n, prop_oneof![Just(80u16), Just(8080u16)])
+        .prop_map(|(i, port)| Target::new(Ipv4Addr::from(0x0a00_0000 + i).into(), port))
+}
+
+fn state() -> impl Strategy<Value = HealthState> {
+    prop_oneof![
+        4 => Just(HealthState::Healthy),
+        1 => Just(HealthState::Initial),
+        1 => Just(HealthState::Unhealthy),
+        1 => Just(HealthState::Unused),
+        2 => Just(HealthState::Draining),
+        1 => Just(HealthState::UnhealthyDraining),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Inputs {
+    desired: BTreeSet<Target>,
+    actual: BTreeMap<Target, HealthState>,
+    owned: BTreeSet<Target>,
+    mode: Mode,
+}
+
+fn inputs() -> impl Strategy<Value = Inputs> {
+    // Mostly small universes (dense overlaps), sometimes large ones (many chunks).
+    prop_oneof![3 => Just(40u32), 1 => Just(2_000u32)].prop_flat_map(|n| {
+        let max = if n > 100 { 900 } else { 60 };
+        (
+            prop::collection::btree_set(target(n), 0..max),
+            prop::collection::btree_map(target(n), state(), 0..max),
+            prop::collection::btree_set(target(n), 0..max),
+            prop_oneof![Just(Mode::Shared), Just(Mode::Exclusive)],
+        )
+            .prop_map(|(desired, actual, owned, mode)| Inputs {
+                desired,
+                actual,
+                owned,
+                mode,
+            })
+    })
+}
+
+fn run(i: &Inputs) -> Plan {
+    plan(&i.desired, i.actual.iter(), &i.owned, i.mode)
+}
+
+fn present(actual: &BTreeMap<Target, HealthState>) -> BTreeSet<Target> {
+    actual
+        .iter()
+        .filter(|(_, s)| !s.is_draining())
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+/// What ELBv2 and the ledger look like after the plan's calls succeed: registered
+/// targets start `initial`, deregistered ones drain, the ledger gains and loses rows.
+fn apply(i: &Inputs, p: &Plan) -> Inputs {
+    let mut actual = i.actual.clone();
+    for t in &p.deregister {
+        actual.insert(*t, HealthState::Draining);
+    }
+    for t in &p.register {
+        actual.insert(*t, HealthState::Initial);
+    }
+    let mut owned = i.owned.clone();
+    owned.extend(p.register.iter().copied());
+    owned.extend(p.adopt.iter().copied());
+    for t in p.deregister.iter().chain(&p.forget) {
+        owned.remove(t);
+    }
+    Inputs {
+        desired: i.desired.clone(),
+        actual,
+        owned,
+        mode: i.mode,
+    }
+}
+
+fn flatten_calls(p: &Plan) -> (Vec<Target>, Vec<Target>, Vec<usize>) {
+    let mut reg = Vec::new();
+    let mut dereg = Vec::new();
+    let mut sizes = Vec::new();
+    for call in p.calls() {
+        match call {
+            Call::Register(ts) => {
+                sizes.push(ts.len());
+                reg.extend_from_slice(ts)
+            }
+            Call::Deregister(ts) => {
+                sizes.push(ts.len());
+                dereg.extend_from_slice(ts)
+            }
+        }
+    }
+    (reg, dereg, sizes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// 1. In shared mode no target outside `owned` is ever deregistered.
+    #[test]
+    fn shared_mode_never_deregisters_foreign_targets(mut i in inputs()) {
+        i.mode = Mode::Shared;
+        let p = run(&i);
+        for t in &p.deregister {
+            prop_assert!(i.owned.contains(t), "deregistered foreign target {t}");
+        }
+    }
+
+    /// 2. Applying the plan yields `desired ∪ foreign` (shared) or `desired` (exclusive).
+    #[test]
+    fn applying_the_plan_reaches_the_desired_state(i in inputs()) {
+        let p = run(&i);
+        let after = present(&apply(&i, &p).actual);
+        let mut expected = i.desired.clone();
+        if i.mode == Mode::Shared {
+            expected.extend(present(&i.actual).difference(&i.owned).copied());
+        }
+        prop_assert_eq!(after, expected);
+    }
+
+    /// 3. Planning again after applying yields an empty plan.
+    #[test]
+    fn planning_after_applying_is_a_no_op(i in inputs()) {
+        let p = run(&i);
+        let again = run(&apply(&i, &p));
+        prop_assert!(again.is_empty(), "second plan not empty: {again:?}");
+    }
+
+    /// 4. Chunks never exceed 200 and together cover exactly the planned sets.
+    #[test]
+    fn chunks_are_bounded_and_cover_the_plan(i in inputs()) {
+        let p = run(&i);
+        let (reg, dereg, sizes) = flatten_calls(&p);
+        prop_assert!(sizes.iter().all(|&n| n > 0 && n <= MAX_TARGETS_PER_CALL));
+        prop_assert_eq!(&reg, &p.register);
+        prop_assert_eq!(&dereg, &p.deregister);
+        let planned: BTreeSet<_> = p.register.iter().chain(&p.deregister).collect();
+        prop_assert_eq!(planned.len(), reg.len() + dereg.len(), "a target planned twice");
+    }
+
+    /// 5. The same inputs, in any order, give the same calls in the same order.
+    #[test]
+    fn same_inputs_give_same_calls(i in inputs(), seed in any::<u64>()) {
+        let p1 = run(&i);
+        let mut shuffled: Vec<(Target, HealthState)> = i.actual.clone().into_iter().collect();
+        fastrand::Rng::with_seed(seed).shuffle(&mut shuffled);
+        let p2 = plan(&i.desired, shuffled.iter().map(|(t, s)| (t, s)), &i.owned, i.mode);
+        prop_assert_eq!(flatten_calls(&p1), flatten_calls(&p2));
+        prop_assert_eq!(p1, p2);
+    }
+}
+
+// Adopted targets are exactly the desired, present, unowned ones, so the ledger ends up
+// owning every desired target.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// 6. Every desired target is owned after applying (adoption).
+    #[test]
+    fn every_desired_target_ends_up_owned(i in inputs()) {
+        let p = run(&i);
+        let after = apply(&i, &p);
+        for t in &i.desired {
+            prop_assert!(after.owned.contains(t), "desired {t} not owned after apply");
+        }
+        for t in &p.adopt {
+            prop_assert!(i.desired.contains(t) && !i.owned.contains(t));
+        }
+    }
+}

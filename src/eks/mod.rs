@@ -1,0 +1,18 @@
+//! The Kubernetes side of I/O for an EKS cluster: the EKS bearer token, a verified
+//! `kube::Client` per cluster, and the [`PodSource`](crate::pods::PodSource) built on it.
+//!
+//! Split like the design's "Reaching the cluster": [`token`] is pure (credentials in,
+//! token out), [`access`] does the AWS lookups and caching, [`pods`] the paginated reads.
+
+pub mod access;
+pub mod pods;
+pub mod token;
+
+#[cfg(test)]
+mod test_server;
+
+pub use access::{
+    AccessError, ClusterAccess, DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, Overrides,
+};
+pub use pods::{DEFAULT_PAGE_SIZE, KubePods, MAX_EMPTY_PAGES, MAX_RESTARTS};
+pub use token::{EksToken, TokenError, mint, sts_endpoint};

@@ -1,0 +1,509 @@
+//! [`PodSource`] over the Kubernetes API of an EKS cluster: paginated, consistent LISTs
+//! converted page by page into [`PodFacts`], and single-pod GETs.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use kube::core::{ObjectList, Status};
+
+use super::access::ClusterAccess;
+use crate::core::{PodFacts, Selector};
+use crate::pods::{PodSource, PodsError};
+
+/// Default LIST page size: the apiserver's own recommendation for chunked lists, and a
+/// page of full pods stays a few MB while converting.
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+/// How many times a LIST restarts from the beginning after its continue token expired
+/// (HTTP 410) before giving up; a cluster compacting that often needs a look anyway.
+pub const MAX_RESTARTS: usize = 3;
+/// Consecutive pages with a continue token but no items tolerated before the listing is
+/// declared incomplete (a server looping on its continue token).
+pub const MAX_EMPTY_PAGES: usize = 3;
+
+/// Reads pods through the cluster's API server.
+#[derive(Clone, Debug)]
+pub struct KubePods {
+    access: Arc<ClusterAccess>,
+    page_size: u32,
+}
+
+/// What one attempt at a whole LIST ended with.
+enum Attempt {
+    Done(Vec<PodFacts>),
+    /// The continue token expired mid-list; start over.
+    Expired,
+}
+
+impl KubePods {
+    /// Pods of the cluster behind `access`, listed in pages of [`DEFAULT_PAGE_SIZE`].
+    pub fn new(access: Arc<ClusterAccess>) -> Self {
+        Self {
+            access,
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+
+    /// Uses pages of `page_size` pods (at least 1): smaller pages bound memory, larger
+    /// ones save round trips.
+    pub fn with_page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    /// The cluster access this reads through (shared with other adapters).
+    pub fn access(&self) -> &Arc<ClusterAccess> {
+        &self.access
+    }
+
+    /// One pass over all pages; `Expired` when a continue token is gone.
+    async fn list_once(
+        &self,
+        api: &Api<Pod>,
+        namespace: &str,
+        labels: Option<&str>,
+    ) -> Result<Attempt, PodsError> {
+        let incomplete = |reason: String| PodsError::Incomplete {
+            namespace: namespace.to_owned(),
+            reason,
+        };
+        let mut facts = Vec::new();
+        let mut continue_token: Option<String> = None;
+        let mut empty_pages = 0;
+        let mut pages = 0usize;
+        loop {
+            // No resourceVersion: a quorum read from etcd, never a possibly stale cache.
+            let mut params = ListParams::default().limit(self.page_size);
+            if let Some(labels) = labels {
+                params = params.labels(labels);
+            }
+            if let Some(token) = &continue_token {
+                params = params.continue_token(token);
+            }
+            let page = match api.list(&params).await {
+                Ok(page) => page,
+                Err(kube::Error::Api(status)) if status.code == 410 && continue_token.is_some() => {
+                    tracing::warn!(
+                        cluster = %self.access.cluster(), namespace, pages,
+                        message = %status.message,
+                        "continue token expired; restarting the pod list"
+                    );
+                    return Ok(Attempt::Expired);
+                }
+                Err(error) => {
+                    return Err(PodsError::List {
+                        namespace: namespace.to_owned(),
+                        reason: self.explain(&error, namespace).await,
+                    });
+                }
+            };
+            pages += 1;
+            let ObjectList {
+                metadata,
+                mut items,
+                ..
+            } = page;
+            let count = items.len();
+            facts.reserve(count);
+            facts.extend(items.iter_mut().map(PodFacts::take_from));
+            drop(items);
+            let remaining = metadata.remaining_item_count.unwrap_or(0);
+            match metadata.continue_.filter(|t| !t.is_empty()) {
+                None if remaining > 0 => {
+                    return Err(incomplete(format!(
+                        "page {pages} reported {remaining} more pods but no continue token"
+                    )));
+                }
+                None => return Ok(Attempt::Done(facts)),
+                Some(next) => {
+                    empty_pages = if count == 0 { empty_pages + 1 } else { 0 };
+                    if empty_pages >= MAX_EMPTY_PAGES {
+                        return Err(incomplete(format!(
+                            "{empty_pages} pages in a row had a continue token but no pods"
+                        )));
+                    }
+                    if continue_token.as_deref() == Some(next.as_str()) {
+                        return Err(incomplete(format!(
+                            "page {pages} returned the continue token it was asked with"
+                        )));
+                    }
+                    continue_token = Some(next);
+                }
+            }
+        }
+    }
+
+    /// The operator-facing reason for a failed request. A transport failure (refused,
+    /// timeout, TLS) also drops the cached client and endpoint, so the next call looks the
+    /// endpoint and CA up again.
+    async fn explain(&self, error: &kube::Error, namespace: &str) -> String {
+        let cluster = self.access.cluster();
+        match error {
+            kube::Error::Api(status) => api_failure(cluster, namespace, status),
+            kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                self.access.invalidate().await;
+                format!(
+                    "cannot reach the Kubernetes API of cluster `{cluster}`: {}; check the \
+                     endpoint and network path (VPC, security groups, public access CIDRs) and \
+                     that the server certificate is signed by the cluster CA",
+                    error_chain(error)
+                )
+            }
+            other => format!(
+                "the Kubernetes API of cluster `{cluster}` answered unexpectedly: {}",
+                error_chain(other)
+            ),
+        }
+    }
+}
+
+/// The reason for an error answer of the API server, with what to check for the two an
+/// operator can fix (401: the access entry; 403: the RBAC).
+fn api_failure(cluster: &str, namespace: &str, status: &Status) -> String {
+    let message = &status.message;
+    match status.code {
+        401 => format!(
+            "HTTP 401 Unauthorized: {message}; the cluster rejected the function's token: check \
+             that the EKS access entry for the function role exists in cluster `{cluster}` and \
+             maps it to the Kubernetes group bound in infra/"
+        ),
+        403 => format!(
+            "HTTP 403 Forbidden: {message}; the function role is authenticated but not allowed: \
+             check that the RBAC in infra/ (get/list pods in namespace `{namespace}`) is applied \
+             to cluster `{cluster}`"
+        ),
+        code if status.reason.is_empty() => format!("HTTP {code}: {message}"),
+        code => format!("HTTP {code} {}: {message}", status.reason),
+    }
+}
+
+/// An error with all its causes, deduplicated (wrappers often repeat their source).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
+impl PodSource for KubePods {
+    async fn list(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+    ) -> Result<Vec<PodFacts>, PodsError> {
+        let labels = selector.map(Selector::to_query).filter(|q| !q.is_empty());
+        let mut restarts = 0;
+        loop {
+            let client = self.access.client().await?;
+            let api: Api<Pod> = Api::namespaced(client, namespace);
+            match self.list_once(&api, namespace, labels.as_deref()).await? {
+                Attempt::Done(facts) => {
+                    tracing::debug!(
+                        cluster = %self.access.cluster(), namespace, pods = facts.len(), restarts,
+                        "listed pods"
+                    );
+                    return Ok(facts);
+                }
+                Attempt::Expired if restarts < MAX_RESTARTS => restarts += 1,
+                Attempt::Expired => {
+                    return Err(PodsError::Incomplete {
+                        namespace: namespace.to_owned(),
+                        reason: format!(
+                            "the continue token expired {} times in a row (HTTP 410); the \
+                             API server compacts faster than the list completes",
+                            restarts + 1
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, PodsError> {
+        let client = self.access.client().await?;
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        match api.get_opt(name).await {
+            Ok(pod) => Ok(pod),
+            Err(error) => Err(PodsError::Get {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: self.explain(&error, namespace).await,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use url::Url;
+
+    use super::*;
+    use crate::eks::access::Overrides;
+    use crate::eks::test_server::{self, CLOSED, Reply, Scripted};
+
+    fn page(names: &[&str], continue_token: Option<&str>, remaining: Option<i64>) -> Reply {
+        let items: Vec<_> = names
+            .iter()
+            .map(|n| json!({ "metadata": { "name": n, "namespace": "shop", "uid": format!("uid-{n}") } }))
+            .collect();
+        let mut metadata = json!({ "resourceVersion": "42" });
+        if let Some(token) = continue_token {
+            metadata["continue"] = json!(token);
+        }
+        if let Some(remaining) = remaining {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+        let body =
+            json!({ "kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items });
+        (200, body.to_string())
+    }
+
+    fn status(code: u16, reason: &str, message: &str) -> Reply {
+        let body = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code,
+        });
+        (code, body.to_string())
+    }
+
+    fn expired() -> Reply {
+        status(410, "Expired", "The provided continue parameter is too old")
+    }
+
+    fn pods_over(server: &Scripted) -> KubePods {
+        let access = test_server::access(
+            CLOSED,
+            Overrides {
+                endpoint: Some(server.url().clone()),
+                ca_pem: None,
+            },
+        );
+        KubePods::new(Arc::new(access)).with_page_size(2)
+    }
+
+    fn names(facts: &[PodFacts]) -> Vec<&str> {
+        facts.iter().map(|f| f.pod.name.as_str()).collect()
+    }
+
+    fn query_of(request_line: &str) -> Vec<(String, String)> {
+        let target = request_line.split(' ').nth(1).unwrap();
+        let url = Url::parse(&format!("http://x{target}")).unwrap();
+        url.query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn pages_are_followed_with_limit_selector_and_no_resource_version() {
+        let server = Scripted::start(vec![
+            page(&["a", "b"], Some("t1"), Some(1)),
+            page(&["c"], None, None),
+        ])
+        .await;
+        let selector = Selector::parse("app=web tier").unwrap();
+        let facts = pods_over(&server)
+            .list("shop", Some(&selector))
+            .await
+            .unwrap();
+        assert_eq!(names(&facts), ["a", "b", "c"]);
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        assert!(
+            requests[0].starts_with("GET /api/v1/namespaces/shop/pods?"),
+            "{requests:?}"
+        );
+        let first = query_of(&requests[0]);
+        let second = query_of(&requests[1]);
+        let get = |q: &[(String, String)], k: &str| {
+            q.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())
+        };
+        assert_eq!(get(&first, "limit").as_deref(), Some("2"));
+        assert_eq!(
+            get(&first, "labelSelector").as_deref(),
+            Some("app=web,tier")
+        );
+        assert_eq!(get(&first, "continue"), None);
+        assert_eq!(get(&second, "continue").as_deref(), Some("t1"));
+        assert_eq!(
+            get(&second, "labelSelector").as_deref(),
+            Some("app=web,tier")
+        );
+        for q in [&first, &second] {
+            assert_eq!(get(q, "resourceVersion"), None, "{requests:?}");
+            assert_eq!(get(q, "resourceVersionMatch"), None, "{requests:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn remaining_items_without_continue_token_is_incomplete() {
+        let server = Scripted::start(vec![page(&["a", "b"], None, Some(5))]).await;
+        let err = pods_over(&server).list("shop", None).await.unwrap_err();
+        assert!(matches!(err, PodsError::Incomplete { .. }), "{err}");
+        assert!(err.to_string().contains("5 more pods"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn repeated_empty_pages_are_incomplete() {
+        let server = Scripted::start(vec![
+            page(&[], Some("t1"), None),
+            page(&[], Some("t2"), None),
+            page(&[], Some("t3"), None),
+        ])
+        .await;
+        let err = pods_over(&server).list("shop", None).await.unwrap_err();
+        assert!(matches!(err, PodsError::Incomplete { .. }), "{err}");
+
+        // Fewer empty pages than the limit are fine.
+        let server = Scripted::start(vec![
+            page(&[], Some("t1"), None),
+            page(&[], Some("t2"), None),
+            page(&["a"], None, None),
+        ])
+        .await;
+        let facts = pods_over(&server).list("shop", None).await.unwrap();
+        assert_eq!(names(&facts), ["a"]);
+    }
+
+    #[tokio::test]
+    async fn a_continue_token_that_does_not_advance_is_incomplete() {
+        let server = Scripted::start(vec![
+            page(&["a", "b"], Some("same"), None),
+            page(&["c", "d"], Some("same"), None),
+        ])
+        .await;
+        let err = pods_over(&server).list("shop", None).await.unwrap_err();
+        assert!(matches!(err, PodsError::Incomplete { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn expired_continue_restarts_from_the_first_page() {
+        let server = Scripted::start(vec![
+            page(&["a", "b"], Some("t1"), None),
+            expired(),
+            page(&["a", "b"], Some("t2"), None),
+            page(&["c"], None, None),
+        ])
+        .await;
+        let facts = pods_over(&server).list("shop", None).await.unwrap();
+        assert_eq!(
+            names(&facts),
+            ["a", "b", "c"],
+            "no duplicates from the aborted pass"
+        );
+        let restarted = query_of(&server.requests()[2]);
+        assert!(
+            restarted.iter().all(|(k, _)| k != "continue"),
+            "{restarted:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_three_restarts() {
+        let mut script = Vec::new();
+        for _ in 0..=MAX_RESTARTS {
+            script.push(page(&["a", "b"], Some("t1"), None));
+            script.push(expired());
+        }
+        let server = Scripted::start(script).await;
+        let err = pods_over(&server).list("shop", None).await.unwrap_err();
+        assert!(matches!(err, PodsError::Incomplete { .. }), "{err}");
+        assert!(err.to_string().contains("410"), "{err}");
+        assert_eq!(server.requests().len(), 2 * (MAX_RESTARTS + 1));
+    }
+
+    #[tokio::test]
+    async fn gone_on_the_first_page_is_a_list_error() {
+        let server = Scripted::start(vec![expired()]).await;
+        let err = pods_over(&server).list("shop", None).await.unwrap_err();
+        assert!(matches!(err, PodsError::List { .. }), "{err}");
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn errors_tell_the_operator_what_to_check() {
+        let server = Scripted::start(vec![
+            page(&["a", "b"], Some("t1"), None),
+            status(500, "InternalError", "etcdserver: request timed out"),
+            status(
+                403,
+                "Forbidden",
+                "pods is forbidden: User \"tgsync\" cannot list resource \"pods\"",
+            ),
+            status(401, "Unauthorized", "Unauthorized"),
+        ])
+        .await;
+        let pods = pods_over(&server);
+        let err = pods.list("shop", None).await.unwrap_err();
+        let PodsError::List { reason, .. } = &err else {
+            panic!("expected a list error, got {err:?}");
+        };
+        assert!(
+            reason.contains("HTTP 500") && reason.contains("etcdserver"),
+            "{reason}"
+        );
+        let err = pods.list("shop", None).await.unwrap_err().to_string();
+        assert!(
+            err.contains("403") && err.contains("RBAC in infra/"),
+            "{err}"
+        );
+        let err = pods.get("shop", "a").await.unwrap_err();
+        assert!(matches!(err, PodsError::Get { .. }), "{err}");
+        assert!(err.to_string().contains("EKS access entry"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn get_returns_none_for_a_missing_pod() {
+        let pod = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "a", "namespace": "shop" } });
+        let server = Scripted::start(vec![
+            status(404, "NotFound", "pods \"gone\" not found"),
+            (200, pod.to_string()),
+        ])
+        .await;
+        let pods = pods_over(&server);
+        assert!(pods.get("shop", "gone").await.unwrap().is_none());
+        let found = pods.get("shop", "a").await.unwrap().unwrap();
+        assert_eq!(found.metadata.name.as_deref(), Some("a"));
+        assert!(server.requests()[0].starts_with("GET /api/v1/namespaces/shop/pods/gone "));
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_a_list_error_that_names_the_cause() {
+        let server = Scripted::start(vec![]).await;
+        let url = server.url().clone();
+        drop(server);
+        let access = test_server::access(
+            CLOSED,
+            Overrides {
+                endpoint: Some(url),
+                ca_pem: None,
+            },
+        );
+        let err = KubePods::new(Arc::new(access))
+            .list("shop", None)
+            .await
+            .unwrap_err();
+        let PodsError::List { reason, .. } = &err else {
+            panic!("expected a list error, got {err:?}");
+        };
+        assert!(
+            reason.contains("cannot reach the Kubernetes API"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn error_chain_skips_repeats() {
+        let inner = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        let outer = kube::Error::Service(Box::new(inner));
+        let text = error_chain(&outer);
+        assert_eq!(text.matches("UnknownIssuer").count(), 1, "{text}");
+    }
+}

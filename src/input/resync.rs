@@ -1,0 +1,130 @@
+//! The resync function's input: the EventBridge scheduled event, or a manual payload
+//! `{"dryRun": bool, "targetGroups": [arn…], "force": bool}` (all optional).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::InputError;
+use crate::reconcile::RunOptions;
+
+/// A manual resync request. Unknown fields are refused: a misspelt `dryrun` must not
+/// silently become a real run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResyncRequest {
+    /// Plan only; change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Only these target group ARNs.
+    #[serde(default)]
+    pub target_groups: Option<Vec<String>>,
+    /// Ignore per-group backoff.
+    #[serde(default)]
+    pub force: bool,
+}
+
+impl ResyncRequest {
+    /// Reads the invocation payload.
+    pub fn parse(payload: &Value) -> Result<Self, InputError> {
+        match payload {
+            Value::Null => Ok(Self::default()),
+            Value::Object(map) if map.contains_key("detail-type") => {
+                let source = map
+                    .get("source")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let kind = map
+                    .get("detail-type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if source == "aws.events" && kind == "Scheduled Event" {
+                    Ok(Self::default())
+                } else {
+                    Err(InputError::Malformed(format!(
+                        "an EventBridge event of source {source:?} and detail-type {kind:?} is not a schedule; resync takes the scheduled event or {{\"dryRun\", \"targetGroups\", \"force\"}}"
+                    )))
+                }
+            }
+            Value::Object(_) => {
+                let req: Self = serde_json::from_value(payload.clone()).map_err(|e| {
+                    InputError::Malformed(format!(
+                        "{e}; resync takes {{\"dryRun\": bool, \"targetGroups\": [arn, ...], \"force\": bool}}"
+                    ))
+                })?;
+                if let Some(arns) = &req.target_groups
+                    && let Some(bad) = arns
+                        .iter()
+                        .find(|a| !a.starts_with("arn:") || !a.contains(":targetgroup/"))
+                {
+                    return Err(InputError::Malformed(format!(
+                        "{bad:?} is not a target group ARN"
+                    )));
+                }
+                Ok(req)
+            }
+            other => Err(InputError::Malformed(format!(
+                "expected a JSON object, got {}",
+                match other {
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::String(_) => "a string",
+                    Value::Array(_) => "an array",
+                    _ => "something else",
+                }
+            ))),
+        }
+    }
+
+    /// The engine options for this request.
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            dry_run: self.dry_run,
+            force: self.force,
+            only: self.target_groups.clone(),
+            deadline: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scheduled_event_is_a_full_resync() {
+        let ev: Value = serde_json::from_str(include_str!("../../events/scheduled.json")).unwrap();
+        assert_eq!(ResyncRequest::parse(&ev).unwrap(), ResyncRequest::default());
+    }
+
+    #[test]
+    fn manual_payloads() {
+        let ev: Value =
+            serde_json::from_str(include_str!("../../events/resync-dry-run.json")).unwrap();
+        let r = ResyncRequest::parse(&ev).unwrap();
+        assert!(r.dry_run);
+        assert_eq!(
+            ResyncRequest::parse(&json!({})).unwrap(),
+            ResyncRequest::default()
+        );
+        assert!(ResyncRequest::parse(&json!({"force": true})).unwrap().force);
+    }
+
+    #[test]
+    fn typos_and_garbage_are_refused() {
+        for bad in [
+            json!({"dryrun": true}),
+            json!({"dryRun": "yes"}),
+            json!({"targetGroups": ["not-an-arn"]}),
+            json!([1, 2]),
+            json!("resync"),
+            json!({"detail-type": "Object Created", "source": "aws.s3"}),
+        ] {
+            assert!(ResyncRequest::parse(&bad).is_err(), "{bad}");
+        }
+        let err = ResyncRequest::parse(&json!({"dryrun": true}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("dryrun") && err.contains("dryRun"), "{err}");
+    }
+}

@@ -1,0 +1,24 @@
+//! tgsync keeps AWS Network Load Balancer IP target groups equal to the ready pods of an
+//! EKS cluster, from outside the cluster.
+//!
+//! The crate is split the way kube-rs splits `kube-core` from its client: [`core`] holds
+//! pure functions (binding tags, desired targets, the diff, backoff) with no AWS or
+//! Kubernetes client in scope, so every decision tgsync makes can be tested from plain
+//! data. The adapters that do I/O live beside it and only feed the core and apply its plan.
+
+pub mod app;
+pub mod aws;
+pub mod clock;
+pub mod config;
+pub mod core;
+pub mod eks;
+pub mod fakes;
+pub mod faults;
+pub mod groups;
+pub mod handlers;
+pub mod input;
+pub mod pods;
+pub mod reconcile;
+pub mod report;
+pub mod state;
+pub mod testkit;

@@ -1,0 +1,244 @@
+//! pod-events behaviour against the fakes, and the resync/pod-events race.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{Engine, RunOptions};
+use crate::clock::ManualClock;
+use crate::core::{HealthState, Target, UnixMillis};
+use crate::fakes::{FakeElb, FakePods, FakeState};
+use crate::input::pod_event::{Parsed, parse};
+use crate::report::Outcome;
+use crate::testkit::{PodBuilder, bound_group, mark_terminating};
+
+const TG: &str =
+    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
+const OTHER: &str =
+    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/api/1123456789abcdef";
+
+type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+
+fn engine() -> TestEngine {
+    let elb = FakeElb::default();
+    elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
+    elb.add_group(bound_group(OTHER, "demo", "shop", "app=api", 8080));
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    Engine::new(
+        "demo",
+        FakePods::default(),
+        elb,
+        FakeState::default(),
+        Arc::new(clock),
+    )
+    .with_seed(3)
+}
+
+/// An exporter event about `name`, shaped like `events/pod-started.json`.
+fn exporter_event(name: &str, reason: &str, labels: Value) -> Value {
+    let mut ev: Value =
+        serde_json::from_str(include_str!("../../events/pod-started.json")).unwrap();
+    ev["detail"]["involvedObject"]["name"] = json!(name);
+    ev["detail"]["involvedObject"]["labels"] = labels;
+    ev["detail"]["reason"] = json!(reason);
+    ev
+}
+
+async fn handle(e: &TestEngine, ev: &Value) -> crate::report::Report {
+    match parse(ev, "demo") {
+        Parsed::Pod(p) => e
+            .pod_event(&p, Duration::ZERO, &RunOptions::default())
+            .await
+            .unwrap(),
+        Parsed::Ignore(why) => panic!("ignored: {why}"),
+    }
+}
+
+fn live(e: &TestEngine, arn: &str) -> Vec<String> {
+    e.groups
+        .live_targets(arn)
+        .iter()
+        .map(Target::to_string)
+        .collect()
+}
+
+fn web(name: &str, ip: &str) -> PodBuilder {
+    PodBuilder::new("shop", name).label("app", "web").ip(ip)
+}
+
+#[tokio::test]
+async fn started_registers_only_in_the_groups_it_matches() {
+    let e = engine();
+    e.pods.put(web("web-7", "10.0.1.7").build());
+    let r = handle(
+        &e,
+        &exporter_event("web-7", "Started", json!({"app": "web"})),
+    )
+    .await;
+    assert_eq!(r.groups.len(), 1, "{r:#?}");
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed);
+    assert_eq!(live(&e, TG), ["10.0.1.7:8080"]);
+    assert!(e.groups.targets(OTHER).is_empty());
+    assert_eq!(
+        e.groups.calls().get("DescribeTargetHealth"),
+        Some(&1),
+        "only the matching group is read"
+    );
+}
+
+#[tokio::test]
+async fn killing_a_terminating_pod_deregisters_it() {
+    let e = engine();
+    e.pods.put(web("web-7", "10.0.1.7").build());
+    handle(
+        &e,
+        &exporter_event("web-7", "Started", json!({"app": "web"})),
+    )
+    .await;
+    e.pods.update("shop", "web-7", mark_terminating);
+    let r = handle(
+        &e,
+        &exporter_event("web-7", "Killing", json!({"app": "web"})),
+    )
+    .await;
+    assert_eq!(
+        r.group(TG).unwrap().deregistered,
+        vec!["10.0.1.7:8080".parse().unwrap()]
+    );
+    assert!(live(&e, TG).is_empty());
+}
+
+#[tokio::test]
+async fn deleted_pod_without_labels_is_found_through_the_ledger() {
+    let e = engine();
+    e.pods.put(web("web-7", "10.0.1.7").build());
+    handle(
+        &e,
+        &exporter_event("web-7", "Started", json!({"app": "web"})),
+    )
+    .await;
+    e.pods.delete("shop", "web-7");
+    // The exporter could not look labels up for a pod that is gone.
+    let r = handle(&e, &exporter_event("web-7", "Killing", Value::Null)).await;
+    assert_eq!(r.groups.len(), 1, "{r:#?}");
+    assert!(live(&e, TG).is_empty());
+    assert!(e.state.ledger(TG).is_empty());
+}
+
+#[tokio::test]
+async fn running_pod_is_waited_for_until_ready() {
+    let e = Arc::new(engine());
+    e.pods.put(web("web-7", "10.0.1.7").ready(false).build());
+    let ev = match parse(
+        &exporter_event("web-7", "Started", json!({"app": "web"})),
+        "demo",
+    ) {
+        Parsed::Pod(p) => p,
+        Parsed::Ignore(w) => panic!("{w}"),
+    };
+    let e2 = e.clone();
+    let flip = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        e2.pods.update("shop", "web-7", |p| {
+            crate::testkit::set_condition(p, "Ready", true)
+        });
+    });
+    // The manual clock does not move, so only readiness ends the wait.
+    let r = e
+        .pod_event(&ev, Duration::from_secs(30), &RunOptions::default())
+        .await
+        .unwrap();
+    flip.await.unwrap();
+    assert_eq!(r.group(TG).unwrap().registered.len(), 1, "{r:#?}");
+}
+
+#[tokio::test]
+async fn foreign_cluster_and_malformed_events_touch_nothing() {
+    let e = engine();
+    e.pods.put(web("web-7", "10.0.1.7").build());
+    for file in [
+        include_str!("../../events/pod-foreign-cluster.json"),
+        include_str!("../../events/pod-malformed.json"),
+    ] {
+        let ev: Value = serde_json::from_str(file).unwrap();
+        let out = crate::handlers::pod_events::handle(&e, &ev, Duration::ZERO, None)
+            .await
+            .unwrap();
+        assert_eq!(out["groups"], json!([]), "{out}");
+        assert!(
+            out["notes"][0].as_str().unwrap().starts_with("ignored: "),
+            "{out}"
+        );
+    }
+    assert!(e.groups.calls().is_empty(), "{:?}", e.groups.calls());
+}
+
+/// Resync and pod-events on the same group at once, with a pod deleted between them,
+/// over many seeded interleavings: no deleted pod stays registered, no foreign target is
+/// removed, and the ledger ends exact.
+#[test]
+fn resync_and_pod_events_race_over_many_interleavings() {
+    let foreign: Target = "192.168.7.7:8080".parse().unwrap();
+    for seed in 0..2000u64 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let e = engine();
+            for (n, ip) in [
+                ("web-1", "10.0.1.1"),
+                ("web-2", "10.0.1.2"),
+                ("web-3", "10.0.1.3"),
+            ] {
+                e.pods.put(web(n, ip).build());
+            }
+            e.groups.add_target(TG, foreign, HealthState::Healthy);
+            e.resync(&RunOptions::default()).await;
+            e.groups.settle();
+            e.pods.chaos.seed(seed);
+            e.groups.chaos.seed(seed.wrapping_mul(31));
+            e.state.chaos.seed(seed.wrapping_mul(17));
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut gap = || if rng.bool() { 0 } else { rng.u8(0..48) };
+            let (before_delete, before_event) = (gap(), gap());
+            let opts = RunOptions::default();
+            let resync = e.resync(&opts);
+            let churn = async {
+                for _ in 0..before_delete {
+                    tokio::task::yield_now().await;
+                }
+                e.pods.delete("shop", "web-2");
+                e.pods.put(web("web-4", "10.0.1.4").build());
+                for _ in 0..before_event {
+                    tokio::task::yield_now().await;
+                }
+                handle(
+                    &e,
+                    &exporter_event("web-2", "Killing", json!({"app": "web"})),
+                )
+                .await
+            };
+            let (r1, r2) = tokio::join!(resync, churn);
+            let live = live(&e, TG);
+            assert!(
+                !live.contains(&"10.0.1.2:8080".to_string()),
+                "seed {seed}: deleted pod left registered: {live:?}\n{r1:#?}\n{r2:#?}"
+            );
+            assert!(
+                live.contains(&foreign.to_string()),
+                "seed {seed}: foreign target removed"
+            );
+            let ledger: Vec<String> = e.state.ledger(TG).keys().map(Target::to_string).collect();
+            assert!(
+                !ledger.contains(&"10.0.1.2:8080".to_string()),
+                "seed {seed}: stale ledger {ledger:?}"
+            );
+            assert!(
+                !e.state.lease_held(TG, crate::clock::Clock::now(&*e.clock)),
+                "seed {seed}: lease leaked"
+            );
+        });
+    }
+}

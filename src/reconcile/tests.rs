@@ -1,0 +1,339 @@
+//! Engine behaviour against the in-memory fakes: the design's scenarios, fast.
+
+use std::sync::Arc;
+
+use super::{Engine, RunOptions};
+use crate::clock::ManualClock;
+use crate::core::{HealthState, Target, UnixMillis};
+use crate::fakes::{FakeElb, FakePods, FakeState};
+use crate::faults::{CrashAt, FaultPoint};
+use crate::report::Outcome;
+use crate::state::{Acquire, StateStore};
+use crate::testkit::{PodBuilder, bound_group};
+
+const TG: &str =
+    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
+const TG2: &str =
+    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/api/1123456789abcdef";
+
+type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+
+fn engine() -> (TestEngine, ManualClock) {
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let elb = FakeElb::default();
+    elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
+    let e = Engine::new(
+        "demo",
+        FakePods::default(),
+        elb,
+        FakeState::default(),
+        Arc::new(clock.clone()),
+    )
+    .with_seed(7);
+    (e, clock)
+}
+
+fn t(s: &str) -> Target {
+    s.parse().unwrap()
+}
+
+fn web_pod(name: &str, ip: &str) -> PodBuilder {
+    PodBuilder::new("shop", name).label("app", "web").ip(ip)
+}
+
+fn seed_three(e: &TestEngine) {
+    e.pods.put(web_pod("web-1", "10.0.1.1").build());
+    e.pods.put(web_pod("web-2", "10.0.1.2").build());
+    e.pods.put(web_pod("web-3", "10.0.1.3").build());
+}
+
+fn live(e: &TestEngine, arn: &str) -> Vec<String> {
+    e.groups
+        .live_targets(arn)
+        .iter()
+        .map(Target::to_string)
+        .collect()
+}
+
+async fn run(e: &TestEngine) -> crate::report::Report {
+    e.resync(&RunOptions::default()).await
+}
+
+#[tokio::test]
+async fn registers_ready_pods_and_records_them() {
+    let (e, _) = engine();
+    seed_three(&e);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Changed, "{r:#?}");
+    assert_eq!(
+        live(&e, TG),
+        ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
+    );
+    let ledger = e.state.ledger(TG);
+    assert_eq!(ledger.len(), 3);
+    assert_eq!(ledger[&t("10.0.1.2:8080")].pod.name, "web-2");
+    // Second run: nothing to do, one health read, no mutation.
+    let before = e.groups.calls();
+    let r = run(&e).await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::InSync);
+    let after = e.groups.calls();
+    assert_eq!(after.get("RegisterTargets"), before.get("RegisterTargets"));
+    assert_eq!(
+        after["DescribeTargetHealth"],
+        before["DescribeTargetHealth"] + 1
+    );
+}
+
+#[tokio::test]
+async fn deleted_terminating_and_unready_pods_are_deregistered() {
+    let (e, _) = engine();
+    seed_three(&e);
+    e.pods.put(web_pod("web-4", "10.0.1.4").build());
+    run(&e).await;
+    e.groups.settle();
+    e.pods.delete("shop", "web-1");
+    e.pods
+        .update("shop", "web-2", crate::testkit::mark_terminating);
+    e.pods.update("shop", "web-3", |p| {
+        crate::testkit::set_condition(p, "Ready", false)
+    });
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(
+        g.deregistered,
+        vec![t("10.0.1.1:8080"), t("10.0.1.2:8080"), t("10.0.1.3:8080")]
+    );
+    assert_eq!(live(&e, TG), ["10.0.1.4:8080"]);
+    assert_eq!(e.state.ledger(TG).len(), 1);
+}
+
+#[tokio::test]
+async fn foreign_targets_survive_shared_mode_and_not_exclusive() {
+    let (e, _) = engine();
+    seed_three(&e);
+    e.groups
+        .add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
+    let r = run(&e).await;
+    assert_eq!(
+        r.group(TG).unwrap().foreign_kept,
+        vec![t("192.168.7.7:8080")]
+    );
+    assert!(live(&e, TG).contains(&"192.168.7.7:8080".to_string()));
+
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let elb = FakeElb::default();
+    let mut g = bound_group(TG, "demo", "shop", "app=web", 8080);
+    g.tags.insert("tgsync/mode".into(), "exclusive".into());
+    elb.add_group(g);
+    elb.add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
+    let e = Engine::new(
+        "demo",
+        FakePods::default(),
+        elb,
+        FakeState::default(),
+        Arc::new(clock),
+    );
+    seed_three(&e);
+    let r = run(&e).await;
+    assert_eq!(
+        r.group(TG).unwrap().deregistered,
+        vec![t("192.168.7.7:8080")]
+    );
+    assert!(!live(&e, TG).contains(&"192.168.7.7:8080".to_string()));
+}
+
+#[tokio::test]
+async fn hand_removed_target_is_registered_again_hand_added_is_kept() {
+    let (e, _) = engine();
+    seed_three(&e);
+    run(&e).await;
+    e.groups.settle();
+    e.groups.remove_target(TG, &t("10.0.1.2:8080"));
+    e.groups
+        .add_target(TG, t("10.9.9.9:8080"), HealthState::Healthy);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.registered, vec![t("10.0.1.2:8080")]);
+    assert!(g.deregistered.is_empty());
+    assert_eq!(g.foreign_kept, vec![t("10.9.9.9:8080")]);
+}
+
+#[tokio::test]
+async fn pod_list_failure_never_deregisters() {
+    let (e, _) = engine();
+    seed_three(&e);
+    run(&e).await;
+    e.groups.settle();
+    e.pods.set_failing(true);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed);
+    assert!(
+        g.error.as_deref().unwrap().contains("listing pods"),
+        "{g:?}"
+    );
+    assert_eq!(e.groups.calls().get("DeregisterTargets"), None);
+    assert_eq!(live(&e, TG).len(), 3);
+}
+
+#[tokio::test]
+async fn bad_tags_fail_one_group_only() {
+    let (e, _) = engine();
+    let mut bad = bound_group(TG2, "demo", "shop", "app!=web", 8080);
+    bad.tags.insert("tgsync/port".into(), "http".into());
+    e.groups.add_group(bad);
+    seed_three(&e);
+    let r = run(&e).await;
+    assert_eq!(r.group(TG2).unwrap().outcome, Outcome::BindingError);
+    assert!(
+        r.group(TG2)
+            .unwrap()
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("app!=web")
+    );
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed);
+    assert!(e.groups.targets(TG2).is_empty());
+}
+
+#[tokio::test]
+async fn dry_run_changes_nothing() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    let r = e
+        .resync(&RunOptions {
+            dry_run: true,
+            ..Default::default()
+        })
+        .await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Planned);
+    assert_eq!(g.plan.as_ref().unwrap().register.len(), 3);
+    assert!(e.groups.targets(TG).is_empty());
+    assert!(e.state.ledger(TG).is_empty());
+    assert!(!e.state.lease_held(TG, crate::clock::Clock::now(&clock)));
+}
+
+#[tokio::test]
+async fn held_lease_marks_dirty_and_the_holder_runs_again() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    let now = crate::clock::Clock::now(&clock);
+    assert_eq!(
+        e.state
+            .acquire(
+                TG,
+                "other",
+                now,
+                now.plus(std::time::Duration::from_secs(60))
+            )
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+    let r = run(&e).await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld);
+    assert!(e.groups.targets(TG).is_empty());
+    // The holder is told to run again when it releases.
+    let until = now.plus(std::time::Duration::from_secs(60));
+    assert_eq!(
+        e.state.release(TG, "other", until).await.unwrap(),
+        crate::state::Release::RunAgain
+    );
+    assert_eq!(
+        e.state.release(TG, "other", until).await.unwrap(),
+        crate::state::Release::Released
+    );
+}
+
+#[tokio::test]
+async fn failures_back_off_and_force_overrides() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    e.groups.set_failing_mutations(true);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed);
+    assert_eq!(g.failed_targets.len(), 3);
+    assert_eq!(e.state.backoff(TG).unwrap().failures, 1);
+    // Ledger rows were written ahead: a superset of what is registered.
+    assert_eq!(e.state.ledger(TG).len(), 3);
+    e.groups.set_failing_mutations(false);
+    let r = run(&e).await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::BackingOff);
+    let r = e
+        .resync(&RunOptions {
+            force: true,
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed);
+    assert_eq!(e.state.backoff(TG), None, "success resets backoff");
+    assert_eq!(live(&e, TG).len(), 3);
+    let _ = clock;
+}
+
+/// Kill the reconcile at every fault point, in a run that registers, deregisters and
+/// forgets at once; the next run (after the lease expires) must converge.
+#[tokio::test]
+async fn crash_at_any_fault_point_then_converge() {
+    for point in FaultPoint::ALL {
+        let (mut e, clock) = engine();
+        seed_three(&e);
+        e.groups
+            .add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
+        run(&e).await;
+        e.groups.settle();
+        // Changes: web-1 gone (deregister), web-4 new (register), web-2 removed by hand
+        // and its pod gone too (forget), a backoff row to clear.
+        e.pods.delete("shop", "web-1");
+        e.pods.delete("shop", "web-2");
+        e.groups.remove_target(TG, &t("10.0.1.2:8080"));
+        e.pods.put(web_pod("web-4", "10.0.1.4").build());
+        e.state
+            .set_backoff(
+                TG,
+                Some(crate::core::BackoffState {
+                    failures: 1,
+                    next_attempt: UnixMillis(0),
+                }),
+            )
+            .await
+            .unwrap();
+        let crash = Arc::new(CrashAt::first(point));
+        e.faults = crash.clone();
+        let r = run(&e).await;
+        assert!(crash.fired(), "{point} never reached: {r:#?}");
+        assert_eq!(r.group(TG).unwrap().outcome, Outcome::Aborted);
+        // A killed Lambda leaves its lease until expiry.
+        e.faults = Arc::new(crate::faults::NoFaults);
+        clock.advance(200_000);
+        let r = run(&e).await;
+        assert_ne!(
+            r.group(TG).unwrap().outcome,
+            Outcome::Failed,
+            "{point}: {r:#?}"
+        );
+        e.groups.settle();
+        let r = run(&e).await;
+        assert_eq!(
+            r.group(TG).unwrap().outcome,
+            Outcome::InSync,
+            "{point}: {r:#?}"
+        );
+        assert_eq!(
+            live(&e, TG),
+            ["10.0.1.3:8080", "10.0.1.4:8080", "192.168.7.7:8080"],
+            "{point}"
+        );
+        let ledger: Vec<String> = e.state.ledger(TG).keys().map(Target::to_string).collect();
+        assert_eq!(
+            ledger,
+            ["10.0.1.3:8080", "10.0.1.4:8080"],
+            "{point}: stale ledger rows"
+        );
+        assert_eq!(e.state.backoff(TG), None, "{point}");
+    }
+}

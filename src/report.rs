@@ -1,0 +1,225 @@
+//! The JSON report both functions return: what changed, per group, in words an operator
+//! can act on. Targets appear as `ip:port`.
+
+use serde::Serialize;
+
+use crate::core::{Plan, Target, UnixMillis};
+
+/// How one group's reconcile ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// Nothing to change.
+    InSync,
+    /// Targets were registered, deregistered or forgotten.
+    Changed,
+    /// Dry run: the plan is reported, nothing was changed.
+    Planned,
+    /// The group's tags do not make a valid binding; the group is untouched.
+    BindingError,
+    /// Another reconcile holds the group's lease; it was asked to run again.
+    LeaseHeld,
+    /// Skipped: the group is backing off after failures (use `force` to override).
+    BackingOff,
+    /// The reconcile failed; see `error` and `failedTargets`. The group backs off.
+    Failed,
+    /// Stopped at an injected fault (tests only).
+    Aborted,
+}
+
+/// A target a call failed for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedTarget {
+    /// The target.
+    pub target: Target,
+    /// `register` or `deregister`.
+    pub operation: &'static str,
+    /// The error.
+    pub error: String,
+}
+
+/// A selected pod that yields no target because of a mistake an operator must fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodError {
+    /// `namespace/name`.
+    pub pod: String,
+    /// What is wrong.
+    pub error: String,
+}
+
+/// One group's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupReport {
+    /// Target group ARN.
+    pub target_group_arn: String,
+    /// Target group name.
+    pub name: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Targets registered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub registered: Vec<Target>,
+    /// Targets deregistered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deregistered: Vec<Target>,
+    /// Ledger rows dropped because their target was removed by hand.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub forgotten: Vec<Target>,
+    /// Targets tgsync did not register and left in place (shared mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub foreign_kept: Vec<Target>,
+    /// Dry run only: what a real run would do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
+    /// Targets whose register/deregister call failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_targets: Vec<FailedTarget>,
+    /// Pods that should be targets but cannot be.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pod_errors: Vec<PodError>,
+    /// Number of desired targets after the last pass.
+    pub desired: usize,
+    /// The error that stopped or failed this group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When a backing-off group will be tried again (unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<UnixMillis>,
+    /// Reconcile passes run under the lease (more than one when asked to run again).
+    pub passes: u32,
+}
+
+impl GroupReport {
+    /// An empty report for a group, to be filled in.
+    pub fn new(arn: &str, name: &str, outcome: Outcome) -> Self {
+        Self {
+            target_group_arn: arn.to_owned(),
+            name: name.to_owned(),
+            outcome,
+            registered: Vec::new(),
+            deregistered: Vec::new(),
+            forgotten: Vec::new(),
+            foreign_kept: Vec::new(),
+            plan: None,
+            failed_targets: Vec::new(),
+            pod_errors: Vec::new(),
+            desired: 0,
+            error: None,
+            next_attempt_at: None,
+            passes: 0,
+        }
+    }
+
+    /// A report that only carries an error.
+    pub fn with_error(arn: &str, name: &str, outcome: Outcome, error: impl ToString) -> Self {
+        let mut r = Self::new(arn, name, outcome);
+        r.error = Some(error.to_string());
+        r
+    }
+}
+
+/// Counts over all groups, for a glance and for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    /// Groups bound to this cluster (including binding errors).
+    pub groups: usize,
+    /// Groups changed.
+    pub changed: usize,
+    /// Targets registered.
+    pub registered: usize,
+    /// Targets deregistered.
+    pub deregistered: usize,
+    /// Ledger rows forgotten.
+    pub forgotten: usize,
+    /// Groups failed, with binding errors, or aborted.
+    pub errors: usize,
+    /// Groups skipped because another run held the lease.
+    pub lease_held: usize,
+    /// Groups skipped by backoff.
+    pub backing_off: usize,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Which function produced it (`resync` or `pod-events`).
+    pub function: &'static str,
+    /// The cluster this deployment serves.
+    pub cluster: String,
+    /// Whether nothing was changed on purpose.
+    pub dry_run: bool,
+    /// Start time (unix ms).
+    pub started_at: UnixMillis,
+    /// Wall time of the run.
+    pub duration_ms: u64,
+    /// Counts.
+    pub totals: Totals,
+    /// Per group, sorted by name.
+    pub groups: Vec<GroupReport>,
+    /// Errors not tied to one group (discovery failed, unknown ARN requested, ignored input).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    /// Notes about the input (e.g. why an event was ignored).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// An empty report.
+    pub fn new(
+        function: &'static str,
+        cluster: &str,
+        dry_run: bool,
+        started_at: UnixMillis,
+    ) -> Self {
+        Self {
+            function,
+            cluster: cluster.to_owned(),
+            dry_run,
+            started_at,
+            duration_ms: 0,
+            totals: Totals::default(),
+            groups: Vec::new(),
+            errors: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Sorts groups and computes totals and duration.
+    pub fn finish(mut self, now: UnixMillis) -> Self {
+        self.groups.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then_with(|| a.target_group_arn.cmp(&b.target_group_arn))
+        });
+        let mut t = Totals {
+            groups: self.groups.len(),
+            ..Totals::default()
+        };
+        for g in &self.groups {
+            t.registered += g.registered.len();
+            t.deregistered += g.deregistered.len();
+            t.forgotten += g.forgotten.len();
+            match g.outcome {
+                Outcome::Changed => t.changed += 1,
+                Outcome::BindingError | Outcome::Failed | Outcome::Aborted => t.errors += 1,
+                Outcome::LeaseHeld => t.lease_held += 1,
+                Outcome::BackingOff => t.backing_off += 1,
+                Outcome::InSync | Outcome::Planned => {}
+            }
+        }
+        self.totals = t;
+        self.duration_ms = now.0.saturating_sub(self.started_at.0);
+        self
+    }
+
+    /// The report for one group ARN, if present.
+    pub fn group(&self, arn: &str) -> Option<&GroupReport> {
+        self.groups.iter().find(|g| g.target_group_arn == arn)
+    }
+}

@@ -1,0 +1,177 @@
+//! Builders for realistic Kubernetes pods and tagged target groups, shared by unit tests,
+//! integration tests, benchmarks and the local sandbox.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodCondition, PodIP, PodReadinessGate, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use crate::core::{AddressFamily, GroupFacts};
+use crate::groups::TargetGroup;
+
+/// A pod as the API server would return it once the kubelet reports on it.
+#[derive(Debug, Clone)]
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+impl PodBuilder {
+    /// A Running, Ready pod in `namespace` with container port `http` = 8080.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                uid: Some(format!("uid-{namespace}-{name}")),
+                labels: Some(BTreeMap::new()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some("public.ecr.aws/docker/library/nginx:1.27".into()),
+                    ports: Some(vec![ContainerPort {
+                        name: Some("http".into()),
+                        container_port: 8080,
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }],
+                node_name: Some("ip-10-0-0-10.ec2.internal".into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![
+                    condition("PodScheduled", true),
+                    condition("Initialized", true),
+                    condition("ContainersReady", true),
+                    condition("Ready", true),
+                ]),
+                ..Default::default()
+            }),
+        };
+        Self { pod }
+    }
+
+    /// Adds a label.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Sets the pod IP(s) (`status.podIP` is the first).
+    pub fn ips(mut self, ips: &[&str]) -> Self {
+        let status = self.pod.status.get_or_insert_with(Default::default);
+        status.pod_ip = ips.first().map(|s| s.to_string());
+        status.pod_ips = Some(ips.iter().map(|ip| PodIP { ip: ip.to_string() }).collect());
+        self
+    }
+
+    /// Sets one pod IP.
+    pub fn ip(self, ip: &str) -> Self {
+        self.ips(&[ip])
+    }
+
+    /// Sets the Ready and ContainersReady conditions.
+    pub fn ready(mut self, ready: bool) -> Self {
+        set_condition(&mut self.pod, "Ready", ready);
+        set_condition(&mut self.pod, "ContainersReady", ready);
+        self
+    }
+
+    /// Sets the phase.
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.pod.status.get_or_insert_with(Default::default).phase = Some(phase.to_owned());
+        self
+    }
+
+    /// Marks the pod terminating.
+    pub fn terminating(mut self) -> Self {
+        self.pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        self
+    }
+
+    /// Declares the `tgsync/target-health` readiness gate.
+    pub fn gated(mut self) -> Self {
+        if let Some(spec) = self.pod.spec.as_mut() {
+            spec.readiness_gates = Some(vec![PodReadinessGate {
+                condition_type: crate::core::pod::READINESS_GATE.into(),
+            }]);
+        }
+        self
+    }
+
+    /// Adds an annotation.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.pod
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// The pod.
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+}
+
+/// Marks a pod terminating in place (as `kubectl delete` does before the pod is gone).
+pub fn mark_terminating(pod: &mut Pod) {
+    pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+}
+
+/// Sets a pod condition in place.
+pub fn set_condition(pod: &mut Pod, ty: &str, value: bool) {
+    let conditions = pod
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new);
+    match conditions.iter_mut().find(|c| c.type_ == ty) {
+        Some(c) => c.status = if value { "True" } else { "False" }.into(),
+        None => conditions.push(condition(ty, value)),
+    }
+}
+
+fn condition(ty: &str, value: bool) -> PodCondition {
+    PodCondition {
+        type_: ty.into(),
+        status: if value { "True" } else { "False" }.into(),
+        ..Default::default()
+    }
+}
+
+/// An IP target group with binding tags, as the IaC would create it.
+pub fn bound_group(
+    arn: &str,
+    cluster: &str,
+    namespace: &str,
+    selector: &str,
+    port: u16,
+) -> TargetGroup {
+    let name = arn.rsplit('/').nth(1).unwrap_or(arn).to_owned();
+    TargetGroup {
+        arn: arn.to_owned(),
+        name,
+        facts: GroupFacts {
+            target_type: "ip".into(),
+            port: Some(port),
+            family: AddressFamily::Ipv4,
+        },
+        tags: BTreeMap::from([
+            ("tgsync/cluster".to_owned(), cluster.to_owned()),
+            ("tgsync/namespace".to_owned(), namespace.to_owned()),
+            ("tgsync/selector".to_owned(), selector.to_owned()),
+        ]),
+    }
+}

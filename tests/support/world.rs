@@ -1,0 +1,284 @@
+//! One isolated tgsync world per test: a unique cluster name, an emulated EKS API server
+//! (HTTPS, verifying the EKS token), target groups and a state table in the shared moto
+//! server, and an engine wired with the production adapters. Assertions read ELBv2 and
+//! DynamoDB through the raw SDK, as an operator's `aws` CLI would.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
+use kube_emulator::{Emulator, EmulatorConfig};
+use tgsync::aws::{DynamoState, Elbv2TargetGroups, MutationRate};
+use tgsync::clock::ManualClock;
+use tgsync::core::UnixMillis;
+use tgsync::eks::{ClusterAccess, KubePods, Overrides};
+use tgsync::reconcile::{Engine, RunOptions};
+use tgsync::report::Report;
+
+use crate::moto;
+
+/// The engine type every world runs.
+pub type LiveEngine = Engine<KubePods, Elbv2TargetGroups, DynamoState>;
+
+/// A test's private cluster, groups and table.
+pub struct World {
+    pub cluster: String,
+    pub emulator: Emulator,
+    pub sdk: aws_config::SdkConfig,
+    pub elb: aws_sdk_elasticloadbalancingv2::Client,
+    pub ddb: aws_sdk_dynamodb::Client,
+    pub table: String,
+    pub clock: ManualClock,
+    pub engine: LiveEngine,
+}
+
+impl World {
+    /// A fresh world with the right credentials.
+    pub async fn new() -> Self {
+        Self::with_secret("testing").await
+    }
+
+    /// A world whose tokens are signed with `secret` (the emulator only knows "testing").
+    pub async fn with_secret(secret: &str) -> Self {
+        tgsync::app::install_crypto_provider();
+        let cluster = moto::unique("c");
+        let sdk = moto::sdk_config().await;
+        let moto_host = moto::endpoint().trim_start_matches("http://").to_owned();
+        let mut config = EmulatorConfig::new(cluster.clone());
+        config.credentials = vec![("testing".into(), "testing".into())];
+        config.allowed_sts_hosts = vec![moto_host];
+        let emulator = Emulator::start(config).await.expect("emulator starts");
+        let table = moto::unique("tgsync");
+        let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        tgsync::aws::create_table(&ddb, &table)
+            .await
+            .expect("table created");
+        let clock = ManualClock::new(UnixMillis(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64,
+        ));
+        let engine = build_engine(&cluster, &sdk, &emulator, &table, &clock, secret);
+        Self {
+            elb: aws_sdk_elasticloadbalancingv2::Client::new(&sdk),
+            ddb,
+            cluster,
+            emulator,
+            sdk,
+            table,
+            clock,
+            engine,
+        }
+    }
+
+    /// Creates an IP target group on `port` with binding tags for this cluster (plus
+    /// `extra` tags) and returns its ARN.
+    pub async fn group(
+        &self,
+        namespace: &str,
+        selector: &str,
+        port: i32,
+        extra: &[(&str, &str)],
+    ) -> String {
+        let mut tags = vec![
+            ("tgsync/cluster", self.cluster.as_str()),
+            ("tgsync/namespace", namespace),
+            ("tgsync/selector", selector),
+        ];
+        tags.extend_from_slice(extra);
+        self.raw_group(TargetTypeEnum::Ip, port, &tags).await
+    }
+
+    /// Creates a target group with exactly these tags.
+    pub async fn raw_group(
+        &self,
+        kind: TargetTypeEnum,
+        port: i32,
+        tags: &[(&str, &str)],
+    ) -> String {
+        let name = moto::unique("tg");
+        let name: String = name
+            .chars()
+            .take(32)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_owned();
+        let out = self
+            .elb
+            .create_target_group()
+            .name(name)
+            .protocol(ProtocolEnum::Tcp)
+            .port(port)
+            .vpc_id(moto::vpc_id())
+            .target_type(kind)
+            .set_tags(Some(
+                tags.iter()
+                    .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                    .collect(),
+            ))
+            .send()
+            .await
+            .expect("target group created");
+        out.target_groups()[0]
+            .target_group_arn()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Puts a pod into the emulated cluster.
+    pub fn put_pod(&self, pod: k8s_openapi::api::core::v1::Pod) {
+        self.emulator.store().put_pod(pod).expect("pod stored");
+    }
+
+    /// Registered targets as `ip:port`, sorted, as DescribeTargetHealth shows them
+    /// (draining ones excluded).
+    pub async fn targets(&self, arn: &str) -> Vec<String> {
+        let out = self
+            .elb
+            .describe_target_health()
+            .target_group_arn(arn)
+            .send()
+            .await
+            .expect("describe target health");
+        let mut v: Vec<String> = out
+            .target_health_descriptions()
+            .iter()
+            .filter(|d| {
+                d.target_health()
+                    .and_then(|h| h.state())
+                    .is_none_or(|s| s.as_str() != "draining")
+            })
+            .map(|d| {
+                let t = d.target().unwrap();
+                format!(
+                    "{}:{}",
+                    t.id().unwrap_or_default(),
+                    t.port().unwrap_or_default()
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Registers a target by hand, as an operator would.
+    pub async fn register_by_hand(&self, arn: &str, ip: &str, port: i32) {
+        self.elb
+            .register_targets()
+            .target_group_arn(arn)
+            .targets(TargetDescription::builder().id(ip).port(port).build())
+            .send()
+            .await
+            .expect("register by hand");
+    }
+
+    /// Deregisters a target by hand.
+    pub async fn deregister_by_hand(&self, arn: &str, ip: &str, port: i32) {
+        self.elb
+            .deregister_targets()
+            .target_group_arn(arn)
+            .targets(TargetDescription::builder().id(ip).port(port).build())
+            .send()
+            .await
+            .expect("deregister by hand");
+    }
+
+    /// Ledger rows of a group (`sk` without the `target#` prefix), read straight from
+    /// DynamoDB.
+    pub async fn ledger(&self, arn: &str) -> Vec<String> {
+        let rows = self.rows(arn).await;
+        let mut v: Vec<String> = rows
+            .iter()
+            .filter_map(|r| {
+                r.get("sk")?
+                    .as_s()
+                    .ok()?
+                    .strip_prefix("target#")
+                    .map(str::to_owned)
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Every item of the group's partition.
+    pub async fn rows(&self, arn: &str) -> Vec<BTreeMap<String, AttributeValue>> {
+        let out = self
+            .ddb
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(
+                ":pk",
+                AttributeValue::S(format!("tg#{}#{arn}", self.cluster)),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("query");
+        out.items()
+            .iter()
+            .map(|i| i.clone().into_iter().collect())
+            .collect()
+    }
+
+    /// Number of items in the whole table.
+    pub async fn table_items(&self) -> usize {
+        let out = self
+            .ddb
+            .scan()
+            .table_name(&self.table)
+            .send()
+            .await
+            .expect("scan");
+        out.items().len()
+    }
+
+    /// A full resync with default options.
+    pub async fn resync(&self) -> Report {
+        self.engine.resync(&RunOptions::default()).await
+    }
+
+    /// A resync with options.
+    pub async fn resync_with(&self, opts: RunOptions) -> Report {
+        self.engine.resync(&opts).await
+    }
+}
+
+/// The production adapters, pointed at moto and the emulator.
+pub fn build_engine(
+    cluster: &str,
+    sdk: &aws_config::SdkConfig,
+    emulator: &Emulator,
+    table: &str,
+    clock: &ManualClock,
+    secret: &str,
+) -> LiveEngine {
+    let credentials = SharedCredentialsProvider::new(Credentials::new(
+        "testing",
+        secret.to_owned(),
+        Some("testing".to_owned()),
+        None,
+        "world",
+    ));
+    let access = ClusterAccess::new(
+        cluster,
+        aws_sdk_eks::Client::new(sdk),
+        credentials,
+        moto::REGION,
+        url::Url::parse(moto::endpoint()).unwrap(),
+        Overrides {
+            endpoint: Some(url::Url::parse(emulator.url()).unwrap()),
+            ca_pem: emulator.ca_pem().map(|p| p.as_bytes().to_vec()),
+        },
+    );
+    let pods = KubePods::new(Arc::new(access)).with_page_size(100);
+    let groups = Elbv2TargetGroups::from_sdk_config(sdk, MutationRate::new(50, None).unwrap());
+    let state = DynamoState::from_sdk_config(sdk, table, cluster);
+    Engine::new(cluster, pods, groups, state, Arc::new(clock.clone())).with_seed(1)
+}
