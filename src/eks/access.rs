@@ -9,6 +9,7 @@ use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsP
 use aws_smithy_types::error::display::DisplayErrorContext;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use kube::client::retry::RetryPolicy;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
 use secrecy::{ExposeSecret as _, SecretString};
@@ -25,6 +26,14 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time allowed for one response (one LIST page of 500 pods takes well under a
 /// second on a healthy API server).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Retries of 429/503/504 answers per Kubernetes request (kube's `Retry-After`-aware
+/// policy, 100 ms to 2 s apart).
+pub const KUBE_RETRIES: u32 = 3;
+
+/// Requests queued in front of the client while it is busy (well above the reconcile
+/// concurrency).
+const KUBE_BUFFER: usize = 256;
 
 /// Local-run replacements for what `eks:DescribeCluster` would return. Whatever is not
 /// overridden still comes from DescribeCluster; the bearer token is minted and sent
@@ -390,7 +399,24 @@ impl ClusterAccess {
         // connection went idle.
         config.reset_reader_on_write = true;
         config.auth_info.token = Some(SecretString::from(token.expose_secret()));
-        kube::Client::try_from(config).map_err(|e| client_error(e.to_string()))
+        // kube's default retry is a controller's (15 retries, up to 1000 s apart); inside
+        // a Lambda that would outlive the invocation. Retry 429/503/504 a few times,
+        // briefly, honouring Retry-After, then let the reconcile fail and back off.
+        config.default_retry = false;
+        let retry = RetryPolicy::new(
+            Duration::from_millis(100),
+            Duration::from_secs(2),
+            KUBE_RETRIES,
+            true,
+        )
+        .map_err(|e| client_error(format!("retry policy: {e}")))?;
+        let builder = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| client_error(e.to_string()))?;
+        // Retry needs a cloneable service; a buffer makes kube's boxed stack one.
+        Ok(builder
+            .with_layer(&tower::buffer::BufferLayer::new(KUBE_BUFFER))
+            .with_layer(&tower::retry::RetryLayer::new(retry))
+            .build())
     }
 }
 

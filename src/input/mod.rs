@@ -4,6 +4,9 @@
 pub mod pod_event;
 pub mod resync;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 use thiserror::Error;
 
 /// Input that cannot be acted on. The message says what was expected.

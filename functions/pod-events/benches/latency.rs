@@ -1,0 +1,195 @@
+//! Benchmark (not a test): warm latency of the built `tgsync-pod-events` binary under
+//! `cargo lambda watch`, from the Invoke API request to its response, for `Started`
+//! events of ready pods. The handler answers only after RegisterTargets has completed, so
+//! the response time is "invoke to target registered". AWS is moto's server, Kubernetes
+//! the emulator (HTTPS, verified EKS token), on this machine.
+//!
+//! Run: `scripts/bench.sh pod-events` (or `cargo bench -p tgsync-pod-events --bench
+//! latency -- [EVENTS]` with the venv present; default 220 events, 10 warm-up).
+
+#[path = "../../../tests/support/moto.rs"]
+mod moto;
+#[path = "../../../tests/support/world.rs"]
+mod world;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tgsync::testkit::PodBuilder;
+use world::World;
+
+struct Reaper(Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn cargo_lambda() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::env::var_os("TGSYNC_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".venv"))
+        .join("bin/cargo-lambda")
+}
+
+/// POSTs to the Lambda Invoke API and returns the response body.
+fn invoke(port: u16, body: &str) -> String {
+    let mut stream =
+        TcpStream::connect(("127.0.0.1", port)).expect("connect to cargo lambda watch");
+    let request = format!(
+        "POST /2015-03-31/functions/_/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "invoke failed: {response}"
+    );
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}
+
+fn started_event(cluster: &str, pod: &str) -> String {
+    let mut ev: Value =
+        serde_json::from_str(include_str!("../../../events/pod-started.json")).unwrap();
+    ev["detail"]["clusterName"] = json!(cluster);
+    ev["detail"]["involvedObject"]["name"] = json!(pod);
+    ev.to_string()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+async fn main() {
+    let events: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(220);
+    let warmup = 10;
+    let w = World::new().await;
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
+    std::fs::write(&ca, w.emulator.ca_pem().unwrap()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _watch = Reaper(
+        Command::new(cargo_lambda())
+            .args([
+                "lambda",
+                "watch",
+                "--only-lambda-apis",
+                "--invoke-address",
+                "127.0.0.1",
+                "--invoke-port",
+            ])
+            .arg(port.to_string())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cargo lambda watch (run scripts/test.sh once to create the venv)"),
+    );
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _function = Reaper(
+        Command::new(env!("CARGO_BIN_EXE_tgsync-pod-events"))
+            .env_clear()
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("http://127.0.0.1:{port}/.rt"),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_REGION", moto::REGION)
+            .env("AWS_ENDPOINT_URL", moto::endpoint())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_SESSION_TOKEN", "testing")
+            .env("TGSYNC_CLUSTER_NAME", &w.cluster)
+            .env("TGSYNC_TABLE_NAME", &w.table)
+            .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
+            .env("TGSYNC_CLUSTER_CA_FILE", &ca)
+            .env("AWS_LAMBDA_LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("function binary starts"),
+    );
+    let mut samples = Vec::with_capacity(events);
+    for i in 0..(warmup + events) {
+        let name = format!("web-{i}");
+        let ip = format!("10.0.{}.{}", 1 + i / 250, 1 + i % 250);
+        w.put_pod(
+            PodBuilder::new("shop", &name)
+                .label("app", "web")
+                .ip(&ip)
+                .build(),
+        );
+        let body = started_event(&w.cluster, &name);
+        let port_copy = port;
+        let started = Instant::now();
+        let response = tokio::task::spawn_blocking(move || invoke(port_copy, &body))
+            .await
+            .unwrap();
+        let elapsed = started.elapsed();
+        let report: Value =
+            serde_json::from_str(&response).unwrap_or_else(|e| panic!("{e}: {response}"));
+        assert_eq!(
+            report["groups"][0]["registered"],
+            json!([format!("{ip}:8080")]),
+            "{report}"
+        );
+        if i >= warmup {
+            samples.push(elapsed);
+        }
+    }
+    assert_eq!(w.targets(&arn).await.len(), warmup + events);
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "pod-events warm latency, invoke -> RegisterTargets done, {} events: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        samples.len(),
+        ms(percentile(&samples, 0.50)),
+        ms(percentile(&samples, 0.90)),
+        ms(percentile(&samples, 0.99)),
+        ms(*samples.last().unwrap())
+    );
+    let _ = std::fs::remove_file(ca);
+}
