@@ -98,7 +98,7 @@ where
     F: Fn(Arc<App>, serde_json::Value, UnixMillis) -> Fut,
     Fut: std::future::Future<Output = Result<serde_json::Value, crate::handlers::HandlerError>>,
 {
-    lambda_runtime::tracing::init_default_subscriber();
+    crate::logging::init();
     install_crypto_provider();
     let app = App::from_env(function)
         .await

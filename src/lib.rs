@@ -17,6 +17,8 @@ pub mod faults;
 pub mod groups;
 pub mod handlers;
 pub mod input;
+pub mod logging;
+pub mod metrics;
 pub mod pods;
 pub mod reconcile;
 pub mod report;

@@ -53,5 +53,6 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
             report
         }
     };
+    crate::metrics::emit(&report);
     Ok(serde_json::to_value(&report)?)
 }

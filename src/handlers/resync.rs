@@ -31,5 +31,6 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
         duration_ms = report.duration_ms,
         "resync finished"
     );
+    crate::metrics::emit(&report);
     Ok(serde_json::to_value(&report)?)
 }

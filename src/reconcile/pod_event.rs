@@ -98,8 +98,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         ready_wait: Duration,
         deadline: Option<UnixMillis>,
     ) -> Result<Option<Pod>, PodsError> {
-        let mut until = self.clock.now().plus(ready_wait);
-        if let Some(d) = deadline {
+        let now = self.clock.now();
+        let mut until = now.plus(ready_wait);
+        // A deadline that is not in the future is not a real one (`cargo lambda watch`
+        // sends a duration there); ignore it, as `lease_until` does.
+        if let Some(d) = deadline.filter(|d| *d > now) {
             // Leave time to reconcile after waiting.
             until = until.min(UnixMillis(d.0.saturating_sub(15_000)));
         }

@@ -30,6 +30,13 @@ pub fn endpoint() -> &'static str {
     })
 }
 
+/// tgsync's loader pointed at moto (endpoint and region), without credentials.
+pub fn config_loader() -> aws_config::ConfigLoader {
+    tgsync::aws::config_loader()
+        .endpoint_url(endpoint())
+        .region(Region::new(REGION))
+}
+
 /// SDK configuration for moto: tgsync's own retry and timeout settings, with the
 /// endpoint, region and fake credentials set explicitly (nothing read from the process
 /// environment's credentials).

@@ -44,12 +44,28 @@ impl World {
 
     /// A world whose tokens are signed with `secret` (the emulator only knows "testing").
     pub async fn with_secret(secret: &str) -> Self {
+        Self::with_creds(
+            Creds {
+                secret: secret.to_owned(),
+                ..Creds::default()
+            },
+            ("testing", "testing"),
+        )
+        .await
+    }
+
+    /// A world whose AWS calls and EKS tokens use `creds`, with an emulator that accepts
+    /// tokens signed by `known` (access key id, secret).
+    pub async fn with_creds(creds: Creds, known: (&str, &str)) -> Self {
         tgsync::app::install_crypto_provider();
         let cluster = moto::unique("c");
-        let sdk = moto::sdk_config().await;
+        let sdk = moto::config_loader()
+            .credentials_provider(creds.provider())
+            .load()
+            .await;
         let moto_host = moto::endpoint().trim_start_matches("http://").to_owned();
         let mut config = EmulatorConfig::new(cluster.clone());
-        config.credentials = vec![("testing".into(), "testing".into())];
+        config.credentials = vec![(known.0.to_owned(), known.1.to_owned())];
         config.allowed_sts_hosts = vec![moto_host];
         let emulator = Emulator::start(config).await.expect("emulator starts");
         let table = moto::unique("tgsync");
@@ -63,7 +79,7 @@ impl World {
                 .unwrap()
                 .as_millis() as u64,
         ));
-        let engine = build_engine(&cluster, &sdk, &emulator, &table, &clock, secret);
+        let engine = build_engine(&cluster, &sdk, &emulator, &table, &clock, creds.provider());
         Self {
             elb: aws_sdk_elasticloadbalancingv2::Client::new(&sdk),
             ddb,
@@ -250,6 +266,36 @@ impl World {
     }
 }
 
+/// AWS credentials of a world (moto accepts any).
+#[derive(Debug, Clone)]
+pub struct Creds {
+    pub access_key_id: String,
+    pub secret: String,
+    pub session_token: String,
+}
+
+impl Default for Creds {
+    fn default() -> Self {
+        Self {
+            access_key_id: "testing".into(),
+            secret: "testing".into(),
+            session_token: "testing".into(),
+        }
+    }
+}
+
+impl Creds {
+    pub fn provider(&self) -> SharedCredentialsProvider {
+        SharedCredentialsProvider::new(Credentials::new(
+            self.access_key_id.clone(),
+            self.secret.clone(),
+            Some(self.session_token.clone()),
+            None,
+            "world",
+        ))
+    }
+}
+
 /// The production adapters, pointed at moto and the emulator.
 pub fn build_engine(
     cluster: &str,
@@ -257,15 +303,8 @@ pub fn build_engine(
     emulator: &Emulator,
     table: &str,
     clock: &ManualClock,
-    secret: &str,
+    credentials: SharedCredentialsProvider,
 ) -> LiveEngine {
-    let credentials = SharedCredentialsProvider::new(Credentials::new(
-        "testing",
-        secret.to_owned(),
-        Some("testing".to_owned()),
-        None,
-        "world",
-    ));
     let access = ClusterAccess::new(
         cluster,
         aws_sdk_eks::Client::new(sdk),

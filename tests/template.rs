@@ -1,0 +1,925 @@
+//! `template.yaml` against what the code expects: the state table's layout, the IAM scope
+//! of target group changes, the pod-events rule against the sample events, the schedule,
+//! the runtime and build settings, and the environment the functions read.
+//!
+//! The template keeps CloudFormation's short-form tags (`!Ref`, `!Sub`, `!GetAtt`, ...);
+//! they are rewritten into the long JSON form (`{"Ref": ..}`, `{"Fn::Sub": ..}`) on load,
+//! so every check below works on plain JSON values.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+use tgsync::config::Settings;
+use tgsync::input::pod_event::{Parsed, parse};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = root().join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+// ------------------------------------------------------------------------------------
+// Loading: YAML with CloudFormation tags -> JSON in long form.
+// ------------------------------------------------------------------------------------
+
+fn to_json(value: serde_norway::Value) -> Value {
+    use serde_norway::Value as Y;
+    match value {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => serde_json::to_value(&n).expect("a YAML number is a JSON number"),
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => Value::Array(items.into_iter().map(to_json).collect()),
+        Y::Mapping(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Y::String(s) => s,
+                        other => panic!("non-string key in template: {other:?}"),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        Y::Tagged(tagged) => {
+            let tag = tagged.tag.to_string();
+            let name = tag.trim_start_matches('!');
+            let inner = to_json(tagged.value);
+            match name {
+                "Ref" => json!({ "Ref": inner }),
+                "Condition" => json!({ "Condition": inner }),
+                // `!GetAtt Resource.Attribute` is the string form of a two-element list.
+                "GetAtt" => match inner {
+                    Value::String(s) => {
+                        let (resource, attribute) = s
+                            .split_once('.')
+                            .unwrap_or_else(|| panic!("!GetAtt {s}: expected Resource.Attribute"));
+                        json!({ "Fn::GetAtt": [resource, attribute] })
+                    }
+                    other => json!({ "Fn::GetAtt": other }),
+                },
+                other => json!({ format!("Fn::{other}"): inner }),
+            }
+        }
+    }
+}
+
+struct Template {
+    doc: Value,
+}
+
+impl Template {
+    fn load() -> Self {
+        let yaml: serde_norway::Value =
+            serde_norway::from_str(&read("template.yaml")).expect("template.yaml is YAML");
+        Self { doc: to_json(yaml) }
+    }
+
+    fn resources(&self) -> &Map<String, Value> {
+        self.doc["Resources"].as_object().expect("Resources")
+    }
+
+    fn resource(&self, name: &str) -> &Value {
+        self.resources()
+            .get(name)
+            .unwrap_or_else(|| panic!("template.yaml has no resource {name}"))
+    }
+
+    fn props(&self, name: &str) -> &Value {
+        &self.resource(name)["Properties"]
+    }
+
+    fn of_type<'a>(&'a self, ty: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> + 'a {
+        self.resources()
+            .iter()
+            .filter(move |(_, r)| r["Type"] == ty)
+    }
+
+    fn parameter_default(&self, name: &str) -> Option<&Value> {
+        self.doc["Parameters"][name].get("Default")
+    }
+
+    /// Parameter values for a deployment: `given`, else the defaults.
+    fn parameters(&self, given: &[(&str, &str)]) -> BTreeMap<String, Value> {
+        let mut values: BTreeMap<String, Value> = self.doc["Parameters"]
+            .as_object()
+            .expect("Parameters")
+            .iter()
+            .filter_map(|(k, p)| Some((k.clone(), scalar_string(p.get("Default")?))))
+            .collect();
+        for (k, v) in given {
+            assert!(
+                self.doc["Parameters"].get(*k).is_some(),
+                "template.yaml has no parameter {k}"
+            );
+            values.insert((*k).to_owned(), Value::String((*v).to_owned()));
+        }
+        values
+    }
+}
+
+/// CloudFormation passes every parameter value as a string.
+fn scalar_string(v: &Value) -> Value {
+    match v {
+        Value::String(_) => v.clone(),
+        Value::Number(n) => Value::String(n.to_string()),
+        Value::Bool(b) => Value::String(b.to_string()),
+        other => other.clone(),
+    }
+}
+
+/// Replaces `{"Ref": <parameter>}` by the parameter's value and `{"Ref": <resource>}` by
+/// `refs[resource]` when given; everything else is left as it is.
+fn resolve(v: &Value, params: &BTreeMap<String, Value>, refs: &BTreeMap<&str, &str>) -> Value {
+    match v {
+        Value::Object(map) if map.len() == 1 && map.contains_key("Ref") => {
+            let name = map["Ref"].as_str().expect("Ref names a string");
+            if let Some(p) = params.get(name) {
+                p.clone()
+            } else if let Some(r) = refs.get(name) {
+                Value::String((*r).to_owned())
+            } else {
+                v.clone()
+            }
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), resolve(v, params, refs)))
+                .collect(),
+        ),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|i| resolve(i, params, refs)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+fn get_att(resource: &str, attribute: &str) -> Value {
+    json!({ "Fn::GetAtt": [resource, attribute] })
+}
+
+fn as_list(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Array(items) => items.clone(),
+        Value::Null => Vec::new(),
+        other => vec![other.clone()],
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// Cross-checks against the source: constants the code defines.
+// ------------------------------------------------------------------------------------
+
+/// The value of `const NAME: &str = "...";` in a source file. The state table's layout is
+/// defined in src/aws/dynamo/items.rs (`PK`, `SK`, `EXPIRES_AT`, `pub(super)`, so not
+/// reachable from here); reading the source keeps template and code in step without
+/// widening the crate's API.
+fn str_const(file: &str, name: &str) -> String {
+    let source = read(file);
+    let needle = format!("const {name}: &str = \"");
+    let start = source.find(&needle).unwrap_or_else(|| {
+        panic!("{file} no longer defines `const {name}: &str`; update tests/template.rs")
+    }) + needle.len();
+    let len = source[start..].find('"').expect("closing quote");
+    source[start..start + len].to_owned()
+}
+
+/// Every `TGSYNC_*` variable name src/config.rs mentions.
+fn config_variables() -> BTreeSet<String> {
+    let source = read("src/config.rs");
+    source
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| {
+            s.starts_with("TGSYNC_")
+                && s.len() > 7
+                && s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+// ------------------------------------------------------------------------------------
+// The state table
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn state_table_has_the_layout_the_code_uses() {
+    let t = Template::load();
+    let pk = str_const("src/aws/dynamo/items.rs", "PK");
+    let sk = str_const("src/aws/dynamo/items.rs", "SK");
+    let ttl = str_const("src/aws/dynamo/items.rs", "EXPIRES_AT");
+    assert_eq!(
+        (pk.as_str(), sk.as_str(), ttl.as_str()),
+        ("pk", "sk", "expiresAt")
+    );
+
+    let tables: Vec<_> = t.of_type("AWS::DynamoDB::Table").collect();
+    assert_eq!(tables.len(), 1, "exactly one state table");
+    assert_eq!(tables[0].0, "StateTable");
+    let p = t.props("StateTable");
+    assert_eq!(p["BillingMode"], "PAY_PER_REQUEST");
+    assert_eq!(
+        p["KeySchema"],
+        json!([
+            { "AttributeName": pk, "KeyType": "HASH" },
+            { "AttributeName": sk, "KeyType": "RANGE" },
+        ])
+    );
+    assert_eq!(
+        p["AttributeDefinitions"],
+        json!([
+            { "AttributeName": pk, "AttributeType": "S" },
+            { "AttributeName": sk, "AttributeType": "S" },
+        ]),
+        "only the key attributes are declared, both strings"
+    );
+    assert_eq!(
+        p["TimeToLiveSpecification"],
+        json!({ "AttributeName": ttl, "Enabled": true })
+    );
+    assert_eq!(
+        p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"],
+        true
+    );
+    assert!(
+        p.get("GlobalSecondaryIndexes").is_none() && p.get("LocalSecondaryIndexes").is_none(),
+        "the code queries the base table only"
+    );
+    // The ledger must outlive the stack (it records which targets tgsync registered).
+    assert_eq!(t.resource("StateTable")["DeletionPolicy"], "Retain");
+}
+
+// ------------------------------------------------------------------------------------
+// IAM
+// ------------------------------------------------------------------------------------
+
+/// Every IAM statement in the template, with where it is.
+fn statements(t: &Template) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let mut push = |owner: String, doc: &Value| {
+        for s in as_list(&doc["Statement"]) {
+            out.push((owner.clone(), s));
+        }
+    };
+    for (name, r) in t.resources() {
+        let p = &r["Properties"];
+        match r["Type"].as_str() {
+            Some("AWS::IAM::Role") => {
+                for pol in as_list(&p["Policies"]) {
+                    push(
+                        format!("{name}/{}", pol["PolicyName"]),
+                        &pol["PolicyDocument"],
+                    );
+                }
+            }
+            Some("AWS::IAM::ManagedPolicy" | "AWS::IAM::Policy") => {
+                push(name.clone(), &p["PolicyDocument"]);
+            }
+            Some("AWS::Serverless::Function") => {
+                // SAM policy templates would hide what is granted; roles are explicit.
+                assert!(
+                    p.get("Policies").is_none(),
+                    "{name}: grant permissions in its explicit role, not with SAM Policies"
+                );
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether IAM action pattern `pattern` (may hold `*` and `?`) covers `action`.
+fn action_matches(pattern: &str, action: &str) -> bool {
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
+            (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
+            (Some(a), Some(b)) if a.eq_ignore_ascii_case(b) => glob(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    glob(pattern.as_bytes(), action.as_bytes())
+}
+
+fn actions(statement: &Value) -> Vec<String> {
+    as_list(&statement["Action"])
+        .iter()
+        .map(|a| a.as_str().expect("actions are plain strings").to_owned())
+        .collect()
+}
+
+const MUTATIONS: [&str; 2] = [
+    "elasticloadbalancing:RegisterTargets",
+    "elasticloadbalancing:DeregisterTargets",
+];
+
+#[test]
+fn target_group_changes_are_limited_to_this_clusters_groups() {
+    let t = Template::load();
+    let all = statements(&t);
+    assert!(!all.is_empty());
+    let mut granted = BTreeSet::new();
+    for (owner, s) in &all {
+        assert!(
+            s.get("NotAction").is_none() && s.get("NotResource").is_none(),
+            "{owner}: NotAction/NotResource make the grant hard to bound"
+        );
+        if s["Effect"] != "Allow" {
+            continue;
+        }
+        let acts = actions(s);
+        for mutation in MUTATIONS {
+            let Some(pattern) = acts.iter().find(|a| action_matches(a, mutation)) else {
+                continue;
+            };
+            granted.insert(mutation);
+            assert_eq!(
+                pattern, mutation,
+                "{owner}: {mutation} must be named exactly, not through `{pattern}`"
+            );
+            assert_eq!(
+                s["Condition"],
+                json!({ "StringEquals": { "aws:ResourceTag/tgsync/cluster": { "Ref": "ClusterName" } } }),
+                "{owner}: {mutation} only on target groups tagged tgsync/cluster=<ClusterName>"
+            );
+            assert_eq!(
+                s["Resource"],
+                json!({ "Fn::Sub": "arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*/*" }),
+                "{owner}: {mutation} on target groups of this account and region only"
+            );
+        }
+    }
+    assert_eq!(
+        granted,
+        BTreeSet::from(MUTATIONS),
+        "both mutations are granted"
+    );
+}
+
+#[test]
+fn every_grant_is_what_the_functions_need() {
+    let t = Template::load();
+    let table = get_att("StateTable", "Arn");
+    let cluster_arn = json!({ "Fn::Sub": "arn:${AWS::Partition}:eks:${AWS::Region}:${AWS::AccountId}:cluster/${ClusterName}" });
+    let describe = [
+        "elasticloadbalancing:DescribeTargetGroups",
+        "elasticloadbalancing:DescribeTags",
+        "elasticloadbalancing:DescribeTargetHealth",
+    ];
+    let dynamo = [
+        "dynamodb:Query",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    ];
+    let mut seen = BTreeSet::new();
+    for (owner, s) in statements(&t) {
+        if s["Effect"] != "Allow" {
+            continue;
+        }
+        for action in actions(&s) {
+            assert!(!action.contains('*'), "{owner}: wildcard action {action}");
+            assert!(
+                !action.eq_ignore_ascii_case("sts:GetCallerIdentity"),
+                "{owner}: the EKS token is a presigned URL; no STS call needs this grant"
+            );
+            let resource = &s["Resource"];
+            if describe.contains(&action.as_str()) {
+                assert_eq!(
+                    resource, "*",
+                    "{owner}: {action} has no resource-level permissions"
+                );
+            } else if MUTATIONS.contains(&action.as_str()) {
+                // checked by target_group_changes_are_limited_to_this_clusters_groups
+            } else if action == "eks:DescribeCluster" {
+                assert_eq!(resource, &cluster_arn, "{owner}: this cluster only");
+            } else if dynamo.contains(&action.as_str()) {
+                assert_eq!(resource, &table, "{owner}: the state table only");
+            } else if action.starts_with("logs:") {
+                let r = resource.to_string();
+                assert!(
+                    r.contains("LogGroup"),
+                    "{owner}: {action} on its own log group: {r}"
+                );
+            } else if action == "sqs:SendMessage" {
+                assert_eq!(resource, &get_att("DeadLetterQueue", "Arn"), "{owner}");
+            } else {
+                panic!("{owner}: unexpected grant {action}");
+            }
+            seen.insert(action);
+        }
+    }
+    for needed in describe.iter().chain(&MUTATIONS).chain(&dynamo) {
+        assert!(seen.contains(*needed), "{needed} is not granted");
+    }
+    assert!(seen.contains("eks:DescribeCluster"));
+}
+
+#[test]
+fn both_functions_get_the_reconcile_policy_and_vpc_access_only_with_a_vpc() {
+    let t = Template::load();
+    let vpc_policy = json!({ "Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole" });
+    for function in ["ResyncFunction", "PodEventsFunction"] {
+        let role_ref = &t.props(function)["Role"];
+        let role = role_ref["Fn::GetAtt"][0]
+            .as_str()
+            .unwrap_or_else(|| panic!("{function}: Role is !GetAtt <Role>.Arn, got {role_ref}"));
+        assert_eq!(t.resource(role)["Type"], "AWS::IAM::Role");
+        let arns = &t.props(role)["ManagedPolicyArns"];
+        let branches = &arns["Fn::If"];
+        assert_eq!(
+            branches[0], "HasVpc",
+            "{role}: VPC access under the HasVpc condition"
+        );
+        let with_vpc = as_list(&branches[1]);
+        let without_vpc = as_list(&branches[2]);
+        let reconcile = json!({ "Ref": "ReconcilePolicy" });
+        assert!(
+            with_vpc.contains(&reconcile) && without_vpc.contains(&reconcile),
+            "{role}"
+        );
+        assert!(with_vpc.contains(&vpc_policy), "{role}");
+        assert!(!without_vpc.contains(&vpc_policy), "{role}");
+        let vpc_config = &t.props(function)["VpcConfig"]["Fn::If"];
+        assert_eq!(
+            vpc_config[0], "HasVpc",
+            "{function}: VpcConfig only with HasVpc"
+        );
+        assert_eq!(vpc_config[2], json!({ "Ref": "AWS::NoValue" }));
+    }
+    let has_vpc = &t.doc["Conditions"]["HasVpc"]["Fn::And"];
+    assert_eq!(
+        has_vpc,
+        &json!([{ "Condition": "HasSubnets" }, { "Condition": "HasSecurityGroups" }]),
+        "a VPC configuration needs both subnets and security groups"
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// The pod-events rule
+// ------------------------------------------------------------------------------------
+
+/// The subset of EventBridge pattern matching the template uses: nested objects, and
+/// arrays of exact values (a match when the event's value, or any element of an array
+/// value, equals one of them). A missing field never matches.
+fn pattern_matches(pattern: &Value, event: &Value) -> bool {
+    let (Value::Object(pattern), Value::Object(event)) = (pattern, event) else {
+        return false;
+    };
+    pattern.iter().all(|(key, want)| {
+        let Some(got) = event.get(key) else {
+            return false;
+        };
+        match want {
+            Value::Object(_) => pattern_matches(want, got),
+            Value::Array(allowed) => {
+                for a in allowed {
+                    assert!(
+                        !a.is_object() && !a.is_array(),
+                        "content filter {a} in the rule: extend pattern_matches"
+                    );
+                }
+                match got {
+                    Value::Array(values) => values.iter().any(|v| allowed.contains(v)),
+                    Value::Object(_) => false,
+                    scalar => allowed.contains(scalar),
+                }
+            }
+            other => panic!("pattern field {key} must be an object or an array, got {other}"),
+        }
+    })
+}
+
+fn pod_events_rule(t: &Template) -> (&String, &Value) {
+    let target = get_att("PodEventsFunction", "Arn");
+    let rules: Vec<_> = t
+        .of_type("AWS::Events::Rule")
+        .filter(|(_, r)| {
+            as_list(&r["Properties"]["Targets"])
+                .iter()
+                .any(|tg| tg["Arn"] == target)
+        })
+        .collect();
+    assert_eq!(rules.len(), 1, "exactly one rule targets pod-events");
+    rules[0]
+}
+
+fn event(file: &str) -> Value {
+    serde_json::from_str(&read(format!("events/{file}"))).expect("events are JSON")
+}
+
+#[test]
+fn pod_events_rule_matches_the_exporters_events_for_this_cluster_only() {
+    let t = Template::load();
+    let (_, rule) = pod_events_rule(&t);
+    let raw = &rule["Properties"]["EventPattern"];
+    assert_eq!(
+        raw,
+        &json!({
+            "source": [{ "Ref": "EventSource" }],
+            "detail": {
+                "involvedObject": { "kind": ["Pod"] },
+                "clusterName": [{ "Ref": "ClusterName" }],
+            },
+        })
+    );
+    assert_eq!(
+        t.parameter_default("EventSource"),
+        Some(&json!("kubernetes-event-exporter"))
+    );
+    assert_eq!(t.parameter_default("EventBusName"), Some(&json!("default")));
+    assert_eq!(
+        rule["Properties"]["EventBusName"],
+        json!({ "Ref": "EventBusName" })
+    );
+    assert!(
+        t.parameter_default("ClusterName").is_none(),
+        "ClusterName is required"
+    );
+
+    let demo = resolve(
+        raw,
+        &t.parameters(&[("ClusterName", "demo")]),
+        &BTreeMap::new(),
+    );
+    assert!(pattern_matches(&demo, &event("pod-started.json")));
+    assert!(!pattern_matches(&demo, &event("pod-foreign-cluster.json")));
+    let other = resolve(
+        raw,
+        &t.parameters(&[("ClusterName", "other")]),
+        &BTreeMap::new(),
+    );
+    assert!(pattern_matches(&other, &event("pod-foreign-cluster.json")));
+    assert!(!pattern_matches(&other, &event("pod-started.json")));
+    let elsewhere = resolve(
+        raw,
+        &t.parameters(&[("ClusterName", "demo"), ("EventSource", "pod-bridge")]),
+        &BTreeMap::new(),
+    );
+    assert!(!pattern_matches(&elsewhere, &event("pod-started.json")));
+}
+
+/// What the rule delivers, the function acts on: every sample EventBridge event the rule
+/// matches parses as a pod event, and the rule drops what the parser would ignore anyway
+/// (another cluster, a malformed involvedObject).
+#[test]
+fn pod_events_rule_and_parser_agree_on_the_sample_events() {
+    let t = Template::load();
+    let (_, rule) = pod_events_rule(&t);
+    let pattern = resolve(
+        &rule["Properties"]["EventPattern"],
+        &t.parameters(&[("ClusterName", "demo")]),
+        &BTreeMap::new(),
+    );
+    let mut matched = Vec::new();
+    let mut dir: Vec<_> = std::fs::read_dir(root().join("events"))
+        .expect("events/")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    dir.sort();
+    for path in dir {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let payload: Value = serde_json::from_str(&read(&path)).expect("JSON");
+        if payload.get("detail-type").is_none() || payload["source"] == "aws.events" {
+            continue; // direct invokes and the schedule's event
+        }
+        if pattern_matches(&pattern, &payload) {
+            assert!(
+                matches!(parse(&payload, "demo"), Parsed::Pod(_)),
+                "{name}: the rule delivers it, so pod-events must act on it"
+            );
+            matched.push(name);
+        }
+    }
+    for expected in ["pod-killing.json", "pod-started.json", "pod-unhealthy.json"] {
+        assert!(
+            matched.iter().any(|m| m == expected),
+            "{expected} not matched: {matched:?}"
+        );
+    }
+    for dropped in ["pod-foreign-cluster.json", "pod-malformed.json"] {
+        assert!(
+            !matched.iter().any(|m| m == dropped),
+            "{dropped} must be dropped"
+        );
+    }
+}
+
+#[test]
+fn failed_pod_events_end_in_the_one_dead_letter_queue() {
+    let t = Template::load();
+    let (rule_name, rule) = pod_events_rule(&t);
+    let dlq = get_att("DeadLetterQueue", "Arn");
+    let target = &as_list(&rule["Properties"]["Targets"])[0];
+    assert_eq!(target["DeadLetterConfig"]["Arn"], dlq, "delivery failures");
+    assert!(target["RetryPolicy"]["MaximumRetryAttempts"].is_u64());
+
+    let invoke = &t.props("PodEventsFunction")["EventInvokeConfig"];
+    assert_eq!(
+        invoke["DestinationConfig"]["OnFailure"],
+        json!({ "Type": "SQS", "Destination": dlq }),
+        "invocations that failed after the async retries"
+    );
+    assert!(invoke["MaximumRetryAttempts"].is_u64());
+
+    // EventBridge may write to the queue for this rule only.
+    let policies: Vec<_> = t.of_type("AWS::SQS::QueuePolicy").collect();
+    assert_eq!(policies.len(), 1);
+    let policy = &policies[0].1["Properties"];
+    assert_eq!(policy["Queues"], json!([{ "Ref": "DeadLetterQueue" }]));
+    let statement = &as_list(&policy["PolicyDocument"]["Statement"])[0];
+    assert_eq!(
+        statement["Principal"],
+        json!({ "Service": "events.amazonaws.com" })
+    );
+    assert_eq!(statement["Action"], "sqs:SendMessage");
+    assert_eq!(
+        statement["Condition"]["ArnEquals"]["aws:SourceArn"],
+        get_att(rule_name, "Arn")
+    );
+
+    // And EventBridge may invoke pod-events for this rule only.
+    let permissions: Vec<_> = t
+        .of_type("AWS::Lambda::Permission")
+        .filter(|(_, p)| p["Properties"]["FunctionName"] == json!({ "Ref": "PodEventsFunction" }))
+        .collect();
+    assert_eq!(permissions.len(), 1);
+    assert_eq!(
+        permissions[0].1["Properties"]["SourceArn"],
+        get_att(rule_name, "Arn")
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// Schedule, functions, environment, alarms, outputs
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn resync_runs_every_minute_by_default() {
+    let t = Template::load();
+    assert_eq!(
+        t.parameter_default("ResyncSchedule"),
+        Some(&json!("rate(1 minute)"))
+    );
+    let events = t.props("ResyncFunction")["Events"]
+        .as_object()
+        .expect("ResyncFunction has Events");
+    let schedules: Vec<_> = events
+        .values()
+        .filter(|e| e["Type"] == "Schedule")
+        .collect();
+    assert_eq!(schedules.len(), 1);
+    assert_eq!(
+        schedules[0]["Properties"]["Schedule"],
+        json!({ "Ref": "ResyncSchedule" })
+    );
+    assert_ne!(schedules[0]["Properties"]["State"], "DISABLED");
+    assert!(
+        t.props("PodEventsFunction").get("Events").is_none(),
+        "pod-events is triggered by PodEventsRule only"
+    );
+}
+
+/// The package name in a crate's Cargo.toml.
+fn package_name(crate_dir: &str) -> String {
+    let manifest = read(format!("{crate_dir}/Cargo.toml"));
+    let package = manifest
+        .split("[package]")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{crate_dir}/Cargo.toml has no [package]"));
+    package
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "name").then(|| v.trim().trim_matches('"').to_owned())
+        })
+        .expect("package name")
+}
+
+#[test]
+fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
+    let t = Template::load();
+    let functions: BTreeMap<_, _> = t.of_type("AWS::Serverless::Function").collect();
+    assert_eq!(
+        functions.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
+        ["PodEventsFunction", "ResyncFunction"]
+    );
+    for (name, dir, binary, timeout) in [
+        ("ResyncFunction", "functions/resync", "tgsync-resync", 120),
+        (
+            "PodEventsFunction",
+            "functions/pod-events",
+            "tgsync-pod-events",
+            60,
+        ),
+    ] {
+        let f = t.resource(name);
+        let p = &f["Properties"];
+        assert_eq!(p["Runtime"], "provided.al2023", "{name}");
+        assert_eq!(p["Architectures"], json!(["arm64"]), "{name}");
+        assert_eq!(p["Handler"], "bootstrap", "{name}");
+        assert_eq!(p["Timeout"], timeout, "{name}");
+        let memory = p["MemorySize"].as_u64().expect("MemorySize");
+        assert!((128..=1024).contains(&memory), "{name}: {memory} MB");
+        assert_eq!(p["CodeUri"], dir, "{name}: CodeUri is the function's crate");
+        assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
+        assert_eq!(f["Metadata"]["BuildProperties"]["Binary"], binary, "{name}");
+        assert_eq!(
+            package_name(dir),
+            binary,
+            "{dir}: the binary is the package's"
+        );
+        assert_eq!(p["LoggingConfig"]["LogFormat"], "JSON", "{name}");
+        assert_eq!(
+            p["LoggingConfig"]["ApplicationLogLevel"],
+            json!({ "Ref": "LogLevel" }),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn environment_is_what_the_settings_read() {
+    let t = Template::load();
+    let known = config_variables();
+    for required in ["TGSYNC_CLUSTER_NAME", "TGSYNC_TABLE_NAME"] {
+        assert!(
+            known.contains(required),
+            "src/config.rs no longer reads {required}"
+        );
+    }
+    let params = t.parameters(&[("ClusterName", "demo")]);
+    let refs = BTreeMap::from([("StateTable", "tgsync-StateTable-ABC123")]);
+    for function in ["ResyncFunction", "PodEventsFunction"] {
+        let vars = t.props(function)["Environment"]["Variables"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{function}: Environment.Variables"));
+        for name in vars.keys() {
+            assert!(
+                known.contains(name),
+                "{function}: {name} is not read by src/config.rs ({known:?})"
+            );
+        }
+        assert_eq!(vars["TGSYNC_CLUSTER_NAME"], json!({ "Ref": "ClusterName" }));
+        assert_eq!(vars["TGSYNC_TABLE_NAME"], json!({ "Ref": "StateTable" }));
+
+        // The deployed environment (defaults, ClusterName=demo) is valid for the code.
+        let env: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| {
+                let v = resolve(v, &params, &refs);
+                let v = v
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{function}: {k} does not resolve to a string: {v}"));
+                (k.clone(), v.to_owned())
+            })
+            .collect();
+        let settings = Settings::from_lookup(|k| env.get(k).cloned())
+            .unwrap_or_else(|e| panic!("{function}: {e}"));
+        assert_eq!(settings.cluster_name, "demo");
+        assert_eq!(settings.table_name, "tgsync-StateTable-ABC123");
+    }
+
+    // pod-events' readiness wait stays well inside its timeout.
+    let wait = &t.doc["Parameters"]["ReadyWaitSeconds"];
+    let max_wait = wait["MaxValue"]
+        .as_u64()
+        .expect("ReadyWaitSeconds MaxValue");
+    let timeout = t.props("PodEventsFunction")["Timeout"].as_u64().unwrap();
+    assert!(
+        max_wait < timeout,
+        "ReadyWaitSeconds max {max_wait} >= timeout {timeout}"
+    );
+}
+
+/// The function name a binary passes to `tgsync::app::serve`, which its reports (and the
+/// EMF metrics of src/metrics.rs) carry as the `Function` dimension.
+fn served_as(crate_dir: &str) -> String {
+    let main = read(format!("{crate_dir}/src/main.rs"));
+    let needle = "tgsync::app::serve(\"";
+    let start = main
+        .find(needle)
+        .unwrap_or_else(|| panic!("{crate_dir}/src/main.rs no longer calls tgsync::app::serve"))
+        + needle.len();
+    let len = main[start..].find('"').expect("closing quote");
+    main[start..start + len].to_owned()
+}
+
+#[test]
+fn alarms_watch_reconcile_errors_and_the_dead_letter_queue() {
+    let t = Template::load();
+    // The metrics module names the namespace; checked when it is there.
+    let namespace = if root().join("src/metrics.rs").exists() {
+        str_const("src/metrics.rs", "NAMESPACE")
+    } else {
+        "tgsync".to_owned()
+    };
+    assert_eq!(namespace, "tgsync");
+    let alarms: Vec<_> = t
+        .of_type("AWS::CloudWatch::Alarm")
+        .map(|(_, a)| &a["Properties"])
+        .collect();
+    for dir in ["functions/resync", "functions/pod-events"] {
+        let function = served_as(dir);
+        let alarm = alarms
+            .iter()
+            .find(|a| {
+                a["MetricName"] == "ReconcileErrors"
+                    && a["Dimensions"]
+                        == json!([
+                            { "Name": "Function", "Value": function },
+                            { "Name": "Cluster", "Value": { "Ref": "ClusterName" } },
+                        ])
+            })
+            .unwrap_or_else(|| panic!("no ReconcileErrors alarm for Function={function}"));
+        assert_eq!(alarm["Namespace"], namespace.as_str());
+        assert_eq!(alarm["Statistic"], "Sum");
+        assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
+        assert_eq!(alarm["Threshold"], 0);
+        let window =
+            alarm["Period"].as_u64().unwrap() * alarm["EvaluationPeriods"].as_u64().unwrap();
+        assert_eq!(window, 300, "{function}: 5 minutes");
+    }
+    assert!(alarms.iter().any(|a| a["Namespace"] == "AWS/SQS"
+        && a["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        && a["Dimensions"][0]["Value"] == get_att("DeadLetterQueue", "QueueName")));
+}
+
+#[test]
+fn outputs_name_what_operators_need() {
+    let t = Template::load();
+    let outputs = &t.doc["Outputs"];
+    let want = [
+        ("ResyncRoleArn", get_att("ResyncRole", "Arn")),
+        ("PodEventsRoleArn", get_att("PodEventsRole", "Arn")),
+        ("ResyncFunctionName", json!({ "Ref": "ResyncFunction" })),
+        (
+            "PodEventsFunctionName",
+            json!({ "Ref": "PodEventsFunction" }),
+        ),
+        ("StateTableName", json!({ "Ref": "StateTable" })),
+        ("DeadLetterQueueUrl", json!({ "Ref": "DeadLetterQueue" })),
+    ];
+    for (name, value) in want {
+        assert_eq!(outputs[name]["Value"], value, "output {name}");
+    }
+}
+
+#[test]
+fn pattern_matching_subset_behaves_like_eventbridge() {
+    let pattern = json!({ "source": ["a"], "detail": { "k": ["x", "y"] } });
+    assert!(pattern_matches(
+        &pattern,
+        &json!({ "source": "a", "detail": { "k": "y", "z": 1 } })
+    ));
+    assert!(pattern_matches(
+        &pattern,
+        &json!({ "source": "a", "detail": { "k": ["q", "x"] } })
+    ));
+    assert!(!pattern_matches(
+        &pattern,
+        &json!({ "source": "a", "detail": { "k": "z" } })
+    ));
+    assert!(!pattern_matches(
+        &pattern,
+        &json!({ "source": "a", "detail": {} })
+    ));
+    assert!(!pattern_matches(
+        &pattern,
+        &json!({ "source": "a", "detail": { "k": { "x": 1 } } })
+    ));
+    assert!(!pattern_matches(
+        &pattern,
+        &json!({ "source": "b", "detail": { "k": "x" } })
+    ));
+    assert!(!pattern_matches(
+        &pattern,
+        &json!({ "source": "a", "detail": "k" })
+    ));
+    assert!(action_matches(
+        "elasticloadbalancing:*",
+        "elasticloadbalancing:RegisterTargets"
+    ));
+    assert!(action_matches(
+        "*",
+        "elasticloadbalancing:DeregisterTargets"
+    ));
+    assert!(action_matches(
+        "ElasticLoadBalancing:register?argets",
+        "elasticloadbalancing:RegisterTargets"
+    ));
+    assert!(!action_matches(
+        "elasticloadbalancing:Describe*",
+        "elasticloadbalancing:RegisterTargets"
+    ));
+}
