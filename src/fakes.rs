@@ -123,6 +123,21 @@ impl PodSource for FakePods {
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned())
     }
+
+    async fn open_gate(&self, namespace: &str, name: &str) -> Result<(), PodsError> {
+        self.chaos.pause().await;
+        match lock(&self.pods).get_mut(&(namespace.to_owned(), name.to_owned())) {
+            Some(pod) => {
+                crate::testkit::set_condition(pod, crate::core::pod::READINESS_GATE, true);
+                Ok(())
+            }
+            None => Err(PodsError::Patch {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: "404 NotFound".into(),
+            }),
+        }
+    }
 }
 
 /// A fake group: its description and its targets.

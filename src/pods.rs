@@ -27,6 +27,30 @@ pub trait PodSource: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<Pod>, PodsError>> + Send;
+
+    /// Sets the pod's `tgsync/target-health` readiness-gate condition True (a strategic
+    /// merge patch of `pods/status`), once its target is healthy in the NLB.
+    fn open_gate(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), PodsError>> + Send;
+}
+
+/// The `pods/status` patch that opens the readiness gate: conditions merge by `type`, so
+/// only this condition is added or changed.
+pub fn gate_patch(now_rfc3339: &str) -> serde_json::Value {
+    serde_json::json!({
+        "status": {
+            "conditions": [{
+                "type": crate::core::pod::READINESS_GATE,
+                "status": "True",
+                "reason": "TargetHealthy",
+                "message": "the pod's NLB target is healthy (set by tgsync)",
+                "lastTransitionTime": now_rfc3339,
+            }]
+        }
+    })
 }
 
 /// Why pods could not be read; every affected group is skipped, never emptied.
@@ -56,6 +80,18 @@ pub enum PodsError {
         /// Namespace being listed.
         namespace: String,
         /// What was inconsistent.
+        reason: String,
+    },
+    /// Patching a pod's status failed.
+    #[error(
+        "setting the tgsync/target-health condition of pod `{namespace}/{name}` failed: {reason}"
+    )]
+    Patch {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// Status code and message, or the transport error.
         reason: String,
     },
     /// Reading a single pod failed.

@@ -77,6 +77,9 @@ pub struct GroupReport {
     /// Targets whose register/deregister call failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failed_targets: Vec<FailedTarget>,
+    /// Gated pods whose `tgsync/target-health` condition was set True (`namespace/name`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates_opened: Vec<String>,
     /// Pods that should be targets but cannot be.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pod_errors: Vec<PodError>,
@@ -105,6 +108,7 @@ impl GroupReport {
             foreign_kept: Vec::new(),
             plan: None,
             failed_targets: Vec::new(),
+            gates_opened: Vec::new(),
             pod_errors: Vec::new(),
             desired: 0,
             error: None,

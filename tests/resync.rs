@@ -315,3 +315,43 @@ async fn s9_bad_token_refused_real_token_accepted() {
         "every LIST must be a consistent read"
     );
 }
+
+#[tokio::test]
+async fn s11_readiness_gate_opens_when_the_target_is_healthy() {
+    let w = World::new().await;
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    let mut pod = web("web-g", "10.0.1.9").gated().build();
+    set_condition(&mut pod, "Ready", false);
+    w.put_pod(pod);
+    let r = w.resync().await;
+    assert_eq!(w.targets(&arn).await, ["10.0.1.9:8080"], "{r:#?}");
+    // moto reports registered targets healthy at once; the next pass opens the gate.
+    let r = w.resync().await;
+    assert_eq!(
+        r.group(&arn).unwrap().gates_opened,
+        ["shop/web-g"],
+        "{r:#?}"
+    );
+    let stored = w.emulator.store().get_pod("shop", "web-g").unwrap();
+    let gate = stored
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "tgsync/target-health")
+        .expect("gate condition set");
+    assert_eq!(gate.status, "True");
+    let patches: Vec<_> = w
+        .emulator
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|q| q.method == "PATCH")
+        .collect();
+    assert_eq!(patches.len(), 1);
+    assert_eq!(
+        patches[0].path(),
+        "/api/v1/namespaces/shop/pods/web-g/status"
+    );
+}

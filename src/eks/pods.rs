@@ -238,6 +238,26 @@ impl PodSource for KubePods {
             }),
         }
     }
+
+    async fn open_gate(&self, namespace: &str, name: &str) -> Result<(), PodsError> {
+        let client = self.access.client().await?;
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let patch = kube::api::Patch::Strategic(crate::pods::gate_patch(&now));
+        match api
+            .patch_status(name, &kube::api::PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) => Err(PodsError::Patch {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: self.explain(&error, namespace).await,
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

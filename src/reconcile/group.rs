@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use super::{BoundGroup, Engine, RunOptions};
 use crate::core::{
-    Gate, MAX_TARGETS_PER_CALL, PodIndex, Target, UnixMillis, desired_targets, plan,
+    Desired, Gate, HealthState, MAX_TARGETS_PER_CALL, PodIndex, Target, UnixMillis,
+    desired_targets, plan,
 };
 use crate::faults::FaultPoint;
 use crate::groups::TargetGroupApi;
@@ -309,12 +310,38 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
             self.faults.check(FaultPoint::AfterLedgerDelete)?;
         }
+        self.open_gates(&desired, &actual, report).await;
         if failures > 0 {
             return Err(PassError::Failed(format!(
                 "{failures} change(s) failed; see failedTargets"
             )));
         }
         Ok(())
+    }
+
+    /// Opens the readiness gate of gated pods whose target the NLB reports healthy, so
+    /// a rollout proceeds only as fast as the NLB accepts new pods. A failed patch is a
+    /// pod error (usually RBAC: `patch` on `pods/status`); the targets are still right.
+    async fn open_gates(
+        &self,
+        desired: &Desired,
+        actual: &[(Target, HealthState)],
+        report: &mut GroupReport,
+    ) {
+        let healthy: BTreeSet<Target> = actual
+            .iter()
+            .filter(|(_, s)| *s == HealthState::Healthy)
+            .map(|(t, _)| *t)
+            .collect();
+        for pod in desired.gates_to_open(|t| healthy.contains(t)) {
+            match self.pods.open_gate(&pod.namespace, &pod.name).await {
+                Ok(()) => report.gates_opened.push(pod.to_string()),
+                Err(e) => report.pod_errors.push(PodError {
+                    pod: pod.to_string(),
+                    error: e.to_string(),
+                }),
+            }
+        }
     }
 
     /// Writes the backoff row: a new failure, or a reset after success.

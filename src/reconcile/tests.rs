@@ -337,3 +337,33 @@ async fn crash_at_any_fault_point_then_converge() {
         assert_eq!(e.state.backoff(TG), None, "{point}");
     }
 }
+
+#[tokio::test]
+async fn gated_pod_is_registered_then_its_gate_opens_once_healthy() {
+    let (e, _) = engine();
+    let mut pod = web_pod("web-g", "10.0.1.9").gated().build();
+    crate::testkit::set_condition(&mut pod, "Ready", false); // held by the gate
+    e.pods.put(pod);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(
+        g.registered,
+        vec![t("10.0.1.9:8080")],
+        "registered on ContainersReady"
+    );
+    assert!(g.gates_opened.is_empty(), "target not healthy yet");
+    e.groups.settle(); // the NLB's health checks pass
+    let r = run(&e).await;
+    assert_eq!(
+        r.group(TG).unwrap().gates_opened,
+        vec!["shop/web-g".to_string()]
+    );
+    let pod = crate::pods::PodSource::get(&e.pods, "shop", "web-g")
+        .await
+        .unwrap()
+        .unwrap();
+    let facts = crate::core::PodFacts::from_pod(pod);
+    assert_eq!(facts.gate, Some(true));
+    let r = run(&e).await;
+    assert!(r.group(TG).unwrap().gates_opened.is_empty(), "opened once");
+}
