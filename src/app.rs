@@ -42,8 +42,8 @@ pub enum AppError {
     /// The cluster access could not be set up (no region or credentials).
     #[error(transparent)]
     Access(#[from] AccessError),
-    /// The ELBv2 mutation rate is invalid.
-    #[error("TGSYNC_ELB_MUTATIONS_PER_SECOND: {0}")]
+    /// An ELBv2 rate is invalid.
+    #[error("ELBv2 rate setting: {0}")]
     Rate(String),
 }
 
@@ -77,11 +77,14 @@ impl App {
         let pods = KubePods::new(Arc::new(access)).with_page_size(settings.page_size);
         let rate = MutationRate::new(settings.mutations_per_second, None)
             .map_err(|e| AppError::Rate(e.to_string()))?;
-        let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate);
+        let describes = MutationRate::new(settings.describes_per_second, None)
+            .map_err(|e| AppError::Rate(e.to_string()))?;
+        let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describes);
         let state = DynamoState::from_sdk_config(sdk, &settings.table_name, &settings.cluster_name);
         let engine = Engine::new(settings.cluster_name.clone(), pods, groups, state, clock)
             .with_settings(EngineSettings {
                 concurrency: settings.concurrency,
+                verify_interval: settings.verify_interval,
                 ..EngineSettings::default()
             })
             .with_owner_prefix(function);

@@ -27,6 +27,13 @@ pub struct Settings {
     /// `TGSYNC_READY_WAIT_SECONDS` (default 20): how long pod-events waits for a Running
     /// pod to turn Ready.
     pub ready_wait: Duration,
+    /// `TGSYNC_ELB_DESCRIBES_PER_SECOND` (default 8): client-side rate of ELBv2 Describe
+    /// calls, bursts included (ELBv2's Describe token bucket is shared per account).
+    pub describes_per_second: u32,
+    /// `TGSYNC_VERIFY_INTERVAL_SECONDS` (default 600; 0 = every run): longest time an
+    /// unchanged group goes without DescribeTargetHealth on the schedule, i.e. how late
+    /// a hand-made change to a group can be found.
+    pub verify_interval: Option<Duration>,
 }
 
 /// A setting that is missing or wrong. The message names the variable and the fix.
@@ -122,6 +129,17 @@ impl Settings {
             page_size: number(&get, "TGSYNC_PAGE_SIZE", 500, 10, 5000)?,
             mutations_per_second: number(&get, "TGSYNC_ELB_MUTATIONS_PER_SECOND", 5, 1, 100)?,
             ready_wait: Duration::from_secs(number(&get, "TGSYNC_READY_WAIT_SECONDS", 20, 0, 600)?),
+            describes_per_second: number(&get, "TGSYNC_ELB_DESCRIBES_PER_SECOND", 8, 1, 100)?,
+            verify_interval: match number(
+                &get,
+                "TGSYNC_VERIFY_INTERVAL_SECONDS",
+                600u64,
+                0,
+                86_400,
+            )? {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
         })
     }
 }

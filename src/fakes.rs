@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::core::{BackoffState, HealthState, PodFacts, Selector, Target, UnixMillis};
+use crate::core::{BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target, UnixMillis};
 use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::state::{Acquire, GroupState, LedgerRow, Release, StateError, StateStore};
@@ -297,6 +297,7 @@ struct Lease {
 struct Rows {
     ledger: BTreeMap<Target, LedgerRow>,
     backoff: Option<BackoffState>,
+    checkpoint: Option<Checkpoint>,
     lease: Option<Lease>,
 }
 
@@ -357,6 +358,7 @@ impl StateStore for FakeState {
             .map(|r| GroupState {
                 ledger: r.ledger.clone(),
                 backoff: r.backoff,
+                checkpoint: r.checkpoint,
             })
             .unwrap_or_default())
     }
@@ -391,6 +393,19 @@ impl StateStore for FakeState {
             .entry(group.to_owned())
             .or_default()
             .backoff = state;
+        Ok(())
+    }
+
+    async fn set_checkpoint(
+        &self,
+        group: &str,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), StateError> {
+        self.check("PutItem").await?;
+        lock(&self.groups)
+            .entry(group.to_owned())
+            .or_default()
+            .checkpoint = checkpoint;
         Ok(())
     }
 
@@ -443,5 +458,15 @@ impl StateStore for FakeState {
             }
             _ => Ok(Release::Lost),
         }
+    }
+
+    async fn abandon(&self, group: &str, owner: &str) -> Result<(), StateError> {
+        self.check("DeleteItem").await?;
+        if let Some(entry) = lock(&self.groups).get_mut(group)
+            && entry.lease.as_ref().is_some_and(|l| l.owner == owner)
+        {
+            entry.lease = None;
+        }
+        Ok(())
     }
 }

@@ -26,19 +26,22 @@ pub enum FaultPoint {
     AfterLedgerDelete,
     /// After the backoff row is written or cleared.
     AfterBackoffWrite,
+    /// After the verification checkpoint is written or cleared.
+    AfterCheckpointWrite,
     /// Just before the lease is released.
     BeforeLeaseRelease,
 }
 
 impl FaultPoint {
     /// Every fault point, for tests that sweep them.
-    pub const ALL: [FaultPoint; 7] = [
+    pub const ALL: [FaultPoint; 8] = [
         Self::AfterLeaseAcquired,
         Self::AfterLedgerWrite,
         Self::AfterRegisterChunk,
         Self::AfterDeregisterChunk,
         Self::AfterLedgerDelete,
         Self::AfterBackoffWrite,
+        Self::AfterCheckpointWrite,
         Self::BeforeLeaseRelease,
     ];
 }

@@ -25,6 +25,8 @@ pub enum Outcome {
     Failed,
     /// Stopped at an injected fault (tests only).
     Aborted,
+    /// Not started: the invocation was too close to its deadline; the next run does it.
+    Deferred,
 }
 
 /// A target a call failed for.
@@ -93,6 +95,10 @@ pub struct GroupReport {
     pub next_attempt_at: Option<UnixMillis>,
     /// Reconcile passes run under the lease (more than one when asked to run again).
     pub passes: u32,
+    /// True when the desired set was unchanged and verified recently, so target health
+    /// was not read this run (the checkpoint).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub verification_skipped: bool,
 }
 
 impl GroupReport {
@@ -114,6 +120,7 @@ impl GroupReport {
             error: None,
             next_attempt_at: None,
             passes: 0,
+            verification_skipped: false,
         }
     }
 
@@ -145,6 +152,10 @@ pub struct Totals {
     pub lease_held: usize,
     /// Groups skipped by backoff.
     pub backing_off: usize,
+    /// Groups deferred to the next run (deadline).
+    pub deferred: usize,
+    /// Groups whose health read was skipped by the checkpoint.
+    pub verification_skipped: usize,
 }
 
 /// The whole run.
@@ -206,6 +217,7 @@ impl Report {
             ..Totals::default()
         };
         for g in &self.groups {
+            t.verification_skipped += usize::from(g.verification_skipped);
             t.registered += g.registered.len();
             t.deregistered += g.deregistered.len();
             t.forgotten += g.forgotten.len();
@@ -214,6 +226,7 @@ impl Report {
                 Outcome::BindingError | Outcome::Failed | Outcome::Aborted => t.errors += 1,
                 Outcome::LeaseHeld => t.lease_held += 1,
                 Outcome::BackingOff => t.backing_off += 1,
+                Outcome::Deferred => t.deferred += 1,
                 Outcome::InSync | Outcome::Planned => {}
             }
         }

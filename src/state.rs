@@ -10,7 +10,7 @@ use std::future::Future;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::core::{BackoffState, PodRef, Target, UnixMillis};
+use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
 
 /// One target tgsync registered, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +31,8 @@ pub struct GroupState {
     pub ledger: BTreeMap<Target, LedgerRow>,
     /// Failure record, absent after a success.
     pub backoff: Option<BackoffState>,
+    /// Last full verification, if any.
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// The result of trying to take a group's lease.
@@ -81,6 +83,13 @@ pub trait StateStore: Send + Sync {
         state: Option<BackoffState>,
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
+    /// Writes (`Some`) or clears (`None`) the verification checkpoint.
+    fn set_checkpoint(
+        &self,
+        group: &str,
+        checkpoint: Option<Checkpoint>,
+    ) -> impl Future<Output = Result<(), StateError>> + Send;
+
     /// Takes the lease for `owner` until `until` if it is free or expired at `now`;
     /// otherwise sets the holder's `dirty` flag.
     fn acquire(
@@ -99,6 +108,15 @@ pub trait StateStore: Send + Sync {
         owner: &str,
         until: UnixMillis,
     ) -> impl Future<Output = Result<Release, StateError>> + Send;
+
+    /// Deletes `owner`'s lease whatever its `dirty` flag (a group that failed, is backing
+    /// off, or kept changing past the pass limit): a pending re-run is left to the next
+    /// scheduled resync rather than holding the group until the lease expires.
+    fn abandon(
+        &self,
+        group: &str,
+        owner: &str,
+    ) -> impl Future<Output = Result<(), StateError>> + Send;
 }
 
 /// Why the state table could not be used; the group is skipped (never changed blind).

@@ -21,7 +21,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
 use super::error_summary;
-use crate::core::{BackoffState, Target, UnixMillis};
+use crate::core::{BackoffState, Checkpoint, Target, UnixMillis};
 use crate::state::{Acquire, GroupState, LedgerRow, Release, StateError, StateStore};
 
 pub use table::create_table;
@@ -156,6 +156,7 @@ impl StateStore for DynamoState {
                         state.ledger.insert(row.target, row);
                     }
                     items::Row::Backoff(b) => state.backoff = Some(b),
+                    items::Row::Checkpoint(c) => state.checkpoint = Some(c),
                     items::Row::Other => {}
                 }
             }
@@ -194,6 +195,37 @@ impl StateStore for DynamoState {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.batch_write(requests).await
+    }
+
+    async fn set_checkpoint(
+        &self,
+        group: &str,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), StateError> {
+        let pk = self.pk(group);
+        match checkpoint {
+            Some(c) => {
+                self.calls.count(PUT_ITEM);
+                self.client
+                    .put_item()
+                    .table_name(self.table.as_ref())
+                    .set_item(Some(items::checkpoint_item(&pk, &c)))
+                    .send()
+                    .await
+                    .map_err(|e| self.error(PUT_ITEM, e))?;
+            }
+            None => {
+                self.calls.count(DELETE_ITEM);
+                self.client
+                    .delete_item()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(items::key(&pk, items::CHECKPOINT_SK)))
+                    .send()
+                    .await
+                    .map_err(|e| self.error(DELETE_ITEM, e))?;
+            }
+        }
+        Ok(())
     }
 
     async fn set_backoff(
@@ -244,6 +276,10 @@ impl StateStore for DynamoState {
         until: UnixMillis,
     ) -> Result<Release, StateError> {
         self.release_lease(&self.pk(group), owner, until).await
+    }
+
+    async fn abandon(&self, group: &str, owner: &str) -> Result<(), StateError> {
+        self.abandon_lease(&self.pk(group), owner).await
     }
 }
 

@@ -56,6 +56,7 @@ const OPERATIONS: &[&str] = &[
 pub struct Elbv2TargetGroups {
     client: Client,
     limiter: Arc<DefaultDirectRateLimiter>,
+    describe_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     calls: Arc<ApiCalls>,
 }
 
@@ -74,7 +75,24 @@ impl Elbv2TargetGroups {
         Self {
             client,
             limiter: Arc::new(rate.limiter()),
+            describe_limiter: None,
             calls: Arc::new(ApiCalls::new(OPERATIONS)),
+        }
+    }
+
+    /// Also holds the Describe calls (DescribeTargetGroups pages, DescribeTags,
+    /// DescribeTargetHealth) to `rate` across all clones: ELBv2's Describe calls share a
+    /// small per-account token bucket with every other tool in the account, so tgsync
+    /// keeps its own bursts under a bound instead of relying on throttling and retries.
+    pub fn with_describe_rate(mut self, rate: MutationRate) -> Self {
+        self.describe_limiter = Some(Arc::new(rate.limiter()));
+        self
+    }
+
+    /// Waits for a Describe slot when a Describe rate is set.
+    async fn describe_slot(&self) {
+        if let Some(limiter) = &self.describe_limiter {
+            limiter.until_ready().await;
         }
     }
 
@@ -121,6 +139,7 @@ impl Elbv2TargetGroups {
         &self,
         arns: &[String],
     ) -> Result<TagsByArn, SdkError<DescribeTagsError, HttpResponse>> {
+        self.describe_slot().await;
         self.calls.count(DESCRIBE_TAGS);
         let out = self
             .client
@@ -219,7 +238,11 @@ impl TargetGroupApi for Elbv2TargetGroups {
             .page_size(DESCRIBE_PAGE_SIZE)
             .into_paginator()
             .send();
-        while let Some(page) = pages.next().await {
+        loop {
+            self.describe_slot().await;
+            let Some(page) = pages.next().await else {
+                break;
+            };
             self.calls.count(DESCRIBE_TARGET_GROUPS);
             let page = page.map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))?;
             groups.extend(page.target_groups().iter().filter_map(convert::group));
@@ -245,6 +268,7 @@ impl TargetGroupApi for Elbv2TargetGroups {
     }
 
     async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+        self.describe_slot().await;
         self.calls.count(DESCRIBE_TARGET_HEALTH);
         let out = self
             .client

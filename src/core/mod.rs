@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod binding;
+pub mod checkpoint;
 pub mod desired;
 pub mod index;
 pub mod plan;
@@ -20,6 +21,7 @@ mod test_fixtures;
 
 pub use backoff::{BackoffPolicy, BackoffState, Gate, UnixMillis};
 pub use binding::{Binding, BindingError, GroupFacts, Mode, PortSpec};
+pub use checkpoint::Checkpoint;
 pub use desired::{Desired, SkipReason, desired_targets};
 pub use index::PodIndex;
 pub use plan::{Call, MAX_TARGETS_PER_CALL, Plan, TargetSet, plan};

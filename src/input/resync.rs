@@ -82,6 +82,8 @@ impl ResyncRequest {
             force: self.force,
             only: self.target_groups.clone(),
             deadline: None,
+            // `force` (and a dry run) always read target health in full.
+            use_checkpoint: !self.force && !self.dry_run,
         }
     }
 }

@@ -4,8 +4,9 @@
 use std::collections::BTreeSet;
 
 use super::{BoundGroup, Engine, RunOptions};
+use crate::core::checkpoint;
 use crate::core::{
-    Desired, Gate, HealthState, MAX_TARGETS_PER_CALL, PodIndex, Target, UnixMillis,
+    Checkpoint, Desired, Gate, HealthState, MAX_TARGETS_PER_CALL, PodIndex, Target,
     desired_targets, plan,
 };
 use crate::faults::FaultPoint;
@@ -50,6 +51,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let done = |outcome, error: String| {
             Prepared::Done(GroupReport::with_error(&arn, &name, outcome, error))
         };
+        if self.past_start_deadline(opts) {
+            return done(
+                Outcome::Deferred,
+                "the invocation is near its deadline; the next run reconciles this group".into(),
+            );
+        }
         let owner = if opts.dry_run {
             None
         } else {
@@ -116,18 +123,33 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         loop {
             report.passes += 1;
             let result = if report.passes == 1 {
-                self.pass(&held, first, &mut report, opts.dry_run).await
+                self.pass(&held, first, &mut report, opts).await
             } else {
-                self.fresh_pass(&mut held, &mut report).await
+                self.fresh_pass(&mut held, &mut report, opts).await
             };
             let failed = match result {
-                Ok(()) => None,
+                Ok(verified) => {
+                    if let Some(point) = self.record_checkpoint(&held, verified, opts).await {
+                        report.outcome = Outcome::Aborted;
+                        report.error = Some(format!("aborted at {point}"));
+                        return report;
+                    }
+                    None
+                }
                 Err(PassError::Aborted(point)) => {
                     report.outcome = Outcome::Aborted;
                     report.error = Some(format!("aborted at {point}"));
                     return report;
                 }
-                Err(PassError::Failed(msg)) => Some(msg),
+                Err(PassError::Failed(msg)) => {
+                    if held.owner.is_some() && held.state.checkpoint.is_some() {
+                        // Something is off: verify fully next time.
+                        if let Err(e) = self.state.set_checkpoint(&arn, None).await {
+                            tracing::warn!(target_group = %arn, error = %e, "clearing the checkpoint failed");
+                        }
+                    }
+                    Some(msg)
+                }
             };
             let Some(owner) = held.owner.clone() else {
                 // Dry run: no lease, no state writes.
@@ -192,7 +214,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 
     /// A later pass: the group changed while we held it, so read state and pods afresh.
-    async fn fresh_pass(&self, held: &mut Held, report: &mut GroupReport) -> Result<(), PassError> {
+    async fn fresh_pass(
+        &self,
+        held: &mut Held,
+        report: &mut GroupReport,
+        opts: &RunOptions,
+    ) -> Result<Option<u64>, PassError> {
         held.state = self
             .state
             .load(&held.bound.group.arn)
@@ -204,28 +231,48 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .list(&binding.namespace, Some(&binding.selector))
             .await;
         let index = pods.as_ref().map(|p| PodIndex::new(p));
-        self.pass(held, index.as_ref().map_err(|e| *e), report, false)
+        self.pass(held, index.as_ref().map_err(|e| *e), report, opts)
             .await
     }
 
-    /// One level-based pass: health → desired → plan → apply.
+    /// One level-based pass: desired → (checkpoint) → health → plan → apply. Returns the
+    /// desired fingerprint when target health was read and the group made right (what a
+    /// checkpoint may record), `None` when the read was skipped or it was a dry run.
     async fn pass(
         &self,
         held: &Held,
         pods: Result<&PodIndex<'_>, &PodsError>,
         report: &mut GroupReport,
-        dry_run: bool,
-    ) -> Result<(), PassError> {
+        opts: &RunOptions,
+    ) -> Result<Option<u64>, PassError> {
         let BoundGroup { group, binding } = &held.bound;
         let arn = group.arn.as_str();
+        let dry_run = opts.dry_run;
         let pods = pods.map_err(|e| PassError::Failed(e.to_string()))?;
+        let desired = desired_targets(pods.candidates(binding), binding);
+        report.desired = desired.targets.len();
+        let fingerprint = checkpoint::fingerprint(desired.targets.keys());
+        let gates_pending = desired.targets.values().any(|d| d.gate == Some(false));
+        if let Some(interval) = self.settings.verify_interval
+            && opts.use_checkpoint
+            && !dry_run
+            && !gates_pending
+            && checkpoint::may_skip(
+                held.state.checkpoint.as_ref(),
+                fingerprint,
+                arn,
+                self.clock.now(),
+                interval,
+            )
+        {
+            report.verification_skipped = true;
+            return Ok(None);
+        }
         let actual = self
             .groups
             .health(arn)
             .await
             .map_err(|e| PassError::Failed(format!("reading target health failed: {e}")))?;
-        let desired = desired_targets(pods.candidates(binding), binding);
-        report.desired = desired.targets.len();
         report.pod_errors = desired
             .skipped
             .iter()
@@ -246,7 +293,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if dry_run {
             report.outcome = Outcome::Planned;
             report.plan = Some(plan);
-            return Ok(());
+            return Ok(None);
         }
         let now = self.clock.now();
         let row = |t: &Target| {
@@ -316,7 +363,36 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 "{failures} change(s) failed; see failedTargets"
             )));
         }
-        Ok(())
+        report.verification_skipped = false;
+        Ok(Some(fingerprint))
+    }
+
+    /// Records a successful verification on the scheduled path, so the next runs may
+    /// skip the health read while nothing changes. `Some(point)` on an injected fault.
+    async fn record_checkpoint(
+        &self,
+        held: &Held,
+        verified: Option<u64>,
+        opts: &RunOptions,
+    ) -> Option<FaultPoint> {
+        let (Some(desired), Some(_)) = (verified, held.owner.as_ref()) else {
+            return None;
+        };
+        if !opts.use_checkpoint || self.settings.verify_interval.is_none() {
+            return None;
+        }
+        let checkpoint = Checkpoint {
+            desired,
+            verified_at: self.clock.now(),
+        };
+        if let Err(e) = self
+            .state
+            .set_checkpoint(&held.bound.group.arn, Some(checkpoint))
+            .await
+        {
+            tracing::warn!(target_group = %held.bound.group.arn, error = %e, "writing the checkpoint failed; the next run verifies again");
+        }
+        self.faults.check(FaultPoint::AfterCheckpointWrite).err()
     }
 
     /// Opens the readiness gate of gated pods whose target the NLB reports healthy, so
@@ -376,11 +452,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         Ok(())
     }
 
-    /// Releases a lease on a path that already has an outcome; failures only log.
+    /// Gives the lease up on a path that already has an outcome (failed, backing off,
+    /// out of passes), dirty or not; failures only log (the lease then expires).
     async fn release_quietly(&self, arn: &str, owner: Option<&str>) {
         let Some(owner) = owner else { return };
-        let until: UnixMillis = self.clock.now();
-        if let Err(e) = self.state.release(arn, owner, until).await {
+        if let Err(e) = self.state.abandon(arn, owner).await {
             tracing::warn!(target_group = %arn, error = %e, "lease release failed; it expires on its own");
         }
     }

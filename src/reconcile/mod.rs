@@ -42,6 +42,9 @@ pub struct EngineSettings {
     pub backoff: BackoffPolicy,
     /// How long pod-events reuses discovered bindings.
     pub discovery_ttl: Duration,
+    /// How long a verified, unchanged group may go without a DescribeTargetHealth on the
+    /// schedule (`None`: verify every run). Bounds how late external drift is found.
+    pub verify_interval: Option<Duration>,
 }
 
 impl Default for EngineSettings {
@@ -52,6 +55,7 @@ impl Default for EngineSettings {
             max_passes: 5,
             backoff: BackoffPolicy::default(),
             discovery_ttl: Duration::from_secs(60),
+            verify_interval: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -65,8 +69,12 @@ pub struct RunOptions {
     pub force: bool,
     /// Only these target group ARNs (all bound groups when `None`).
     pub only: Option<Vec<String>>,
-    /// When the invocation must end (Lambda deadline); leases last until 30 s after it.
+    /// When the invocation must end (Lambda deadline); leases last until 30 s after it,
+    /// and groups not started 20 s before it are deferred to the next run.
     pub deadline: Option<UnixMillis>,
+    /// Let a verified, unchanged group skip DescribeTargetHealth (the scheduled resync;
+    /// never pod-events, `force` or a dry run).
+    pub use_checkpoint: bool,
 }
 
 /// A target group with a valid binding for this cluster.
@@ -242,6 +250,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .into_iter()
             .flatten()
             .collect()
+    }
+
+    /// Whether the invocation is too close to its deadline to start another group.
+    fn past_start_deadline(&self, opts: &RunOptions) -> bool {
+        let now = self.clock.now();
+        opts.deadline
+            .is_some_and(|d| d > now && now.plus(Duration::from_secs(20)) >= d)
     }
 
     /// When a lease taken now should expire.

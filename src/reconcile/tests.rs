@@ -59,6 +59,15 @@ async fn run(e: &TestEngine) -> crate::report::Report {
     e.resync(&RunOptions::default()).await
 }
 
+/// A run as the schedule makes it: the checkpoint may skip verified groups.
+async fn scheduled(e: &TestEngine) -> crate::report::Report {
+    e.resync(&RunOptions {
+        use_checkpoint: true,
+        ..RunOptions::default()
+    })
+    .await
+}
+
 #[tokio::test]
 async fn registers_ready_pods_and_records_them() {
     let (e, _) = engine();
@@ -284,7 +293,7 @@ async fn crash_at_any_fault_point_then_converge() {
         seed_three(&e);
         e.groups
             .add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
-        run(&e).await;
+        scheduled(&e).await;
         e.groups.settle();
         // Changes: web-1 gone (deregister), web-4 new (register), web-2 removed by hand
         // and its pod gone too (forget), a backoff row to clear.
@@ -304,20 +313,20 @@ async fn crash_at_any_fault_point_then_converge() {
             .unwrap();
         let crash = Arc::new(CrashAt::first(point));
         e.faults = crash.clone();
-        let r = run(&e).await;
+        let r = scheduled(&e).await;
         assert!(crash.fired(), "{point} never reached: {r:#?}");
         assert_eq!(r.group(TG).unwrap().outcome, Outcome::Aborted);
         // A killed Lambda leaves its lease until expiry.
         e.faults = Arc::new(crate::faults::NoFaults);
         clock.advance(200_000);
-        let r = run(&e).await;
+        let r = scheduled(&e).await;
         assert_ne!(
             r.group(TG).unwrap().outcome,
             Outcome::Failed,
             "{point}: {r:#?}"
         );
         e.groups.settle();
-        let r = run(&e).await;
+        let r = scheduled(&e).await;
         assert_eq!(
             r.group(TG).unwrap().outcome,
             Outcome::InSync,
@@ -366,4 +375,56 @@ async fn gated_pod_is_registered_then_its_gate_opens_once_healthy() {
     assert_eq!(facts.gate, Some(true));
     let r = run(&e).await;
     assert!(r.group(TG).unwrap().gates_opened.is_empty(), "opened once");
+}
+
+#[tokio::test]
+async fn checkpoint_skips_unchanged_groups_but_bounds_drift_detection() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    scheduled(&e).await;
+    e.groups.settle();
+    let health = |e: &TestEngine| {
+        e.groups
+            .calls()
+            .get("DescribeTargetHealth")
+            .copied()
+            .unwrap_or(0)
+    };
+    // Unchanged desired set, verified a minute ago: no health read.
+    clock.advance(60_000);
+    let before = health(&e);
+    let r = scheduled(&e).await;
+    assert!(r.group(TG).unwrap().verification_skipped, "{r:#?}");
+    assert_eq!(health(&e), before);
+    // A pod change changes the desired set: acted on at once.
+    e.pods.put(web_pod("web-4", "10.0.1.4").build());
+    clock.advance(60_000);
+    let r = scheduled(&e).await;
+    assert_eq!(r.group(TG).unwrap().registered, vec![t("10.0.1.4:8080")]);
+    e.groups.settle();
+    // External drift (a target removed by hand) waits for the verification, which comes
+    // within the interval (600 s by default, shortened per group by up to half).
+    e.groups.remove_target(TG, &t("10.0.1.1:8080"));
+    let mut minutes = 0;
+    loop {
+        clock.advance(60_000);
+        minutes += 1;
+        let r = scheduled(&e).await;
+        if !r.group(TG).unwrap().registered.is_empty() {
+            break;
+        }
+        assert!(
+            minutes <= 10,
+            "drift not found within the verification interval"
+        );
+    }
+    assert!(live(&e, TG).contains(&"10.0.1.1:8080".to_string()));
+    // `force` and pod-events never skip.
+    let before = health(&e);
+    e.resync(&RunOptions {
+        force: true,
+        ..RunOptions::default()
+    })
+    .await;
+    assert_eq!(health(&e), before + 1);
 }

@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::core::{BackoffState, PodRef, Target, UnixMillis};
+use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
 use crate::state::{LedgerRow, StateError};
 
 /// An item as the SDK takes and returns it.
@@ -27,6 +27,8 @@ pub(super) const LEDGER_PREFIX: &str = "target#";
 pub(super) const BACKOFF_SK: &str = "backoff";
 /// Sort key of the lease row.
 pub(super) const LEASE_SK: &str = "lease";
+/// Sort key of the verification checkpoint row.
+pub(super) const CHECKPOINT_SK: &str = "checkpoint";
 /// How long after its expiry DynamoDB's TTL may sweep an abandoned lease row (seconds).
 /// Correctness never depends on the sweep; it only keeps dead rows from piling up.
 pub(super) const LEASE_TTL_GRACE_SECS: u64 = 3600;
@@ -80,6 +82,19 @@ pub(super) fn backoff_item(pk: &str, state: &BackoffState) -> Item {
     item
 }
 
+/// The checkpoint row: the verified desired set's fingerprint (hex) and when.
+pub(super) fn checkpoint_item(pk: &str, checkpoint: &Checkpoint) -> Item {
+    let mut item = key(pk, CHECKPOINT_SK);
+    item.extend([
+        (
+            "desired".to_owned(),
+            s(format!("{:016x}", checkpoint.desired)),
+        ),
+        ("verifiedAt".to_owned(), n(checkpoint.verified_at.0)),
+    ]);
+    item
+}
+
 /// `expiresAt` of a lease held until `until`.
 pub(super) fn lease_expires_at(until: UnixMillis) -> u64 {
     until.as_secs().saturating_add(LEASE_TTL_GRACE_SECS)
@@ -104,6 +119,8 @@ pub(super) enum Row {
     Ledger(LedgerRow),
     /// The backoff row.
     Backoff(BackoffState),
+    /// The checkpoint row.
+    Checkpoint(Checkpoint),
     /// The lease, or a row kind a later version added: not part of [`crate::state::GroupState`].
     Other,
 }
@@ -126,6 +143,20 @@ pub(super) fn parse_row(item: &Item) -> Result<Row, StateError> {
             failures: number(item, "failures").map_err(malformed)?,
             next_attempt: UnixMillis(number(item, "nextAttemptAt").map_err(malformed)?),
         }));
+    }
+    if sk == CHECKPOINT_SK {
+        // A checkpoint only saves calls; one that cannot be read is dropped, not fatal.
+        let desired = string(item, "desired")
+            .ok()
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        let verified = number(item, "verifiedAt").ok();
+        return Ok(match (desired, verified) {
+            (Some(desired), Some(at)) => Row::Checkpoint(Checkpoint {
+                desired,
+                verified_at: UnixMillis(at),
+            }),
+            _ => Row::Other,
+        });
     }
     Ok(Row::Other)
 }

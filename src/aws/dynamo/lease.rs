@@ -81,6 +81,30 @@ impl DynamoState {
 
     /// Deletes `owner`'s lease unless it is dirty; a dirty lease is cleaned and extended
     /// to `until` instead and the caller runs again; a lease no longer ours is lost.
+    /// Deletes the lease if `owner` holds it, dirty or not; a lease someone else took
+    /// over is left alone.
+    pub(super) async fn abandon_lease(&self, pk: &str, owner: &str) -> Result<(), StateError> {
+        self.calls.count(DELETE_ITEM);
+        let delete = self
+            .client
+            .delete_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(items::key(pk, LEASE_SK)))
+            .condition_expression("#owner = :me")
+            .expression_attribute_names(OWNER.0, OWNER.1)
+            .set_expression_attribute_values(Some(values([(
+                ":me",
+                AttributeValue::S(owner.to_owned()),
+            )])))
+            .send()
+            .await;
+        match delete {
+            Ok(_) => Ok(()),
+            Err(e) if condition_failed(&e) => Ok(()),
+            Err(e) => Err(self.error(DELETE_ITEM, e)),
+        }
+    }
+
     pub(super) async fn release_lease(
         &self,
         pk: &str,
