@@ -355,3 +355,59 @@ async fn s11_readiness_gate_opens_when_the_target_is_healthy() {
         "/api/v1/namespaces/shop/pods/web-g/status"
     );
 }
+
+/// Kill the reconcile at every fault point (between every pair of side effects), against
+/// moto and the emulator, in a run that registers, deregisters, forgets, clears backoff
+/// and writes a checkpoint; then run again: no leaked target, no foreign target touched,
+/// no stale ledger row.
+#[tokio::test]
+async fn s10_crash_at_every_fault_point_then_converge() {
+    use tgsync::state::StateStore;
+    let scheduled = RunOptions {
+        use_checkpoint: true,
+        ..RunOptions::default()
+    };
+    for point in FaultPoint::ALL {
+        let mut w = World::new().await;
+        let arn = three_pods(&w).await;
+        w.register_by_hand(&arn, "10.0.200.9", 8080).await;
+        w.resync_with(scheduled.clone()).await;
+        w.emulator.store().delete_pod("shop", "web-1");
+        w.emulator.store().delete_pod("shop", "web-2");
+        w.deregister_by_hand(&arn, "10.0.1.2", 8080).await;
+        w.put_pod(web("web-4", "10.0.1.4").build());
+        let backoff = tgsync::core::BackoffState {
+            failures: 1,
+            next_attempt: tgsync::core::UnixMillis(0),
+        };
+        w.engine
+            .state
+            .set_backoff(&arn, Some(backoff))
+            .await
+            .unwrap();
+        let crash = std::sync::Arc::new(CrashAt::first(point));
+        w.engine.faults = crash.clone();
+        let r = w.resync_with(scheduled.clone()).await;
+        assert!(crash.fired(), "{point} not reached: {r:#?}");
+        w.engine.faults = std::sync::Arc::new(NoFaults);
+        w.clock.advance(10 * 60 * 1000);
+        w.resync_with(scheduled.clone()).await;
+        let r = w.resync_with(RunOptions::default()).await;
+        assert_eq!(
+            r.group(&arn).unwrap().outcome,
+            Outcome::InSync,
+            "{point}: {r:#?}"
+        );
+        assert_eq!(
+            w.targets(&arn).await,
+            ["10.0.1.3:8080", "10.0.1.4:8080", "10.0.200.9:8080"],
+            "{point}"
+        );
+        assert_eq!(
+            w.ledger(&arn).await,
+            ["10.0.1.3:8080", "10.0.1.4:8080"],
+            "{point}: ledger"
+        );
+    }
+    println!("fault points covered: {}", FaultPoint::ALL.len());
+}

@@ -441,3 +441,59 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,40}",
+            "[a-z0-9=/. _-]{0,30}",
+            Just(String::new()),
+            Just("app=web tier".to_owned()),
+            Just("65536".to_owned()),
+            Just("exclusive".to_owned()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000)
+        ))]
+
+        /// Any tag values and group facts: no panic; an error is one line that names the
+        /// tag (or the target type) to fix.
+        #[test]
+        fn any_tags_parse_or_fail_clearly(
+            cluster in value(), namespace in value(), selector in value(),
+            port in proptest::option::of(value()), mode in proptest::option::of(value()),
+            group_port in proptest::option::of(any::<u16>()), ip in any::<bool>(),
+        ) {
+            let mut tags = BTreeMap::from([
+                (TAG_CLUSTER.to_owned(), cluster),
+                (TAG_NAMESPACE.to_owned(), namespace),
+                (TAG_SELECTOR.to_owned(), selector),
+            ]);
+            if let Some(p) = port { tags.insert(TAG_PORT.to_owned(), p); }
+            if let Some(m) = mode { tags.insert(TAG_MODE.to_owned(), m); }
+            let facts = GroupFacts {
+                target_type: if ip { "ip".into() } else { "instance".into() },
+                port: group_port,
+                family: AddressFamily::Ipv4,
+            };
+            match Binding::parse(&tags, &facts) {
+                Ok(b) => {
+                    prop_assert!(!b.clusters.is_empty() && !b.selector.terms().is_empty());
+                    prop_assert!(ip);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(!msg.contains('\n'), "{msg}");
+                    prop_assert!(msg.contains("tgsync/") || msg.contains("target type"), "{msg}");
+                }
+            }
+        }
+    }
+}
