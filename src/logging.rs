@@ -18,6 +18,12 @@ pub fn filter(spec: Option<&str>) -> EnvFilter {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .unwrap_or("info");
+    // Lambda's log levels include FATAL, which tracing does not have.
+    let spec = if spec.eq_ignore_ascii_case("fatal") {
+        "error"
+    } else {
+        spec
+    };
     let mut filter = match spec.parse::<LevelFilter>() {
         Ok(level) => EnvFilter::default().add_directive(level.into()),
         Err(_) => EnvFilter::builder()
@@ -84,6 +90,8 @@ mod tests {
             );
         }
         assert!(filter(Some("debug")).to_string().contains("debug"));
+        let fatal = filter(Some("FATAL")).to_string();
+        assert!(fatal.to_ascii_lowercase().contains("error"), "{fatal}");
         assert!(filter(None).to_string().contains("info"));
         assert!(
             filter(Some("tgsync=trace"))

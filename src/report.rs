@@ -176,7 +176,7 @@ pub struct Report {
     pub totals: Totals,
     /// Per group, sorted by name.
     pub groups: Vec<GroupReport>,
-    /// Errors not tied to one group (discovery failed, unknown ARN requested, ignored input).
+    /// Errors not tied to one group (discovery failed, an unknown ARN requested).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
     /// Notes about the input (e.g. why an event was ignored).
