@@ -17,6 +17,12 @@ const GROUPS: usize = 1_000;
 const PODS_PER_GROUP: usize = 5;
 const MINUTES: usize = 60;
 
+/// The IP of pod `p` of group `g` (the one formula used to create them).
+fn pod_ip(g: usize, p: usize) -> String {
+    let i = g * PODS_PER_GROUP + p;
+    format!("10.{}.{}.{}", 1 + i / 62_500, (i / 250) % 250, 1 + i % 250)
+}
+
 fn arn(g: usize) -> String {
     format!("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/svc-{g}/{g:016x}")
 }
@@ -36,8 +42,7 @@ async fn main() {
             8080,
         ));
         for p in 0..PODS_PER_GROUP {
-            let i = g * PODS_PER_GROUP + p;
-            let ip = format!("10.{}.{}.{}", 1 + i / 62_500, (i / 250) % 250, 1 + i % 250);
+            let ip = pod_ip(g, p);
             pods.put(
                 PodBuilder::new(&ns, &format!("svc-{g}-{p}"))
                     .label("app", &format!("svc-{g}"))
@@ -74,12 +79,16 @@ async fn main() {
     );
     let drift_at = 30;
     let victim = arn(123);
-    let removed: Target = "10.1.1.104:8080".parse().expect("target");
+    let removed: Target = format!("{}:8080", pod_ip(123, 2)).parse().expect("target");
     let mut found_after = None;
     let mut per_minute = Vec::new();
     for minute in 1..=MINUTES {
         clock.advance(60_000);
         if minute == drift_at {
+            assert!(
+                engine.groups.live_targets(&victim).contains(&removed),
+                "the victim holds {removed}"
+            );
             engine.groups.remove_target(&victim, &removed);
         }
         let before = health(&engine);
