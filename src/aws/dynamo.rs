@@ -56,6 +56,39 @@ impl Debug for DynamoState {
 }
 
 impl DynamoState {
+    /// Writes a single-row record (`Some`), or deletes it (`None`): the backoff and
+    /// checkpoint rows.
+    async fn put_or_delete(
+        &self,
+        pk: &str,
+        sk: &str,
+        item: Option<items::Item>,
+    ) -> Result<(), StateError> {
+        match item {
+            Some(item) => {
+                self.calls.count(PUT_ITEM);
+                self.client
+                    .put_item()
+                    .table_name(self.table.as_ref())
+                    .set_item(Some(item))
+                    .send()
+                    .await
+                    .map_err(|e| self.error(PUT_ITEM, e))?;
+            }
+            None => {
+                self.calls.count(DELETE_ITEM);
+                self.client
+                    .delete_item()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(items::key(pk, sk)))
+                    .send()
+                    .await
+                    .map_err(|e| self.error(DELETE_ITEM, e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The store for `cluster`'s rows in `table_name`. The cluster is part of every key,
     /// so deployments for different clusters can share a table without seeing each
     /// other's ledgers or leases.
@@ -203,29 +236,8 @@ impl StateStore for DynamoState {
         checkpoint: Option<Checkpoint>,
     ) -> Result<(), StateError> {
         let pk = self.pk(group);
-        match checkpoint {
-            Some(c) => {
-                self.calls.count(PUT_ITEM);
-                self.client
-                    .put_item()
-                    .table_name(self.table.as_ref())
-                    .set_item(Some(items::checkpoint_item(&pk, &c)))
-                    .send()
-                    .await
-                    .map_err(|e| self.error(PUT_ITEM, e))?;
-            }
-            None => {
-                self.calls.count(DELETE_ITEM);
-                self.client
-                    .delete_item()
-                    .table_name(self.table.as_ref())
-                    .set_key(Some(items::key(&pk, items::CHECKPOINT_SK)))
-                    .send()
-                    .await
-                    .map_err(|e| self.error(DELETE_ITEM, e))?;
-            }
-        }
-        Ok(())
+        let item = checkpoint.map(|c| items::checkpoint_item(&pk, &c));
+        self.put_or_delete(&pk, items::CHECKPOINT_SK, item).await
     }
 
     async fn set_backoff(
@@ -234,29 +246,8 @@ impl StateStore for DynamoState {
         state: Option<BackoffState>,
     ) -> Result<(), StateError> {
         let pk = self.pk(group);
-        match state {
-            Some(state) => {
-                self.calls.count(PUT_ITEM);
-                self.client
-                    .put_item()
-                    .table_name(self.table.as_ref())
-                    .set_item(Some(items::backoff_item(&pk, &state)))
-                    .send()
-                    .await
-                    .map_err(|e| self.error(PUT_ITEM, e))?;
-            }
-            None => {
-                self.calls.count(DELETE_ITEM);
-                self.client
-                    .delete_item()
-                    .table_name(self.table.as_ref())
-                    .set_key(Some(items::key(&pk, items::BACKOFF_SK)))
-                    .send()
-                    .await
-                    .map_err(|e| self.error(DELETE_ITEM, e))?;
-            }
-        }
-        Ok(())
+        let item = state.map(|b| items::backoff_item(&pk, &b));
+        self.put_or_delete(&pk, items::BACKOFF_SK, item).await
     }
 
     async fn acquire(
