@@ -524,7 +524,8 @@ mod canned {
 
         let log = log.lock().expect("log");
         let attempts = |action: &str| log.iter().filter(|p| p["Action"] == action).count();
-        // Throttling and 5xx: every attempt the SDK allows; access denied: one.
+        // Throttling and 5xx: every attempt allowed (the SDK's for Describe calls, the
+        // adapter's own rate-limited loop for mutations); access denied: one.
         assert_eq!(
             attempts("RegisterTargets"),
             tgsync::aws::MAX_ATTEMPTS as usize

@@ -150,37 +150,77 @@ impl Elbv2TargetGroups {
         Ok(convert::tag_map(out.tag_descriptions()))
     }
 
-    /// One mutating call per chunk of at most [`MAX_TARGETS_PER_CALL`] targets, each
-    /// after waiting for the shared limiter.
+    /// One mutating call per chunk of at most [`MAX_TARGETS_PER_CALL`] targets. Every
+    /// attempt, retries included, waits for the shared limiter: the SDK's own retries are
+    /// off for these calls (they would skip the limiter exactly when ELBv2 is throttling),
+    /// and throttling, 5xx and transport failures are retried here, up to
+    /// [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS), with exponential backoff and full jitter.
     async fn mutate(&self, kind: Mutation, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
         for chunk in targets.chunks(MAX_TARGETS_PER_CALL) {
             let descriptions: Vec<TargetDescription> =
                 chunk.iter().map(convert::description).collect();
-            self.limiter.until_ready().await;
             let operation = kind.operation();
+            // Counted once per call, like every other operation (attempts are not calls).
             self.calls.count(operation);
-            match kind {
-                Mutation::Register => self
-                    .client
-                    .register_targets()
-                    .target_group_arn(arn)
-                    .set_targets(Some(descriptions))
-                    .send()
-                    .await
-                    .map(drop)
-                    .map_err(|e| elb_error(operation, Some(arn), e))?,
-                Mutation::Deregister => self
-                    .client
-                    .deregister_targets()
-                    .target_group_arn(arn)
-                    .set_targets(Some(descriptions))
-                    .send()
-                    .await
-                    .map(drop)
-                    .map_err(|e| elb_error(operation, Some(arn), e))?,
+            let mut attempt = 0u32;
+            loop {
+                attempt += 1;
+                self.limiter.until_ready().await;
+                let no_retry = aws_sdk_elasticloadbalancingv2::config::Builder::default()
+                    .retry_config(aws_config::retry::RetryConfig::disabled());
+                let (retry, error) = match kind {
+                    Mutation::Register => match self
+                        .client
+                        .register_targets()
+                        .target_group_arn(arn)
+                        .set_targets(Some(descriptions.clone()))
+                        .customize()
+                        .config_override(no_retry)
+                        .send()
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) => (retryable(&e), elb_error(operation, Some(arn), e)),
+                    },
+                    Mutation::Deregister => match self
+                        .client
+                        .deregister_targets()
+                        .target_group_arn(arn)
+                        .set_targets(Some(descriptions.clone()))
+                        .customize()
+                        .config_override(no_retry)
+                        .send()
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) => (retryable(&e), elb_error(operation, Some(arn), e)),
+                    },
+                };
+                if !retry || attempt >= super::MAX_ATTEMPTS {
+                    return Err(error);
+                }
+                let ceiling_ms = 100u64.saturating_mul(1 << (attempt - 1).min(6)).min(5_000);
+                tokio::time::sleep(std::time::Duration::from_millis(fastrand::u64(
+                    0..=ceiling_ms,
+                )))
+                .await;
             }
         }
         Ok(())
+    }
+}
+
+/// Whether a failed call is worth another attempt: throttling, a 5xx, a timeout or a
+/// transport failure (what the SDK's standard retry classifier retries).
+fn retryable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    match err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(ctx) => {
+            ctx.raw().status().as_u16() >= 500 || ctx.err().code().is_some_and(is_throttling_code)
+        }
+        _ => false,
     }
 }
 

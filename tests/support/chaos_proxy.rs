@@ -1,0 +1,912 @@
+//! A fault-injecting HTTP/1.1 proxy in front of moto's server, for the throttling tests
+//! and benchmark.
+//!
+//! The proxy listens on `127.0.0.1:0`. For a configurable share of the requests to ELBv2
+//! (query protocol, operation in the form body's `Action=`) and DynamoDB (JSON protocol,
+//! operation in `X-Amz-Target: DynamoDB_20120810.<Op>`) it answers itself instead of
+//! forwarding, alternately with the service's real throttling error (HTTP 400) and its
+//! real internal error (HTTP 500) — the shapes and codes the AWS SDK's retry classifiers
+//! recognise (`Throttling` / `ThrottlingException` are in the SDK's throttling-code list,
+//! 500 is a transient status). Everything else (other services, and the requests that are
+//! not faulted) is forwarded to moto unchanged. A faulted request never reaches moto, so
+//! a retry is always safe.
+//!
+//! Every request is recorded: when it arrived, service, operation, the SDK's attempt
+//! number (`amz-sdk-request: attempt=N`) and what the proxy did with it.
+//!
+//! The fault decisions are drawn from a seeded generator in arrival order, so the
+//! sequence of decisions is reproducible; which request gets which decision still
+//! depends on how concurrent requests interleave.
+//!
+//! The service of a request is read from its SigV4 credential scope
+//! (`Credential=AKID/date/region/<service>/aws4_request`), as moto itself routes.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// The service a request was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Service {
+    /// Elastic Load Balancing v2 (signing name `elasticloadbalancing`).
+    Elbv2,
+    /// DynamoDB (signing name `dynamodb`).
+    DynamoDb,
+    /// Anything else (EKS, STS, EC2…): always forwarded.
+    Other,
+}
+
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Elbv2 => "elasticloadbalancing",
+            Self::DynamoDb => "dynamodb",
+            Self::Other => "other",
+        })
+    }
+}
+
+/// What the proxy did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fate {
+    /// Sent to moto; moto's answer relayed.
+    Forwarded,
+    /// Answered by the proxy with the service's throttling error (HTTP 400).
+    Throttled,
+    /// Answered by the proxy with the service's internal error (HTTP 500).
+    ServerError,
+}
+
+impl Fate {
+    /// Whether the proxy answered itself.
+    pub fn injected(self) -> bool {
+        self != Self::Forwarded
+    }
+}
+
+/// One request the proxy received.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// When its head had been read.
+    pub at: Instant,
+    /// Its service.
+    pub service: Service,
+    /// Its operation (`RegisterTargets`, `PutItem`, …; `METHOD /path` for others).
+    pub operation: String,
+    /// The SDK's attempt number from `amz-sdk-request` (1 = first attempt), if sent.
+    pub attempt: Option<u32>,
+    /// The SDK's `amz-sdk-invocation-id`: the same for every attempt of one call.
+    pub invocation: Option<String>,
+    /// The request body (lossy UTF-8, at most 4 KiB), for diagnostics.
+    pub body: String,
+    /// What the proxy did with it.
+    pub fate: Fate,
+    /// The status answered (moto's when forwarded); `None` until answered.
+    pub status: Option<u16>,
+    /// Time from arrival until the answer was written back.
+    pub answered_after: Option<Duration>,
+    /// Whether the answer reached the client (false: the client had hung up — an
+    /// attempt timeout — so the SDK never saw it).
+    pub delivered: bool,
+}
+
+/// Fault settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Chaos {
+    /// Share (0.0–1.0) of ELBv2 and DynamoDB requests answered with a fault.
+    pub fault_share: f64,
+    /// Seed of the fault decisions.
+    pub seed: u64,
+}
+
+/// The fault decisions: a seeded roll per request, faults alternating between
+/// throttling and internal errors so exactly half of them are each.
+struct Decider {
+    rng: fastrand::Rng,
+    share: f64,
+    injected: u64,
+}
+
+impl Decider {
+    fn decide(&mut self, service: Service) -> Fate {
+        if service == Service::Other || self.rng.f64() >= self.share {
+            return Fate::Forwarded;
+        }
+        self.injected += 1;
+        if self.injected % 2 == 1 {
+            Fate::Throttled
+        } else {
+            Fate::ServerError
+        }
+    }
+}
+
+struct Shared {
+    /// moto's `host:port`.
+    upstream: String,
+    decider: Mutex<Decider>,
+    log: Mutex<Vec<Record>>,
+    request_ids: std::sync::atomic::AtomicU64,
+}
+
+/// The running proxy; stops accepting when dropped.
+pub struct ChaosProxy {
+    url: String,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for ChaosProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl ChaosProxy {
+    /// Starts a proxy in front of `upstream` (`http://host:port`, moto's endpoint).
+    pub async fn start(upstream: &str, chaos: Chaos) -> Self {
+        let upstream = upstream
+            .strip_prefix("http://")
+            .expect("upstream is http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the chaos proxy");
+        let url = format!(
+            "http://{}",
+            listener.local_addr().expect("proxy has an address")
+        );
+        let shared = Arc::new(Shared {
+            upstream,
+            decider: Mutex::new(Decider {
+                rng: fastrand::Rng::with_seed(chaos.seed),
+                share: chaos.fault_share,
+                injected: 0,
+            }),
+            log: Mutex::new(Vec::new()),
+            request_ids: std::sync::atomic::AtomicU64::new(0),
+        });
+        let accept = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(serve(shared.clone(), stream));
+                }
+            }
+        });
+        Self {
+            url,
+            shared,
+            accept,
+        }
+    }
+
+    /// The proxy's base URL, for an SDK config's `endpoint_url`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Changes the share of faulted requests from now on (0.0 turns faults off).
+    pub fn set_fault_share(&self, share: f64) {
+        lock(&self.shared.decider).share = share;
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn records(&self) -> Vec<Record> {
+        lock(&self.shared.log).clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An HTTP/1.1 message as read off the wire (body de-chunked).
+struct Message {
+    start: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Message {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn wants_close(&self) -> bool {
+        self.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+            || self.start.ends_with("HTTP/1.0")
+    }
+}
+
+/// Headers that belong to one hop, or that the proxy recomputes.
+const HOP_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+];
+
+/// Reads one message; `None` at a clean end of stream before a start line.
+async fn read_message<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    response: bool,
+) -> io::Result<Option<Message>> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).await? == 0 {
+            return Ok(None);
+        }
+        if !line.trim().is_empty() {
+            break;
+        }
+    }
+    let start = line.trim_end().to_owned();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "headers cut short",
+            ));
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+    let mut msg = Message {
+        start,
+        headers,
+        body: Vec::new(),
+    };
+    let status = if response {
+        msg.start
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+    } else {
+        None
+    };
+    if matches!(status, Some(100..=199 | 204 | 304)) {
+        return Ok(Some(msg));
+    }
+    if msg
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+    {
+        loop {
+            line.clear();
+            r.read_line(&mut line).await?;
+            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or("0"), 16)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if size == 0 {
+                // Trailers until the empty line.
+                loop {
+                    line.clear();
+                    if r.read_line(&mut line).await? == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            let at = msg.body.len();
+            msg.body.resize(at + size, 0);
+            r.read_exact(&mut msg.body[at..]).await?;
+            line.clear();
+            r.read_line(&mut line).await?;
+        }
+    } else if let Some(len) = msg.header("content-length") {
+        let len: usize = len
+            .parse()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        msg.body.resize(len, 0);
+        r.read_exact(&mut msg.body).await?;
+    } else if response {
+        r.read_to_end(&mut msg.body).await?;
+    }
+    Ok(Some(msg))
+}
+
+/// Serves one client connection (keep-alive: many requests in sequence).
+async fn serve(shared: Arc<Shared>, stream: TcpStream) {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    while let Ok(Some(request)) = read_message(&mut read, false).await {
+        let at = Instant::now();
+        let (service, operation) = classify(&request);
+        let fate = lock(&shared.decider).decide(service);
+        let attempt = request.header("amz-sdk-request").and_then(attempt_number);
+        let invocation = request.header("amz-sdk-invocation-id").map(str::to_owned);
+        let index = {
+            let mut log = lock(&shared.log);
+            log.push(Record {
+                at,
+                service,
+                operation,
+                attempt,
+                invocation,
+                body: String::from_utf8_lossy(&request.body[..request.body.len().min(4096)])
+                    .into_owned(),
+                fate,
+                status: None,
+                answered_after: None,
+                delivered: false,
+            });
+            log.len() - 1
+        };
+        let (status, headers, body) = match fate {
+            Fate::Forwarded => match forward(&shared.upstream, &request).await {
+                Ok(response) => {
+                    let status = response
+                        .start
+                        .split_once(' ')
+                        .map_or("502 Bad Gateway", |(_, s)| s)
+                        .to_owned();
+                    (status, response.headers, response.body)
+                }
+                Err(e) => (
+                    "502 Bad Gateway".to_owned(),
+                    vec![("Content-Type".to_owned(), "text/plain".to_owned())],
+                    format!("chaos proxy: moto unreachable: {e}").into_bytes(),
+                ),
+            },
+            fault => {
+                let id = shared
+                    .request_ids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                fault_response(
+                    service,
+                    fault,
+                    &format!("c4a05000-0000-4000-8000-{id:012x}"),
+                )
+            }
+        };
+        let close = request.wants_close();
+        let mut out = format!("HTTP/1.1 {status}\r\n");
+        for (k, v) in &headers {
+            if !HOP_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
+                out.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        out.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        if close {
+            out.push_str("Connection: close\r\n");
+        }
+        out.push_str("\r\n");
+        let mut bytes = out.into_bytes();
+        bytes.extend_from_slice(&body);
+        let delivered = write.write_all(&bytes).await.is_ok();
+        if let Some(record) = lock(&shared.log).get_mut(index) {
+            record.status = status
+                .split_whitespace()
+                .next()
+                .and_then(|s| s.parse().ok());
+            record.answered_after = Some(at.elapsed());
+            record.delivered = delivered;
+        }
+        if !delivered || close {
+            break;
+        }
+    }
+}
+
+/// Sends `request` to moto on a fresh connection and reads the whole answer.
+async fn forward(upstream: &str, request: &Message) -> io::Result<Message> {
+    let mut conn = TcpStream::connect(upstream).await?;
+    conn.set_nodelay(true)?;
+    let mut head = format!("{}\r\n", request.start);
+    for (k, v) in &request.headers {
+        if !HOP_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        request.body.len()
+    ));
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&request.body);
+    conn.write_all(&bytes).await?;
+    let mut reader = BufReader::new(conn);
+    read_message(&mut reader, true).await?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "moto closed without answering",
+        )
+    })
+}
+
+/// The service (from the SigV4 credential scope, or DynamoDB's target header) and the
+/// operation of a request.
+fn classify(request: &Message) -> (Service, String) {
+    let scope_service = request
+        .header("authorization")
+        .and_then(|a| a.split("Credential=").nth(1))
+        .and_then(|c| c.split(',').next())
+        .and_then(|c| c.split('/').nth(3))
+        .map(str::to_owned);
+    let target = request.header("x-amz-target");
+    let service = match (scope_service.as_deref(), target) {
+        (Some("elasticloadbalancing"), _) => Service::Elbv2,
+        (Some("dynamodb"), _) => Service::DynamoDb,
+        (None, Some(t)) if t.starts_with("DynamoDB_") => Service::DynamoDb,
+        _ => Service::Other,
+    };
+    let operation = if let Some(op) = target.and_then(|t| t.rsplit_once('.')).map(|(_, op)| op) {
+        op.to_owned()
+    } else if let Some(action) = form_action(&request.body) {
+        action
+    } else {
+        let mut parts = request.start.split_whitespace();
+        let method = parts.next().unwrap_or("?");
+        let path = parts.next().unwrap_or("?");
+        format!("{method} {}", path.split('?').next().unwrap_or(path))
+    };
+    (service, operation)
+}
+
+/// `Action` of a form-encoded query-protocol body.
+fn form_action(body: &[u8]) -> Option<String> {
+    std::str::from_utf8(body)
+        .ok()?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("Action="))
+        .map(str::to_owned)
+}
+
+/// `N` of `amz-sdk-request: attempt=N; max=M`.
+fn attempt_number(value: &str) -> Option<u32> {
+    value
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("attempt="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// The service's own error answer for an injected fault.
+fn fault_response(
+    service: Service,
+    fate: Fate,
+    request_id: &str,
+) -> (String, Vec<(String, String)>, Vec<u8>) {
+    let (status, content_type, body) = match (service, fate) {
+        (Service::Elbv2, Fate::Throttled) => (
+            "400 Bad Request",
+            "text/xml",
+            elbv2_error("Sender", "Throttling", "Rate exceeded", request_id),
+        ),
+        (Service::Elbv2, _) => (
+            "500 Internal Server Error",
+            "text/xml",
+            elbv2_error(
+                "Receiver",
+                "InternalFailure",
+                "The request processing has failed because of an unknown error, exception or failure.",
+                request_id,
+            ),
+        ),
+        (_, Fate::Throttled) => (
+            "400 Bad Request",
+            "application/x-amz-json-1.0",
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#.to_owned(),
+        ),
+        (_, _) => (
+            "500 Internal Server Error",
+            "application/x-amz-json-1.0",
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}"#.to_owned(),
+        ),
+    };
+    (
+        status.to_owned(),
+        vec![
+            ("Content-Type".to_owned(), content_type.to_owned()),
+            ("x-amzn-RequestId".to_owned(), request_id.to_owned()),
+        ],
+        body.into_bytes(),
+    )
+}
+
+fn elbv2_error(kind: &str, code: &str, message: &str, request_id: &str) -> String {
+    format!(
+        "<ErrorResponse xmlns=\"http://elasticloadbalancing.amazonaws.com/doc/2015-12-01/\">\
+         <Error><Type>{kind}</Type><Code>{code}</Code><Message>{message}</Message></Error>\
+         <RequestId>{request_id}</RequestId></ErrorResponse>"
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading the log.
+
+/// Requests per (service, operation): forwarded, throttled, 500.
+pub fn tally(records: &[Record]) -> BTreeMap<(Service, String), [u64; 3]> {
+    let mut out: BTreeMap<(Service, String), [u64; 3]> = BTreeMap::new();
+    for r in records {
+        let slot = match r.fate {
+            Fate::Forwarded => 0,
+            Fate::Throttled => 1,
+            Fate::ServerError => 2,
+        };
+        out.entry((r.service, r.operation.clone())).or_default()[slot] += 1;
+    }
+    out
+}
+
+/// How the calls (one SDK invocation each, all its attempts) in `records` ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallEnds {
+    /// Calls whose last attempt was forwarded and answered 2xx by moto.
+    pub succeeded: usize,
+    /// Calls whose last attempt was forwarded and answered with an error by moto
+    /// (e.g. a conditional check failing, which is part of the protocol).
+    pub moto_errors: usize,
+    /// Calls whose every attempt was faulted, `max_attempts` of them: the SDK gave up.
+    pub exhausted: usize,
+    /// Calls whose last attempt was faulted after fewer than `max_attempts`: the SDK
+    /// stopped retrying early (retry quota, classification), or the call is in flight.
+    pub stopped_early: Vec<(String, u32)>,
+    /// Attempts that moto answered but that the SDK retried anyway (the answer came
+    /// after the attempt timeout, or was a retryable error): operation, status, time.
+    pub retried_after_forwarding: Vec<(String, Option<u16>, Option<Duration>)>,
+}
+
+/// Groups the records by SDK invocation id and says how each call ended.
+pub fn call_ends(records: &[Record], max_attempts: u32) -> CallEnds {
+    let mut calls: BTreeMap<&str, Vec<&Record>> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.service != Service::Other) {
+        if let Some(id) = r.invocation.as_deref() {
+            calls.entry(id).or_default().push(r);
+        }
+    }
+    let mut ends = CallEnds::default();
+    for attempts in calls.into_values() {
+        let Some(last) = attempts.last() else {
+            continue;
+        };
+        for r in &attempts[..attempts.len() - 1] {
+            if r.fate == Fate::Forwarded {
+                ends.retried_after_forwarding.push((
+                    r.operation.clone(),
+                    r.status,
+                    r.answered_after,
+                ));
+            }
+        }
+        match last.fate {
+            Fate::Forwarded if last.status.is_some_and(|s| (200..300).contains(&s)) => {
+                ends.succeeded += 1
+            }
+            Fate::Forwarded => ends.moto_errors += 1,
+            _ if attempts.len() as u32 >= max_attempts => ends.exhausted += 1,
+            _ => ends
+                .stopped_early
+                .push((last.operation.clone(), attempts.len() as u32)),
+        }
+    }
+    ends
+}
+
+/// Whether a record is a RegisterTargets or DeregisterTargets attempt.
+pub fn is_mutation(r: &Record) -> bool {
+    r.service == Service::Elbv2
+        && matches!(
+            r.operation.as_str(),
+            "RegisterTargets" | "DeregisterTargets"
+        )
+}
+
+/// Arrival times (sorted) of the RegisterTargets / DeregisterTargets attempts in
+/// `records`: every attempt, or only first attempts (the ones that waited on the
+/// client's limiter; SDK retries carry `attempt=2` and up).
+pub fn mutation_times(records: &[Record], first_attempts_only: bool) -> Vec<Instant> {
+    let mut times: Vec<Instant> = records
+        .iter()
+        .filter(|r| is_mutation(r))
+        .filter(|r| !first_attempts_only || r.attempt.is_none_or(|a| a <= 1))
+        .map(|r| r.at)
+        .collect();
+    times.sort();
+    times
+}
+
+/// A window in which more requests arrived than a token bucket allows.
+#[derive(Debug, Clone)]
+pub struct Excess {
+    /// Requests in the window (first and last included).
+    pub count: usize,
+    /// What the bucket allows in it: `burst + per_second × (length + slack)`.
+    pub allowed: f64,
+    /// Length of the window (first to last request).
+    pub length: Duration,
+    /// Offset of the window's first request from the first request of all.
+    pub from: Duration,
+}
+
+/// The worst window (most requests over the bound) among `times` (sorted) against a
+/// token bucket of `per_second` and `burst`, with `slack` added to every window's length
+/// for the transit time jitter between the client's limiter and the proxy; `None` when
+/// every window is within the bound.
+pub fn worst_excess(
+    times: &[Instant],
+    per_second: f64,
+    burst: f64,
+    slack: Duration,
+) -> Option<Excess> {
+    let mut worst: Option<Excess> = None;
+    for (i, &first) in times.iter().enumerate() {
+        for (j, &last) in times.iter().enumerate().skip(i) {
+            let length = last - first;
+            let count = j - i + 1;
+            let allowed = burst + per_second * (length + slack).as_secs_f64();
+            let over = count as f64 - allowed;
+            if over > 0.0
+                && worst
+                    .as_ref()
+                    .is_none_or(|w| over > w.count as f64 - w.allowed)
+            {
+                worst = Some(Excess {
+                    count,
+                    allowed,
+                    length,
+                    from: first - times[0],
+                });
+            }
+        }
+    }
+    worst
+}
+
+/// The most requests among `times` (sorted) in any window of `window` (both ends
+/// included).
+pub fn max_in_window(times: &[Instant], window: Duration) -> usize {
+    let mut best = 0;
+    let mut start = 0;
+    for (end, &at) in times.iter().enumerate() {
+        while at - times[start] > window {
+            start += 1;
+        }
+        best = best.max(end - start + 1);
+    }
+    best
+}
+
+// ---------------------------------------------------------------------------------------
+// An engine whose AWS calls go through the proxy.
+
+/// tgsync's SDK configuration (retries, timeouts) pointed at the proxy.
+pub async fn sdk_config(proxy: &ChaosProxy) -> aws_config::SdkConfig {
+    crate::moto::sdk_config_for(proxy.url()).await
+}
+
+/// The production adapters as `world::build_engine` wires them, but with the ELBv2,
+/// DynamoDB and EKS clients on `sdk` (the proxy) and the ELBv2 mutations held to
+/// `rate`. The EKS token still names moto's STS host, which the emulator checks.
+pub fn engine(
+    world: &crate::world::World,
+    sdk: &aws_config::SdkConfig,
+    rate: tgsync::aws::MutationRate,
+) -> crate::world::LiveEngine {
+    use tgsync::aws::{DynamoState, Elbv2TargetGroups};
+    use tgsync::eks::{ClusterAccess, KubePods, Overrides};
+
+    let access = ClusterAccess::new(
+        world.cluster.as_str(),
+        aws_sdk_eks::Client::new(sdk),
+        crate::world::Creds::default().provider(),
+        crate::moto::REGION,
+        url::Url::parse(crate::moto::endpoint()).expect("moto URL"),
+        Overrides {
+            endpoint: Some(url::Url::parse(world.emulator.url()).expect("emulator URL")),
+            ca_pem: world.emulator.ca_pem().map(|p| p.as_bytes().to_vec()),
+        },
+    );
+    let pods = KubePods::new(Arc::new(access)).with_page_size(100);
+    let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate);
+    let state = DynamoState::from_sdk_config(sdk, world.table.as_str(), world.cluster.as_str());
+    tgsync::reconcile::Engine::new(
+        world.cluster.as_str(),
+        pods,
+        groups,
+        state,
+        Arc::new(world.clock.clone()),
+    )
+    .with_seed(1)
+}
+
+// ---------------------------------------------------------------------------------------
+// The throttling scenario, shared by tests/throttling.rs and benches/throttling.rs.
+
+/// One bound group of a [`Fleet`] and what it must end up holding.
+#[derive(Debug, Clone)]
+pub struct FleetGroup {
+    /// The target group.
+    pub arn: String,
+    /// `ip:port` of its ready pods, sorted.
+    pub desired: Vec<String>,
+    /// Targets registered by hand (must survive), sorted.
+    pub foreign: Vec<String>,
+    /// Targets tgsync registered for pods since deleted (must be deregistered).
+    pub stale: Vec<String>,
+}
+
+/// How far a fleet is from its goal.
+#[derive(Debug, Default)]
+pub struct FleetCheck {
+    /// Groups whose targets or ledger differ from the goal, described.
+    pub diverged: Vec<String>,
+    /// Hand-registered targets no longer in their group.
+    pub foreign_lost: Vec<String>,
+}
+
+/// A world with `groups` bound IP target groups in 4 namespaces, `pods` ready pods
+/// each, a foreign (hand-registered) target in every 4th group, and an owned target of a
+/// deleted pod in every 5th group — whose engine talks to AWS through a [`ChaosProxy`].
+pub struct Fleet {
+    /// The world (its `engine` goes through the proxy).
+    pub world: crate::world::World,
+    /// The proxy.
+    pub proxy: ChaosProxy,
+    /// The groups and their goals.
+    pub groups: Vec<FleetGroup>,
+}
+
+impl Fleet {
+    /// Builds the fleet. Setup (groups, the stale targets, the foreign targets) goes to
+    /// moto directly, without faults; only the engine built last uses the proxy.
+    pub async fn build(
+        groups: usize,
+        pods: usize,
+        chaos: Chaos,
+        rate: tgsync::aws::MutationRate,
+    ) -> Self {
+        use tgsync::testkit::PodBuilder;
+
+        let mut world = crate::world::World::new().await;
+        let port = 8080;
+        let mut fleet_groups = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let ns = format!("ns-{}", g % 4);
+            let arn = world.group(&ns, &format!("app=svc-{g}"), port, &[]).await;
+            let ip = |net: usize, host: usize| format!("10.{}.{}.{}", net + g / 250, g % 250, host);
+            let desired: Vec<String> = (0..pods)
+                .map(|p| format!("{}:{port}", ip(20, p + 1)))
+                .collect();
+            let stale = if g % 5 == 0 {
+                vec![format!("{}:{port}", ip(30, 1))]
+            } else {
+                vec![]
+            };
+            let foreign = if g % 4 == 1 {
+                vec![format!("{}:{port}", ip(40, 1))]
+            } else {
+                vec![]
+            };
+            fleet_groups.push((
+                ns,
+                g,
+                FleetGroup {
+                    arn,
+                    desired,
+                    foreign,
+                    stale,
+                },
+            ));
+        }
+        // Owned targets of pods that are then deleted: registered by a fault-free run.
+        for (ns, g, group) in &fleet_groups {
+            for (i, stale) in group.stale.iter().enumerate() {
+                let ip = stale.split(':').next().unwrap_or_default();
+                world.put_pod(
+                    PodBuilder::new(ns, &format!("stale-{g}-{i}"))
+                        .label("app", &format!("svc-{g}"))
+                        .ip(ip)
+                        .build(),
+                );
+            }
+        }
+        let setup = world.resync().await;
+        assert_eq!(
+            setup.totals.registered,
+            fleet_groups
+                .iter()
+                .map(|(_, _, fg)| fg.stale.len())
+                .sum::<usize>(),
+            "setup run: {:#?}",
+            setup.errors
+        );
+        for (ns, g, group) in &fleet_groups {
+            for i in 0..group.stale.len() {
+                world
+                    .emulator
+                    .store()
+                    .delete_pod(ns, &format!("stale-{g}-{i}"));
+            }
+            for target in &group.foreign {
+                let (ip, port) = target.split_once(':').unwrap_or_default();
+                world
+                    .register_by_hand(&group.arn, ip, port.parse().unwrap_or_default())
+                    .await;
+            }
+            for (p, target) in group.desired.iter().enumerate() {
+                let ip = target.split(':').next().unwrap_or_default();
+                world.put_pod(
+                    PodBuilder::new(ns, &format!("svc-{g}-{p}"))
+                        .label("app", &format!("svc-{g}"))
+                        .ip(ip)
+                        .build(),
+                );
+            }
+        }
+        let proxy = ChaosProxy::start(crate::moto::endpoint(), chaos).await;
+        let sdk = sdk_config(&proxy).await;
+        world.engine = engine(&world, &sdk, rate);
+        Self {
+            world,
+            proxy,
+            groups: fleet_groups.into_iter().map(|(_, _, fg)| fg).collect(),
+        }
+    }
+
+    /// Compares every group's targets and ledger (read straight from moto) with its goal.
+    pub async fn check(&self) -> FleetCheck {
+        let mut check = FleetCheck::default();
+        for g in &self.groups {
+            let targets = self.world.targets(&g.arn).await;
+            let ledger = self.world.ledger(&g.arn).await;
+            let mut want: Vec<String> = g.desired.iter().chain(&g.foreign).cloned().collect();
+            want.sort();
+            let mut desired = g.desired.clone();
+            desired.sort();
+            for f in &g.foreign {
+                if !targets.contains(f) {
+                    check.foreign_lost.push(format!("{f} in {}", g.arn));
+                }
+            }
+            if targets != want || ledger != desired {
+                check.diverged.push(format!(
+                    "{}: targets {targets:?} (want {want:?}), ledger {ledger:?} (want {desired:?})",
+                    g.arn
+                ));
+            }
+        }
+        check
+    }
+
+    /// Moves the world's clock past every backoff the report announced, and at least a
+    /// minute (the schedule's interval).
+    pub fn advance_past_backoff(&self, report: &tgsync::report::Report) {
+        let now = tgsync::clock::Clock::now(&self.world.clock).0;
+        let until = report
+            .groups
+            .iter()
+            .filter_map(|g| g.next_attempt_at)
+            .map(|t| t.0)
+            .max()
+            .unwrap_or(0);
+        self.world
+            .clock
+            .advance(60_000u64.max(until.saturating_sub(now) + 1));
+    }
+}
