@@ -236,9 +236,9 @@ async fn wait_for_stop() {
 async fn run(options: Options) -> Result<(), String> {
     let store = Store::new();
     if let Some(path) = &options.seed {
-        for pod in read_seed(path)? {
-            store.put_pod(pod).map_err(|e| format!("seed: {e}"))?;
-        }
+        store
+            .put_pods(read_seed(path)?)
+            .map_err(|e| format!("seed: {e}"))?;
     }
     let mut config = EmulatorConfig::new(options.cluster_name);
     config.tls = options.tls;

@@ -101,6 +101,33 @@ fn key_of(pod: &Pod) -> Option<PodKey> {
     Some((namespace, name))
 }
 
+/// A replaced pod keeps its `uid` and `creationTimestamp` unless the new one sets them.
+fn keep_identity(pod: &mut Pod, old: Option<&Pod>) {
+    let Some(old) = old else { return };
+    if pod.metadata.uid.is_none() {
+        pod.metadata.uid.clone_from(&old.metadata.uid);
+    }
+    if pod.metadata.creation_timestamp.is_none() {
+        pod.metadata
+            .creation_timestamp
+            .clone_from(&old.metadata.creation_timestamp);
+    }
+}
+
+/// Sets what the apiserver owns on a write: name and namespace from the key, a new
+/// `uid` and `creationTimestamp` when missing, and the write's resourceVersion.
+fn stamp(pod: &mut Pod, (namespace, name): &PodKey, revision: u64) {
+    pod.metadata.name = Some(name.clone());
+    pod.metadata.namespace = Some(namespace.clone());
+    if pod.metadata.uid.is_none() {
+        pod.metadata.uid = Some(new_uid());
+    }
+    if pod.metadata.creation_timestamp.is_none() {
+        pod.metadata.creation_timestamp = Some(clock::k8s_now());
+    }
+    pod.metadata.resource_version = Some(revision.to_string());
+}
+
 /// A random RFC 4122 version-4 UUID, the form the apiserver uses for `uid`.
 pub(crate) fn new_uid() -> String {
     let mut bytes = [0u8; 16];
@@ -150,22 +177,36 @@ impl Store {
         let (namespace, name) = key_of(&pod).ok_or(StoreError::MissingName)?;
         let stored = self.modify(&namespace, &name, |old| {
             let mut pod = pod;
-            if let Some(old) = old {
-                if pod.metadata.uid.is_none() {
-                    pod.metadata.uid.clone_from(&old.metadata.uid);
-                }
-                if pod.metadata.creation_timestamp.is_none() {
-                    pod.metadata
-                        .creation_timestamp
-                        .clone_from(&old.metadata.creation_timestamp);
-                }
-            }
+            keep_identity(&mut pod, old);
             Ok::<_, std::convert::Infallible>(Change::Put(Box::new(pod)))
         });
         match stored {
             Ok(Some(pod)) => Ok(pod),
             Ok(None) | Err(_) => Err(StoreError::MissingName),
         }
+    }
+
+    /// Stores many pods in one write, like one etcd transaction: a single new
+    /// resourceVersion shared by every pod and a single snapshot (seeding a large
+    /// cluster pod by pod copies the whole map per pod). Identity is kept as by
+    /// `put_pod`. Nothing is stored if any pod has no name. Returns how many were.
+    pub fn put_pods(&self, pods: impl IntoIterator<Item = Pod>) -> Result<usize, StoreError> {
+        let pods: Vec<Pod> = pods.into_iter().collect();
+        let keys = pods
+            .iter()
+            .map(|pod| key_of(pod).ok_or(StoreError::MissingName))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut inner = self.lock();
+        let mut next = BTreeMap::clone(&inner.current);
+        let count = pods.len();
+        inner.revision += 1;
+        for (mut pod, key) in pods.into_iter().zip(keys) {
+            keep_identity(&mut pod, next.get(&key).map(|p| &**p));
+            stamp(&mut pod, &key, inner.revision);
+            next.insert(key, Arc::new(pod));
+        }
+        inner.commit(next);
+        Ok(count)
     }
 
     /// The pod `namespace/name`, if present.
@@ -321,15 +362,7 @@ impl Store {
             }
             Change::Put(mut pod) => {
                 inner.revision += 1;
-                pod.metadata.name = Some(name.to_owned());
-                pod.metadata.namespace = Some(namespace.to_owned());
-                if pod.metadata.uid.is_none() {
-                    pod.metadata.uid = Some(new_uid());
-                }
-                if pod.metadata.creation_timestamp.is_none() {
-                    pod.metadata.creation_timestamp = Some(clock::k8s_now());
-                }
-                pod.metadata.resource_version = Some(inner.revision.to_string());
+                stamp(&mut pod, &key, inner.revision);
                 let mut next = BTreeMap::clone(&inner.current);
                 next.insert(key, Arc::new(Pod::clone(&pod)));
                 inner.commit(next);
@@ -412,5 +445,33 @@ mod tests {
         let rv = store.resource_version();
         assert!(store.snapshot_at(rv - 1).is_ok());
         assert_eq!(store.snapshot_at(rv - 2), Err(SnapshotError::Compacted));
+    }
+
+    #[test]
+    fn bulk_put_is_one_write() {
+        let store = Store::new();
+        let first = store.put_pod(pod("default", "a")).unwrap();
+        let rv = store.resource_version();
+        let uid = first.metadata.uid.clone().unwrap();
+        let stored = store
+            .put_pods([pod("default", "a"), pod("ns", "b"), pod("ns", "c")])
+            .unwrap();
+        assert_eq!(stored, 3);
+        assert_eq!(store.resource_version(), rv + 1);
+        let a = store.get_pod("default", "a").unwrap();
+        assert_eq!(a.metadata.uid.as_deref(), Some(uid.as_str()));
+        for (ns, name) in [("default", "a"), ("ns", "b"), ("ns", "c")] {
+            let p = store.get_pod(ns, name).unwrap();
+            assert_eq!(p.metadata.resource_version, Some((rv + 1).to_string()));
+        }
+        assert_eq!(store.snapshot_at(rv).unwrap().len(), 1);
+        assert_eq!(store.snapshot_at(rv + 1).unwrap().len(), 3);
+        // All or nothing.
+        assert_eq!(
+            store.put_pods([pod("ns", "d"), Pod::default()]),
+            Err(StoreError::MissingName)
+        );
+        assert!(store.get_pod("ns", "d").is_none());
+        assert_eq!(store.resource_version(), rv + 1);
     }
 }
