@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::clock::ManualClock;
 use crate::core::{BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target, UnixMillis};
 use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
@@ -53,6 +54,7 @@ pub struct FakePods {
     pods: Mutex<BTreeMap<(String, String), Pod>>,
     fail: AtomicBool,
     lists: AtomicU64,
+    slow_list: Mutex<Option<(ManualClock, u64)>>,
 }
 
 impl FakePods {
@@ -86,6 +88,12 @@ impl FakePods {
     pub fn list_calls(&self) -> u64 {
         self.lists.load(Ordering::SeqCst)
     }
+
+    /// Makes every LIST take `ms` on `clock` (a slow API server), to test what the
+    /// engine does when time runs out between its leases and its group passes.
+    pub fn slow_lists(&self, clock: &ManualClock, ms: u64) {
+        *lock(&self.slow_list) = Some((clock.clone(), ms));
+    }
 }
 
 impl PodSource for FakePods {
@@ -95,6 +103,9 @@ impl PodSource for FakePods {
         selector: Option<&Selector>,
     ) -> Result<Vec<PodFacts>, PodsError> {
         self.lists.fetch_add(1, Ordering::SeqCst);
+        if let Some((clock, ms)) = lock(&self.slow_list).as_ref() {
+            clock.advance(*ms);
+        }
         if self.fail.load(Ordering::SeqCst) {
             return Err(PodsError::List {
                 namespace: namespace.to_owned(),

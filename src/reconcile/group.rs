@@ -29,6 +29,9 @@ pub(super) enum Prepared {
     Held(Held),
 }
 
+/// The report's word for a group left to the next run.
+const DEFERRED: &str = "the invocation is near its deadline; the next run reconciles this group";
+
 /// Why a pass stopped.
 enum PassError {
     /// The group could not be reconciled; it backs off.
@@ -52,10 +55,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             Prepared::Done(GroupReport::with_error(&arn, &name, outcome, error))
         };
         if self.past_start_deadline(opts) {
-            return done(
-                Outcome::Deferred,
-                "the invocation is near its deadline; the next run reconciles this group".into(),
-            );
+            return done(Outcome::Deferred, DEFERRED.to_owned());
         }
         let owner = if opts.dry_run {
             None
@@ -119,7 +119,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         opts: &RunOptions,
     ) -> GroupReport {
         let arn = held.bound.group.arn.clone();
-        let mut report = GroupReport::new(&arn, &held.bound.group.group_name(), Outcome::InSync);
+        let name = held.bound.group.group_name();
+        // Leases are taken for a whole namespace before its LIST; a group whose turn
+        // comes after the cut-off gives its lease back rather than run into the timeout
+        // (a killed invocation would keep the group locked until the lease expires).
+        if self.past_start_deadline(opts) {
+            self.release_quietly(&arn, held.owner.as_deref()).await;
+            return GroupReport::with_error(&arn, &name, Outcome::Deferred, DEFERRED);
+        }
+        let mut report = GroupReport::new(&arn, &name, Outcome::InSync);
         loop {
             report.passes += 1;
             let result = if report.passes == 1 {

@@ -239,6 +239,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 .or_default()
                 .push(b);
         }
+        // Groups start in a shuffled order (the semaphore is FIFO): when a run runs out
+        // of time, the groups it defers are not the same ones every run.
+        let mut rng = self.jitter_rng();
+        let mut by_namespace: Vec<(String, Vec<BoundGroup>)> = by_namespace.into_iter().collect();
+        rng.shuffle(&mut by_namespace);
+        for (_, groups) in &mut by_namespace {
+            rng.shuffle(groups);
+        }
         let permits = Arc::new(tokio::sync::Semaphore::new(
             self.settings.concurrency.max(1),
         ));

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::{Engine, RunOptions};
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
 use crate::core::{HealthState, Target, UnixMillis};
 use crate::fakes::{FakeElb, FakePods, FakeState};
 use crate::faults::{CrashAt, FaultPoint};
@@ -222,14 +222,14 @@ async fn dry_run_changes_nothing() {
     assert_eq!(g.plan.as_ref().unwrap().register.len(), 3);
     assert!(e.groups.targets(TG).is_empty());
     assert!(e.state.ledger(TG).is_empty());
-    assert!(!e.state.lease_held(TG, crate::clock::Clock::now(&clock)));
+    assert!(!e.state.lease_held(TG, clock.now()));
 }
 
 #[tokio::test]
 async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let (e, clock) = engine();
     seed_three(&e);
-    let now = crate::clock::Clock::now(&clock);
+    let now = clock.now();
     assert_eq!(
         e.state
             .acquire(
@@ -427,4 +427,125 @@ async fn checkpoint_skips_unchanged_groups_but_bounds_drift_detection() {
     })
     .await;
     assert_eq!(health(&e), before + 1);
+}
+
+/// Options of a scheduled run whose invocation ends `secs` from now.
+fn ending_in(clock: &ManualClock, secs: u64) -> RunOptions {
+    RunOptions {
+        deadline: Some(clock.now().plus(std::time::Duration::from_secs(secs))),
+        use_checkpoint: true,
+        ..RunOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn a_run_too_close_to_its_deadline_starts_nothing() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    let r = e.resync(&ending_in(&clock, 15)).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Deferred, "{r:#?}");
+    assert!(g.error.as_deref().unwrap().contains("next run"));
+    assert!(live(&e, TG).is_empty());
+    assert_eq!(
+        e.pods.list_calls(),
+        0,
+        "no LIST for groups that were not started"
+    );
+    assert!(!e.state.lease_held(TG, clock.now()));
+    // The next run, with time to spare, does the work.
+    let r = e.resync(&ending_in(&clock, 120)).await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed, "{r:#?}");
+    assert_eq!(live(&e, TG).len(), 3);
+}
+
+/// Leases are taken before the namespace's LIST; when the LIST is slow enough to pass
+/// the cut-off (20 s before the deadline), the groups give their leases back and are
+/// deferred instead of running into the function timeout, which would leave them
+/// locked (and pod events for them ignored) until the lease expires.
+#[tokio::test]
+async fn groups_whose_turn_comes_after_the_cut_off_release_their_leases() {
+    let (e, clock) = engine();
+    e.groups
+        .add_group(bound_group(TG2, "demo", "shop", "app=web", 9090));
+    seed_three(&e);
+    e.pods.slow_lists(&clock, 45_000);
+    let r = e.resync(&ending_in(&clock, 60)).await;
+    for arn in [TG, TG2] {
+        let g = r.group(arn).unwrap();
+        assert_eq!(g.outcome, Outcome::Deferred, "{r:#?}");
+        assert!(
+            live(&e, arn).is_empty(),
+            "nothing registered after the cut-off"
+        );
+        assert!(
+            !e.state.lease_held(arn, clock.now()),
+            "{arn}: the lease was given back"
+        );
+    }
+    assert_eq!(
+        e.pods.list_calls(),
+        1,
+        "the leases were taken, then the LIST ran"
+    );
+    // A pod event right after finds the group free.
+    assert_eq!(
+        e.state
+            .acquire(
+                TG,
+                "pod-events",
+                clock.now(),
+                clock.now().plus(std::time::Duration::from_secs(60))
+            )
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+}
+
+/// When every run runs out of time, the groups it leaves for the next run change from
+/// run to run, so no group is starved: here each run has time for about two of four
+/// namespaces, and within a few runs every group holds its pod.
+#[tokio::test]
+async fn deferred_groups_are_not_the_same_every_run() {
+    let (e, clock) = engine();
+    let arns: Vec<String> = (0..4)
+        .map(|i| {
+            format!(
+                "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/ns{i}/{i:016x}"
+            )
+        })
+        .collect();
+    for (i, arn) in arns.iter().enumerate() {
+        let ns = format!("ns-{i}");
+        e.groups
+            .add_group(bound_group(arn, "demo", &ns, "app=web", 8080));
+        e.pods.put(
+            PodBuilder::new(&ns, "web")
+                .label("app", "web")
+                .ip(&format!("10.0.9.{}", i + 1))
+                .build(),
+        );
+    }
+    e.pods.slow_lists(&clock, 15_000);
+    let mut runs = 0;
+    let mut deferred_sets = std::collections::BTreeSet::new();
+    while arns.iter().any(|arn| live(&e, arn).is_empty()) {
+        runs += 1;
+        assert!(runs <= 12, "some group never got its turn in 12 runs");
+        let r = e.resync(&ending_in(&clock, 60)).await;
+        let deferred: Vec<&str> = r
+            .groups
+            .iter()
+            .filter(|g| g.outcome == Outcome::Deferred)
+            .map(|g| g.target_group_arn.as_str())
+            .collect();
+        assert!(!deferred.is_empty(), "each run is short of time: {r:#?}");
+        deferred_sets.insert(deferred.join(","));
+        clock.advance(60_000);
+    }
+    assert!(
+        deferred_sets.len() > 1,
+        "the deferred groups changed between runs"
+    );
 }
