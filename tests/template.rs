@@ -103,8 +103,9 @@ impl Template {
         self.doc["Parameters"][name].get("Default")
     }
 
-    /// Parameter values for a deployment: `given`, else the defaults.
-    fn parameters(&self, given: &[(&str, &str)]) -> BTreeMap<String, Value> {
+    /// A deployment's parameter values (`given`, else the defaults) and the conditions
+    /// they make true.
+    fn parameters(&self, given: &[(&str, &str)]) -> Deployment {
         let mut values: BTreeMap<String, Value> = self.doc["Parameters"]
             .as_object()
             .expect("Parameters")
@@ -118,8 +119,69 @@ impl Template {
             );
             values.insert((*k).to_owned(), Value::String((*v).to_owned()));
         }
-        values
+        let mut deployment = Deployment {
+            params: values,
+            conditions: BTreeMap::new(),
+        };
+        let conditions = self.doc["Conditions"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for name in conditions.keys() {
+            let value = condition(&conditions, name, &deployment.params);
+            deployment.conditions.insert(name.clone(), value);
+        }
+        deployment
     }
+}
+
+/// Parameter values and condition results of one deployment of the template.
+struct Deployment {
+    params: BTreeMap<String, Value>,
+    conditions: BTreeMap<String, bool>,
+}
+
+/// Evaluates the template condition `name` (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
+/// `Condition`, over `Ref`s to parameters and `Fn::Join`), as CloudFormation would.
+fn condition(all: &Map<String, Value>, name: &str, params: &BTreeMap<String, Value>) -> bool {
+    fn value(v: &Value, params: &BTreeMap<String, Value>) -> String {
+        match v {
+            Value::Object(m) if m.contains_key("Ref") => {
+                let p = &params[m["Ref"].as_str().expect("Ref names a string")];
+                p.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| p.to_string())
+            }
+            Value::Object(m) if m.contains_key("Fn::Join") => {
+                let args = m["Fn::Join"].as_array().expect("Fn::Join [sep, list]");
+                let sep = args[0].as_str().expect("separator");
+                // A CommaDelimitedList parameter is one string of items here.
+                let items = match &args[1] {
+                    Value::Array(items) => items.iter().map(|i| value(i, params)).collect(),
+                    other => vec![value(other, params)],
+                };
+                items.join(sep)
+            }
+            Value::String(s) => s.clone(),
+            other => panic!("condition operand not understood: {other}"),
+        }
+    }
+    fn eval(v: &Value, all: &Map<String, Value>, params: &BTreeMap<String, Value>) -> bool {
+        let (op, args) = v
+            .as_object()
+            .and_then(|m| m.iter().next())
+            .expect("a condition is a one-key object");
+        let list = || args.as_array().expect("condition arguments are a list");
+        match op.as_str() {
+            "Fn::Equals" => value(&list()[0], params) == value(&list()[1], params),
+            "Fn::Not" => !eval(&list()[0], all, params),
+            "Fn::And" => list().iter().all(|c| eval(c, all, params)),
+            "Fn::Or" => list().iter().any(|c| eval(c, all, params)),
+            "Condition" => condition(all, args.as_str().expect("condition name"), params),
+            other => panic!("condition function {other} not understood"),
+        }
+    }
+    eval(&all[name], all, params)
 }
 
 /// CloudFormation passes every parameter value as a string.
@@ -132,10 +194,24 @@ fn scalar_string(v: &Value) -> Value {
     }
 }
 
-/// Replaces `{"Ref": <parameter>}` by the parameter's value and `{"Ref": <resource>}` by
-/// `refs[resource]` when given; everything else is left as it is.
-fn resolve(v: &Value, params: &BTreeMap<String, Value>, refs: &BTreeMap<&str, &str>) -> Value {
+/// Replaces `{"Ref": <parameter>}` by the parameter's value, `{"Ref": <resource>}` by
+/// `refs[resource]` when given, and `Fn::If` by its chosen branch; everything else is
+/// left as it is.
+fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> Value {
+    let params = &deployment.params;
     match v {
+        Value::Object(map) if map.len() == 1 && map.contains_key("Fn::If") => {
+            let args = map["Fn::If"]
+                .as_array()
+                .expect("Fn::If [condition, then, else]");
+            let name = args[0].as_str().expect("Fn::If names a condition");
+            let chosen = if deployment.conditions[name] {
+                &args[1]
+            } else {
+                &args[2]
+            };
+            resolve(chosen, deployment, refs)
+        }
         Value::Object(map) if map.len() == 1 && map.contains_key("Ref") => {
             let name = map["Ref"].as_str().expect("Ref names a string");
             if let Some(p) = params.get(name) {
@@ -148,11 +224,11 @@ fn resolve(v: &Value, params: &BTreeMap<String, Value>, refs: &BTreeMap<&str, &s
         }
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), resolve(v, params, refs)))
+                .map(|(k, v)| (k.clone(), resolve(v, deployment, refs)))
                 .collect(),
         ),
         Value::Array(items) => {
-            Value::Array(items.iter().map(|i| resolve(i, params, refs)).collect())
+            Value::Array(items.iter().map(|i| resolve(i, deployment, refs)).collect())
         }
         other => other.clone(),
     }
@@ -253,6 +329,105 @@ fn state_table_has_the_layout_the_code_uses() {
     );
     // The ledger must outlive the stack (it records which targets tgsync registered).
     assert_eq!(t.resource("StateTable")["DeletionPolicy"], "Retain");
+}
+
+/// The state table's name as the template passes it on: the one it created, or the one
+/// named by ExistingTableName.
+fn table_name() -> Value {
+    json!({ "Fn::If": ["CreateTable", { "Ref": "StateTable" }, { "Ref": "ExistingTableName" }] })
+}
+
+/// The state table's ARN, for the grants.
+fn table_arn() -> Value {
+    json!({ "Fn::If": [
+        "CreateTable",
+        get_att("StateTable", "Arn"),
+        { "Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${ExistingTableName}" },
+    ] })
+}
+
+/// A redeployed stack can keep the ledger of the one before it: with ExistingTableName the
+/// table is not created, both functions use the named table, and the grants name it.
+#[test]
+fn an_existing_table_replaces_the_new_one() {
+    let t = Template::load();
+    assert_eq!(t.resource("StateTable")["Condition"], "CreateTable");
+    let refs = BTreeMap::from([("StateTable", "tgsync-StateTable-ABC123")]);
+    for (given, created, name) in [
+        (
+            vec![("ClusterName", "demo")],
+            true,
+            "tgsync-StateTable-ABC123",
+        ),
+        (
+            vec![
+                ("ClusterName", "demo"),
+                ("ExistingTableName", "tgsync-old-StateTable-XYZ"),
+            ],
+            false,
+            "tgsync-old-StateTable-XYZ",
+        ),
+    ] {
+        let deployment = t.parameters(&given);
+        assert_eq!(deployment.conditions["CreateTable"], created, "{given:?}");
+        for function in ["ResyncFunction", "PodEventsFunction"] {
+            let vars = &t.props(function)["Environment"]["Variables"];
+            assert_eq!(
+                resolve(&vars["TGSYNC_TABLE_NAME"], &deployment, &refs),
+                name,
+                "{function} with {given:?}"
+            );
+        }
+        let output = resolve(
+            &t.doc["Outputs"]["StateTableName"]["Value"],
+            &deployment,
+            &refs,
+        );
+        assert_eq!(output, name, "{given:?}");
+        let grant = resolve(&table_arn(), &deployment, &refs);
+        if created {
+            assert_eq!(grant, get_att("StateTable", "Arn"));
+        } else {
+            assert_eq!(
+                grant,
+                json!({ "Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${ExistingTableName}" })
+            );
+        }
+    }
+    // Every other reference to the table goes through the same choice.
+    fn unguarded(v: &Value, path: &str, found: &mut Vec<String>) {
+        match v {
+            Value::Object(m)
+                if m.get("Fn::If").and_then(|a| a[0].as_str()) == Some("CreateTable") => {}
+            Value::Object(m) => {
+                let names_table = m.get("Ref") == Some(&json!("StateTable"))
+                    || m.get("Fn::GetAtt").and_then(|a| a[0].as_str()) == Some("StateTable");
+                if names_table {
+                    found.push(path.to_owned());
+                }
+                for (k, v) in m {
+                    unguarded(v, &format!("{path}.{k}"), found);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    unguarded(v, &format!("{path}[{i}]"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (name, resource) in t.resources() {
+        if name != "StateTable" {
+            unguarded(resource, name, &mut found);
+        }
+    }
+    unguarded(&t.doc["Outputs"], "Outputs", &mut found);
+    assert!(
+        found.is_empty(),
+        "StateTable used without Fn::If CreateTable: {found:?}"
+    );
 }
 
 // ------------------------------------------------------------------------------------
@@ -366,7 +541,7 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
 #[test]
 fn every_grant_is_what_the_functions_need() {
     let t = Template::load();
-    let table = get_att("StateTable", "Arn");
+    let table = table_arn();
     let cluster_arn = json!({ "Fn::Sub": "arn:${AWS::Partition}:eks:${AWS::Region}:${AWS::AccountId}:cluster/${ClusterName}" });
     let describe = [
         "elasticloadbalancing:DescribeTargetGroups",
@@ -771,7 +946,7 @@ fn environment_is_what_the_settings_read() {
             );
         }
         assert_eq!(vars["TGSYNC_CLUSTER_NAME"], json!({ "Ref": "ClusterName" }));
-        assert_eq!(vars["TGSYNC_TABLE_NAME"], json!({ "Ref": "StateTable" }));
+        assert_eq!(vars["TGSYNC_TABLE_NAME"], table_name());
 
         // The deployed environment (defaults, ClusterName=demo) is valid for the code.
         let env: BTreeMap<String, String> = vars
@@ -867,7 +1042,7 @@ fn outputs_name_what_operators_need() {
             "PodEventsFunctionName",
             json!({ "Ref": "PodEventsFunction" }),
         ),
-        ("StateTableName", json!({ "Ref": "StateTable" })),
+        ("StateTableName", table_name()),
         ("DeadLetterQueueUrl", json!({ "Ref": "DeadLetterQueue" })),
     ];
     for (name, value) in want {
