@@ -319,9 +319,15 @@ pub struct FakeState {
     pub chaos: Chaos,
     groups: Mutex<HashMap<String, Rows>>,
     fail: AtomicBool,
+    slow_acquire: Mutex<Option<(ManualClock, u64)>>,
 }
 
 impl FakeState {
+    /// Makes every lease acquisition take `ms` on `clock` (a slow or throttled table).
+    pub fn slow_acquires(&self, clock: &ManualClock, ms: u64) {
+        *lock(&self.slow_acquire) = Some((clock.clone(), ms));
+    }
+
     /// The ledger of a group.
     pub fn ledger(&self, group: &str) -> BTreeMap<Target, LedgerRow> {
         lock(&self.groups)
@@ -427,6 +433,12 @@ impl StateStore for FakeState {
         now: UnixMillis,
         until: UnixMillis,
     ) -> Result<Acquire, StateError> {
+        let slow = lock(&self.slow_acquire).clone();
+        if let Some((clock, ms)) = slow {
+            // Let the other reconciles run meanwhile, as a real wait would.
+            tokio::task::yield_now().await;
+            clock.advance(ms);
+        }
         self.check("PutItem").await?;
         let mut groups = lock(&self.groups);
         let entry = groups.entry(group.to_owned()).or_default();

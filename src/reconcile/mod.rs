@@ -247,12 +247,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         for (_, groups) in &mut by_namespace {
             rng.shuffle(groups);
         }
-        let permits = Arc::new(tokio::sync::Semaphore::new(
-            self.settings.concurrency.max(1),
-        ));
-        let runs = by_namespace
-            .into_iter()
-            .map(|(ns, groups)| self.reconcile_namespace(ns, groups, opts, permits.clone()));
+        let concurrency = self.settings.concurrency.max(1);
+        let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+        // Namespaces are admitted while fewer than two rounds of `concurrency` groups are
+        // in flight (one namespace weighs at most `concurrency`). Taking every lease of
+        // every namespace up front would, with a slow state table, spend the whole
+        // invocation on leases and defer every group; admitted namespaces finish, and
+        // the ones not admitted by the cut-off are deferred without taking a lease.
+        let admission = Arc::new(tokio::sync::Semaphore::new(2 * concurrency));
+        let runs = by_namespace.into_iter().map(|(ns, groups)| {
+            let weight = u32::try_from(groups.len().clamp(1, concurrency)).unwrap_or(1);
+            let (admission, permits) = (admission.clone(), permits.clone());
+            async move {
+                let _admitted = admission.acquire_many(weight).await;
+                self.reconcile_namespace(ns, groups, opts, permits).await
+            }
+        });
         futures::future::join_all(runs)
             .await
             .into_iter()

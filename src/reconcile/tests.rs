@@ -549,3 +549,56 @@ async fn deferred_groups_are_not_the_same_every_run() {
         "the deferred groups changed between runs"
     );
 }
+
+/// With a slow state table, taking every group's lease before any group runs would use
+/// the whole invocation and defer everything, every run. Namespaces are admitted a few
+/// at a time, so a run finishes what it admitted and defers the rest without leases.
+#[tokio::test]
+async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
+    let (e, clock) = engine();
+    let e = e.with_settings(super::EngineSettings {
+        concurrency: 4,
+        ..super::EngineSettings::default()
+    });
+    let mut arns = Vec::new();
+    for n in 0..5 {
+        let ns = format!("ns-{n}");
+        for g in 0..4 {
+            let arn = format!(
+                "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/g{n}{g}/{n:08x}{g:08x}"
+            );
+            let app = format!("app-{g}");
+            e.groups
+                .add_group(bound_group(&arn, "demo", &ns, &format!("app={app}"), 8080));
+            e.pods.put(
+                PodBuilder::new(&ns, &app)
+                    .label("app", &app)
+                    .ip(&format!("10.0.{n}.{}", g + 1))
+                    .build(),
+            );
+            arns.push(arn);
+        }
+    }
+    // 20 leases at 3 s each would take 60 s; the invocation has 60 s (cut-off at 40 s).
+    e.state.slow_acquires(&clock, 3_000);
+    let r = e.resync(&ending_in(&clock, 60)).await;
+    let changed = r
+        .groups
+        .iter()
+        .filter(|g| g.outcome == Outcome::Changed)
+        .count();
+    let deferred = r
+        .groups
+        .iter()
+        .filter(|g| g.outcome == Outcome::Deferred)
+        .count();
+    assert!(changed >= 8, "the admitted namespaces finished: {r:#?}");
+    // The engine's fixture group in `shop` makes 21.
+    assert_eq!(changed + deferred, r.groups.len(), "{r:#?}");
+    for arn in &arns {
+        assert!(
+            !e.state.lease_held(arn, clock.now()),
+            "{arn}: lease left held"
+        );
+    }
+}
