@@ -9,27 +9,14 @@ mod moto;
 #[path = "../tests/support/world.rs"]
 mod world;
 
-use std::collections::BTreeMap;
-
 use tgsync::eks::KubePods;
 use tgsync::report::Outcome;
-use tgsync::testkit::PodBuilder;
+use tgsync::testkit::{PodBuilder, calls_since};
 use world::World;
 
 const GROUPS: usize = 100;
 const NAMESPACES: usize = 5;
 const PODS_PER_GROUP: usize = 10;
-
-fn diff(
-    after: &BTreeMap<&'static str, u64>,
-    before: &BTreeMap<&'static str, u64>,
-) -> BTreeMap<&'static str, u64> {
-    after
-        .iter()
-        .map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0)))
-        .filter(|(_, v)| *v > 0)
-        .collect()
-}
 
 #[tokio::main]
 async fn main() {
@@ -64,8 +51,8 @@ async fn main() {
         r.groups.iter().all(|g| g.outcome == Outcome::InSync),
         "drift found"
     );
-    let elb = diff(&w.engine.groups.api_calls(), &elb0);
-    let ddb = diff(&w.engine.state.api_calls(), &ddb0);
+    let elb = calls_since(&w.engine.groups.api_calls(), &elb0);
+    let ddb = calls_since(&w.engine.state.api_calls(), &ddb0);
     let lists = w
         .emulator
         .faults()

@@ -3,6 +3,8 @@
 #   scripts/bench.sh core        # reconcile core, 100k pods x 1,000 groups, one core
 #   scripts/bench.sh api-calls   # API calls of a zero-drift resync of 100 groups (moto + emulator)
 #   scripts/bench.sh pod-events  # warm pod-events latency under cargo lambda watch (moto + emulator)
+#   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
+#   scripts/bench.sh cold-start  # release binaries: sizes, spawn -> first Runtime API request
 #   scripts/bench.sh all
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -13,6 +15,23 @@ case "$what" in
   api-calls|pod-events|all) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
   api-calls|all) cargo bench --locked --bench api_calls ;;&
   pod-events|all) cargo bench --locked -p tgsync-pod-events --bench latency ;;&
-  core|api-calls|pod-events|all) ;;
-  *) echo "usage: $0 [core|api-calls|pod-events|all]" >&2; exit 2 ;;
+  scale)
+    # A fresh moto of its own (discovery counts every group in the account), with
+    # partition-local Query: stock moto sorts the whole table per Query (see the script).
+    ensure_venv; MOTO_SERVER="$VENV/bin/python $ROOT/scripts/bench/moto_server.py" start_moto
+    cargo build --release --locked -p kube-emulator --bin kube-emulator
+    cargo bench --locked --bench scale ;;&
+  cold-start|all)
+    cargo build --release --locked -p tgsync-resync -p tgsync-pod-events
+    bins="$(mktemp -d)"  # copies: a later `cargo bench` may rebuild target/release/*
+    cp "${CARGO_TARGET_DIR:-target}/release/tgsync-resync" "${CARGO_TARGET_DIR:-target}/release/tgsync-pod-events" "$bins/"
+    log "release binaries (x86_64):"; stat -c '%s bytes  %n' "$bins"/tgsync-*
+    arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
+    if compgen -G "$arm64/lambda/*/bootstrap" >/dev/null; then
+      log "arm64 bootstraps (cargo lambda build --release --arm64):"; stat -c '%s bytes  %n' "$arm64"/lambda/*/bootstrap
+    fi
+    TGSYNC_RESYNC_BIN="$bins/tgsync-resync" TGSYNC_POD_EVENTS_BIN="$bins/tgsync-pod-events" \
+      cargo bench --locked -p tgsync-resync --bench cold_start ;;&
+  core|api-calls|pod-events|scale|cold-start|all) ;;
+  *) echo "usage: $0 [core|api-calls|pod-events|scale|cold-start|all]" >&2; exit 2 ;;
 esac

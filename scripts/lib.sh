@@ -38,11 +38,12 @@ wait_http() {
 }
 
 # start_moto: moto's server on a free loopback port; exports TGSYNC_TEST_AWS_ENDPOINT and
-# registers cleanup. Logs go to $1 (default: a temp file).
+# registers cleanup. Logs go to $1 (default: a temp file). MOTO_SERVER overrides the
+# command (the scale benchmark's scripts/bench/moto_server.py).
 start_moto() {
   local port log_file="${1:-$(mktemp -t moto.XXXXXX.log)}"
   port="$(free_port)"
-  "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log_file" 2>&1 &
+  ${MOTO_SERVER:-"$VENV/bin/moto_server"} -H 127.0.0.1 -p "$port" >"$log_file" 2>&1 &
   MOTO_PID=$!
   CLEANUP_PIDS="${CLEANUP_PIDS:-} $MOTO_PID"
   trap 'cleanup' EXIT

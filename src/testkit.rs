@@ -175,3 +175,17 @@ pub fn bound_group(
         ]),
     }
 }
+
+/// The calls made between two snapshots of an adapter's `api_calls()` counters, by
+/// operation (operations with no new calls are left out), for benchmarks and tests
+/// that count what one run cost.
+pub fn calls_since(
+    after: &BTreeMap<&'static str, u64>,
+    before: &BTreeMap<&'static str, u64>,
+) -> BTreeMap<&'static str, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
