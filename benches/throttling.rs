@@ -36,11 +36,14 @@ const BURST: u32 = 5;
 /// Transit jitter allowed between the limiter and the proxy when checking the bound.
 const TRANSIT_SLACK: Duration = Duration::from_millis(100);
 
-/// Attempts per second over the busy period (first to last), or 0 with fewer than two.
-fn per_second(times: &[Instant]) -> f64 {
+/// Attempts per second over the busy period (first to last). A busy period under 1 s is
+/// all burst, and a rate over it would read as an excess that is not there.
+fn per_second(times: &[Instant]) -> String {
     match (times.first(), times.last()) {
-        (Some(a), Some(b)) if b > a => times.len() as f64 / (*b - *a).as_secs_f64(),
-        _ => 0.0,
+        (Some(a), Some(b)) if *b - *a >= Duration::from_secs(1) => {
+            format!("{:.2}/s", times.len() as f64 / (*b - *a).as_secs_f64())
+        }
+        _ => "all within one burst".to_owned(),
     }
 }
 
@@ -74,7 +77,7 @@ fn mutation_stats(records: &[Record]) -> String {
     let sdk_retries = all.len() - mutation_times(records, true).len();
     format!(
         "{} attempts ({faulted} faulted and retried by the adapter, {sdk_retries} SDK retries) over {:.2} s busy\n\
-         \x20   {:.2}/s, largest 1 s window {}, bound: {} (no transit slack: {})",
+         \x20   {}, largest 1 s window {}, bound: {} (no transit slack: {})",
         all.len(),
         (all[all.len() - 1] - all[0]).as_secs_f64(),
         per_second(&all),

@@ -5,6 +5,7 @@
 #   scripts/bench.sh pod-events  # warm pod-events latency under cargo lambda watch (moto + emulator)
 #   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
 #   scripts/bench.sh cold-start  # release binaries: sizes, spawn -> first Runtime API request
+#   scripts/bench.sh cold-start-arm64  # the arm64 bootstraps under qemu-user (not in all; see BENCHMARKS.md)
 #   scripts/bench.sh all
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -32,6 +33,24 @@ case "$what" in
     fi
     TGSYNC_RESYNC_BIN="$bins/tgsync-resync" TGSYNC_POD_EVENTS_BIN="$bins/tgsync-pod-events" \
       cargo bench --locked -p tgsync-resync --bench cold_start ;;&
+  cold-start-arm64)
+    # The deployed arm64 bootstraps, started under qemu-user on this x86_64 machine:
+    # emulation adds its own start-up and translation, so the figure is pessimistic.
+    sysroot=/usr/aarch64-linux-gnu
+    if ! command -v qemu-aarch64 >/dev/null || [ ! -e "$sysroot/lib/ld-linux-aarch64.so.1" ]; then
+      echo "needs qemu-user and the arm64 C library: apt-get install qemu-user libc6-arm64-cross" >&2; exit 2
+    fi
+    arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
+    if ! compgen -G "$arm64/lambda/*/bootstrap" >/dev/null; then
+      log "building the arm64 bootstraps into $arm64 (about 30 min on 2 cores)"
+      ensure_venv
+      CARGO_TARGET_DIR="$arm64" cargo lambda build --release --arm64 --locked -p tgsync-resync -p tgsync-pod-events
+    fi
+    log "arm64 bootstraps:"; stat -c '%s bytes  %n' "$arm64"/lambda/*/bootstrap
+    TGSYNC_COLD_START_RUNNER="qemu-aarch64 -L $sysroot" \
+      TGSYNC_RESYNC_BIN="$arm64/lambda/tgsync-resync/bootstrap" \
+      TGSYNC_POD_EVENTS_BIN="$arm64/lambda/tgsync-pod-events/bootstrap" \
+      cargo bench --locked -p tgsync-resync --bench cold_start ;;
   core|api-calls|pod-events|scale|cold-start|all) ;;
-  *) echo "usage: $0 [core|api-calls|pod-events|scale|cold-start|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [core|api-calls|pod-events|scale|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
 esac

@@ -14,6 +14,12 @@
 //! runtime's). The binaries measured are `TGSYNC_RESYNC_BIN` / `TGSYNC_POD_EVENTS_BIN`
 //! when set (scripts/bench.sh passes copies of `cargo build --release` output), else this
 //! bench's `CARGO_BIN_EXE_tgsync-resync` and `target/release/tgsync-pod-events`.
+//!
+//! `TGSYNC_COLD_START_RUNNER` is a command the binary is started under, split on
+//! whitespace: `scripts/bench.sh cold-start-arm64` sets it to `qemu-aarch64 -L
+//! /usr/aarch64-linux-gnu` to start the arm64 bootstraps on an x86_64 machine. The time
+//! then includes qemu's start-up and translation, so it is a pessimistic stand-in for
+//! Graviton, not a measurement of it.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -69,7 +75,19 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn measure(name: &'static str, bin: &Path, spawns: usize) -> Measured {
+/// The command that starts `bin`: the binary itself, or `runner` with `bin` appended.
+fn command(runner: &[String], bin: &Path) -> Command {
+    match runner.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(bin);
+            cmd
+        }
+        None => Command::new(bin),
+    }
+}
+
+fn measure(name: &'static str, bin: &Path, runner: &[String], spawns: usize) -> Measured {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
@@ -82,7 +100,7 @@ fn measure(name: &'static str, bin: &Path, spawns: usize) -> Measured {
     let mut times = Vec::with_capacity(spawns);
     let mut first_lines = Vec::new();
     for _ in 0..spawns {
-        let mut cmd = Command::new(bin);
+        let mut cmd = command(runner, bin);
         cmd.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "en_US.UTF-8")
@@ -169,9 +187,17 @@ fn main() {
     let pod_events = std::env::var_os("TGSYNC_POD_EVENTS_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| release_dir().join("tgsync-pod-events"));
-    let mut results = vec![measure("resync", &resync, spawns)];
+    let runner: Vec<String> = std::env::var("TGSYNC_COLD_START_RUNNER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    if !runner.is_empty() {
+        println!("started under: {}", runner.join(" "));
+    }
+    let mut results = vec![measure("resync", &resync, &runner, spawns)];
     if pod_events.exists() {
-        results.push(measure("pod-events", &pod_events, spawns));
+        results.push(measure("pod-events", &pod_events, &runner, spawns));
     } else {
         println!(
             "({} not built; `cargo build --release -p tgsync-pod-events` to include it)",
