@@ -42,6 +42,27 @@ impl Chaos {
     }
 }
 
+/// A call that takes time on a manual clock (a slow API server, a throttled table): it
+/// yields first, so other reconciles run meanwhile as during a real wait, then moves the
+/// clock on. Nothing when off.
+#[derive(Debug, Default)]
+pub struct Delay(Mutex<Option<(ManualClock, u64)>>);
+
+impl Delay {
+    /// Makes every call take `ms` on `clock`.
+    fn set(&self, clock: &ManualClock, ms: u64) {
+        *lock(&self.0) = Some((clock.clone(), ms));
+    }
+
+    async fn wait(&self) {
+        let delay = lock(&self.0).clone();
+        if let Some((clock, ms)) = delay {
+            tokio::task::yield_now().await;
+            clock.advance(ms);
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -54,7 +75,7 @@ pub struct FakePods {
     pods: Mutex<BTreeMap<(String, String), Pod>>,
     fail: AtomicBool,
     lists: AtomicU64,
-    slow_list: Mutex<Option<(ManualClock, u64)>>,
+    slow_list: Delay,
 }
 
 impl FakePods {
@@ -92,7 +113,7 @@ impl FakePods {
     /// Makes every LIST take `ms` on `clock` (a slow API server), to test what the
     /// engine does when time runs out between its leases and its group passes.
     pub fn slow_lists(&self, clock: &ManualClock, ms: u64) {
-        *lock(&self.slow_list) = Some((clock.clone(), ms));
+        self.slow_list.set(clock, ms);
     }
 }
 
@@ -103,9 +124,7 @@ impl PodSource for FakePods {
         selector: Option<&Selector>,
     ) -> Result<Vec<PodFacts>, PodsError> {
         self.lists.fetch_add(1, Ordering::SeqCst);
-        if let Some((clock, ms)) = lock(&self.slow_list).as_ref() {
-            clock.advance(*ms);
-        }
+        self.slow_list.wait().await;
         if self.fail.load(Ordering::SeqCst) {
             return Err(PodsError::List {
                 namespace: namespace.to_owned(),
@@ -319,13 +338,13 @@ pub struct FakeState {
     pub chaos: Chaos,
     groups: Mutex<HashMap<String, Rows>>,
     fail: AtomicBool,
-    slow_acquire: Mutex<Option<(ManualClock, u64)>>,
+    slow_acquire: Delay,
 }
 
 impl FakeState {
     /// Makes every lease acquisition take `ms` on `clock` (a slow or throttled table).
     pub fn slow_acquires(&self, clock: &ManualClock, ms: u64) {
-        *lock(&self.slow_acquire) = Some((clock.clone(), ms));
+        self.slow_acquire.set(clock, ms);
     }
 
     /// The ledger of a group.
@@ -433,12 +452,7 @@ impl StateStore for FakeState {
         now: UnixMillis,
         until: UnixMillis,
     ) -> Result<Acquire, StateError> {
-        let slow = lock(&self.slow_acquire).clone();
-        if let Some((clock, ms)) = slow {
-            // Let the other reconciles run meanwhile, as a real wait would.
-            tokio::task::yield_now().await;
-            clock.advance(ms);
-        }
+        self.slow_acquire.wait().await;
         self.check("PutItem").await?;
         let mut groups = lock(&self.groups);
         let entry = groups.entry(group.to_owned()).or_default();
