@@ -5,12 +5,11 @@
 //! pages of 500 as a LIST would deliver them and are reduced to `PodFacts` page by page,
 //! the way the resync adapter holds them; heap use is measured with a counting allocator.
 
-use std::alloc::{GlobalAlloc, Layout};
+#[path = "support/heap.rs"]
+mod heap;
 
-use mimalloc::MiMalloc;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
@@ -22,31 +21,8 @@ use tgsync::core::{
     plan,
 };
 
-struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static CURRENT: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { MiMalloc.alloc(layout) };
-        if !p.is_null() && COUNTING.load(Ordering::Relaxed) {
-            let size = layout.size() as isize;
-            let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { MiMalloc.dealloc(ptr, layout) };
-        if COUNTING.load(Ordering::Relaxed) {
-            CURRENT.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: heap::Counting = heap::Counting;
 
 const PODS: usize = 100_000;
 const GROUPS: usize = 1_000;
@@ -181,8 +157,7 @@ struct Round {
 }
 
 fn round(order: &[usize], bindings: &[Binding], states: &[GroupState]) -> Round {
-    let base = CURRENT.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = heap::restart_peak();
     // Pods arrive page by page; only facts are kept.
     let mut facts = Vec::with_capacity(PODS);
     let mut convert = Duration::ZERO;
@@ -213,7 +188,7 @@ fn round(order: &[usize], bindings: &[Binding], states: &[GroupState]) -> Round 
     if std::env::var_os("BENCH_PHASES").is_some() {
         eprintln!("index {:?} total {:?}", index_time, core);
     }
-    let peak_bytes = PEAK.load(Ordering::Relaxed) - base;
+    let peak_bytes = heap::peak() - base;
     drop(index);
     drop(facts);
     Round {
@@ -227,6 +202,7 @@ fn round(order: &[usize], bindings: &[Binding], states: &[GroupState]) -> Round 
 }
 
 fn main() {
+    heap::set_counting(false);
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds = if quick { 3 } else { 15 };
     let bindings = bindings();
@@ -249,10 +225,10 @@ fn main() {
     let mut results: Vec<Round> = (0..rounds)
         .map(|_| round(&order, &bindings, &states))
         .collect();
-    CURRENT.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
+    heap::zero();
+    heap::set_counting(true);
     let counted = round(&order, &bindings, &states);
-    COUNTING.store(false, Ordering::Relaxed);
+    heap::set_counting(false);
     let r0 = &results[0];
     println!(
         "core bench: {PODS} pods, {GROUPS} groups, {} desired, {} to register, {} to deregister per pass",

@@ -19,10 +19,11 @@
 //! `/proc/self/clear_refs` before each run), CPU time, and API calls by kind. Kubernetes requests
 //! are counted from the emulator's own request log (its `debug` line per request).
 
+#[path = "support/heap.rs"]
+mod heap;
 #[path = "../tests/support/moto.rs"]
 mod moto;
 
-use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::Ipv4Addr;
@@ -34,7 +35,6 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetTypeEnum};
 use futures::StreamExt;
-use mimalloc::MiMalloc;
 use tgsync::app::{App, LiveEngine};
 use tgsync::clock::SystemClock;
 use tgsync::config::Settings;
@@ -44,44 +44,8 @@ use tgsync::reconcile::RunOptions;
 use tgsync::report::{Outcome, Report};
 use tgsync::testkit::{PodBuilder, calls_since};
 
-// ---------------------------------------------------------------------------------------
-// Heap accounting: a counting allocator around mimalloc (the Lambda binaries' allocator).
-
-struct Counting;
-static CURRENT: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-/// Adds `delta` bytes to the live heap and raises the peak; passes `p` through.
-fn counted(p: *mut u8, delta: isize) -> *mut u8 {
-    if !p.is_null() {
-        let now = CURRENT.fetch_add(delta, Ordering::Relaxed) + delta;
-        PEAK.fetch_max(now, Ordering::Relaxed);
-    }
-    p
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        counted(unsafe { MiMalloc.alloc(layout) }, layout.size() as isize)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        counted(
-            unsafe { MiMalloc.alloc_zeroed(layout) },
-            layout.size() as isize,
-        )
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let delta = new_size as isize - layout.size() as isize;
-        counted(unsafe { MiMalloc.realloc(ptr, layout, new_size) }, delta)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { MiMalloc.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: heap::Counting = heap::Counting;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -97,8 +61,7 @@ struct Memory {
 /// high-water mark from the current RSS (`echo 5 > /proc/self/clear_refs`, Linux >= 4.0).
 fn memory_start() -> (isize, u64, bool) {
     note_hwm();
-    let now = CURRENT.load(Ordering::Relaxed);
-    PEAK.store(now, Ordering::Relaxed);
+    let now = heap::restart_peak();
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     (now, proc_status_kib("VmRSS").unwrap_or(0), reset)
 }
@@ -107,7 +70,7 @@ fn memory_end((heap_before, rss_before_kib, reset): (isize, u64, bool)) -> Memor
     note_hwm();
     Memory {
         heap_before,
-        heap_peak: PEAK.load(Ordering::Relaxed),
+        heap_peak: heap::peak(),
         rss_before_kib,
         rss_peak_kib: if reset {
             proc_status_kib("VmHWM")
@@ -245,7 +208,7 @@ fn write_seed(path: &Path, sizes: &Sizes) {
 // ---------------------------------------------------------------------------------------
 // The emulator process.
 
-/// Emulator command-line flags shared by the binary and the child mode.
+/// The emulator's command-line flags.
 struct EmulatorArgs {
     seed: PathBuf,
     ca_out: PathBuf,
