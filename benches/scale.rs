@@ -21,6 +21,8 @@
 
 #[path = "support/heap.rs"]
 mod heap;
+#[path = "support/measure.rs"]
+mod measure;
 #[path = "../tests/support/moto.rs"]
 mod moto;
 
@@ -259,7 +261,7 @@ impl EmulatorProcess {
     fn spawn(args: &EmulatorArgs, log: PathBuf) -> Self {
         let bin = std::env::var_os("KUBE_EMULATOR_BIN")
             .map(PathBuf::from)
-            .unwrap_or_else(|| release_dir().join("kube-emulator"));
+            .unwrap_or_else(|| measure::profile_dir().join("kube-emulator"));
         assert!(
             bin.exists(),
             "{} not found: `cargo build --release -p kube-emulator` (scripts/bench.sh scale does)",
@@ -331,15 +333,6 @@ impl EmulatorProcess {
             })
             .collect()
     }
-}
-
-/// `target/release` (this bench runs from `target/release/deps`).
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("own path");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .expect("bench executable lives in target/<profile>/deps")
 }
 
 /// LIST requests (GET on a namespace's `pods` collection) among `requests`, per namespace.

@@ -7,6 +7,8 @@
 //! Run: `scripts/bench.sh pod-events` (or `cargo bench -p tgsync-pod-events --bench
 //! latency -- [EVENTS]` with the venv present; default 220 events, 10 warm-up).
 
+#[path = "../../../benches/support/measure.rs"]
+mod measure;
 #[path = "../../../tests/support/moto.rs"]
 mod moto;
 #[path = "../../../tests/support/world.rs"]
@@ -17,6 +19,8 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use measure::{ms, percentile};
 
 use serde_json::{Value, json};
 use tgsync::testkit::PodBuilder;
@@ -84,11 +88,6 @@ fn started_event(cluster: &str, pod: &str) -> String {
     ev["detail"]["clusterName"] = json!(cluster);
     ev["detail"]["involvedObject"]["name"] = json!(pod);
     ev.to_string()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -182,7 +181,6 @@ async fn main() {
     }
     assert_eq!(w.targets(&arn).await.len(), warmup + events);
     samples.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "pod-events warm latency, invoke -> RegisterTargets done, {} events: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         samples.len(),

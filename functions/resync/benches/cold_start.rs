@@ -21,6 +21,9 @@
 //! then includes qemu's start-up and translation, so it is a pessimistic stand-in for
 //! Graviton, not a measurement of it.
 
+#[path = "../../../benches/support/measure.rs"]
+mod measure;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use measure::{ms, percentile, profile_dir};
 
 /// Accepts connections on `listener` forever, sending each request line and the time it
 /// was read.
@@ -64,15 +69,6 @@ struct Measured {
     times: Vec<Duration>,
     first_lines: Vec<String>,
     aws_connections: usize,
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// The command that starts `bin`: the binary itself, or `runner` with `bin` appended.
@@ -162,14 +158,6 @@ fn measure(name: &'static str, bin: &Path, runner: &[String], spawns: usize) -> 
     }
 }
 
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap()
-}
-
 fn size_mib(path: &Path) -> Option<f64> {
     std::fs::metadata(path)
         .ok()
@@ -186,7 +174,7 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tgsync-resync")));
     let pod_events = std::env::var_os("TGSYNC_POD_EVENTS_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| release_dir().join("tgsync-pod-events"));
+        .unwrap_or_else(|| profile_dir().join("tgsync-pod-events"));
     let runner: Vec<String> = std::env::var("TGSYNC_COLD_START_RUNNER")
         .unwrap_or_default()
         .split_whitespace()

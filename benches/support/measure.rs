@@ -1,0 +1,26 @@
+//! Small helpers shared by the benchmarks that report latencies and run built binaries.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The `p` quantile (0–1) of `sorted`, nearest rank.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// `d` in milliseconds, for printing.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `target/<profile>` (a bench runs from `target/<profile>/deps`), where the binaries
+/// of the same build are.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .expect("bench executable lives in target/<profile>/deps")
+}
