@@ -11,6 +11,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 what="${1:-all}"
+# Where `cargo lambda build --release --arm64` output is looked for (and built by cold-start-arm64).
+arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
 case "$what" in
   core|all) taskset -c 1 cargo bench --locked --bench core ;;&
   api-calls|pod-events|all) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
@@ -27,7 +29,6 @@ case "$what" in
     bins="$(mktemp -d)"  # copies: a later `cargo bench` may rebuild target/release/*
     cp "${CARGO_TARGET_DIR:-target}/release/tgsync-resync" "${CARGO_TARGET_DIR:-target}/release/tgsync-pod-events" "$bins/"
     log "release binaries (x86_64):"; stat -c '%s bytes  %n' "$bins"/tgsync-*
-    arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
     if compgen -G "$arm64/lambda/*/bootstrap" >/dev/null; then
       log "arm64 bootstraps (cargo lambda build --release --arm64):"; stat -c '%s bytes  %n' "$arm64"/lambda/*/bootstrap
     fi
@@ -40,7 +41,6 @@ case "$what" in
     if ! command -v qemu-aarch64 >/dev/null || [ ! -e "$sysroot/lib/ld-linux-aarch64.so.1" ]; then
       echo "needs qemu-user and the arm64 C library: apt-get install qemu-user libc6-arm64-cross" >&2; exit 2
     fi
-    arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
     if ! compgen -G "$arm64/lambda/*/bootstrap" >/dev/null; then
       log "building the arm64 bootstraps into $arm64 (about 30 min on 2 cores)"
       ensure_venv
