@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tgsync::core::{
-    AddressFamily, Binding, GroupFacts, HealthState, PodFacts, PodIndex, Target, desired_targets,
-    plan,
+    AddressFamily, Binding, Claim, GroupFacts, HealthState, PodFacts, PodIndex, Rules, Target,
+    UnixMillis, desired_targets, plan,
 };
 
 #[global_allocator]
@@ -141,11 +141,23 @@ fn actual_and_owned(g: usize, desired: &BTreeSet<Target>) -> GroupState {
     actual.push((foreign, HealthState::Healthy));
     let mut owned: BTreeSet<Target> = desired.iter().skip(1).copied().collect();
     owned.insert(gone);
-    (actual, owned)
+    let claims = owned
+        .into_iter()
+        .map(|t| {
+            (
+                t,
+                Claim {
+                    mine: true,
+                    since: UnixMillis(0),
+                },
+            )
+        })
+        .collect();
+    (actual, claims)
 }
 
 /// One group's target health and ledger, as the I/O layer would hand them to the core.
-type GroupState = (Vec<(Target, HealthState)>, BTreeSet<Target>);
+type GroupState = (Vec<(Target, HealthState)>, BTreeMap<Target, Claim>);
 
 struct Round {
     convert: Duration,
@@ -178,7 +190,7 @@ fn round(order: &[usize], bindings: &[Binding], states: &[GroupState]) -> Round 
             &d.targets,
             actual.iter().map(|(t, s)| (t, s)),
             owned,
-            b.mode,
+            &Rules::new(b.mode, UnixMillis(1_000_000)),
         );
         register += p.register.len();
         deregister += p.deregister.len();

@@ -84,7 +84,8 @@ impl App {
         let engine = Engine::new(settings.cluster_name.clone(), pods, groups, state, clock)
             .with_settings(EngineSettings {
                 concurrency: settings.concurrency,
-                verify_interval: settings.verify_interval,
+                verify_describes_per_second: settings.verify_describes_per_second,
+                schedule_period: settings.schedule,
                 ..EngineSettings::default()
             })
             .with_owner_prefix(function);

@@ -7,7 +7,7 @@ use thiserror::Error;
 use url::Url;
 
 /// Everything both functions read from their environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// `TGSYNC_CLUSTER_NAME`: the EKS cluster this deployment serves.
     pub cluster_name: String,
@@ -30,10 +30,14 @@ pub struct Settings {
     /// `TGSYNC_ELB_DESCRIBES_PER_SECOND` (default 8): client-side rate of ELBv2 Describe
     /// calls, bursts included (ELBv2's Describe token bucket is shared per account).
     pub describes_per_second: u32,
-    /// `TGSYNC_VERIFY_INTERVAL_SECONDS` (default 600; 0 = every run): longest time an
-    /// unchanged group goes without DescribeTargetHealth on the schedule, i.e. how late
-    /// a hand-made change to a group can be found.
-    pub verify_interval: Option<Duration>,
+    /// `TGSYNC_VERIFY_DESCRIBES_PER_SECOND` (default 2): the share of the account's ELBv2
+    /// Describe budget the schedule spends on re-verifying groups nothing changed (the
+    /// only way to find hand edits). While the fleet fits, every group is verified on
+    /// every run; beyond it, in turn (the report states the detection bound).
+    pub verify_describes_per_second: f64,
+    /// `TGSYNC_SCHEDULE_SECONDS` (default 60): the resync schedule's period, as the
+    /// template sets it; with the rate above, how many groups one run re-verifies.
+    pub schedule: Duration,
 }
 
 /// A setting that is missing or wrong. The message names the variable and the fix.
@@ -130,16 +134,14 @@ impl Settings {
             mutations_per_second: number(&get, "TGSYNC_ELB_MUTATIONS_PER_SECOND", 5, 1, 100)?,
             ready_wait: Duration::from_secs(number(&get, "TGSYNC_READY_WAIT_SECONDS", 20, 0, 600)?),
             describes_per_second: number(&get, "TGSYNC_ELB_DESCRIBES_PER_SECOND", 8, 1, 100)?,
-            verify_interval: match number(
+            verify_describes_per_second: decimal(
                 &get,
-                "TGSYNC_VERIFY_INTERVAL_SECONDS",
-                600u64,
-                0,
-                86_400,
-            )? {
-                0 => None,
-                secs => Some(Duration::from_secs(secs)),
-            },
+                "TGSYNC_VERIFY_DESCRIBES_PER_SECOND",
+                2.0,
+                0.01,
+                100.0,
+            )?,
+            schedule: Duration::from_secs(number(&get, "TGSYNC_SCHEDULE_SECONDS", 60, 60, 86_400)?),
         })
     }
 }
@@ -149,6 +151,26 @@ fn invalid(name: &'static str, value: &str, reason: &str) -> ConfigError {
         name,
         value: value.to_owned(),
         reason: reason.to_owned(),
+    }
+}
+
+fn decimal(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: f64,
+    min: f64,
+    max: f64,
+) -> Result<f64, ConfigError> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) => match v.parse::<f64>() {
+            Ok(n) if n.is_finite() && (min..=max).contains(&n) => Ok(n),
+            _ => Err(invalid(
+                name,
+                &v,
+                &format!("expected a number from {min} to {max}"),
+            )),
+        },
     }
 }
 

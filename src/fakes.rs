@@ -12,7 +12,9 @@ use crate::clock::ManualClock;
 use crate::core::{BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target, UnixMillis};
 use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
-use crate::state::{Acquire, GroupState, LedgerRow, Release, StateError, StateStore};
+use crate::state::{
+    Acquire, Change, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
+};
 
 /// Seeded scheduling noise: every fake call first yields to the runtime a random number
 /// of times, so concurrent reconciles interleave differently per seed — and, on a
@@ -67,15 +69,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A change made to a pod at a chosen moment.
+type PodHook = Box<dyn FnOnce(&mut Pod) + Send>;
+
 /// Pods of a fake cluster, keyed by `namespace/name`.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct FakePods {
     /// Scheduling noise for race tests.
     pub chaos: Chaos,
     pods: Mutex<BTreeMap<(String, String), Pod>>,
     fail: AtomicBool,
     lists: AtomicU64,
+    gets: AtomicU64,
     slow_list: Delay,
+    slow_get: Delay,
+    before_gate: Mutex<Option<PodHook>>,
 }
 
 impl FakePods {
@@ -115,6 +123,33 @@ impl FakePods {
     pub fn slow_lists(&self, clock: &ManualClock, ms: u64) {
         self.slow_list.set(clock, ms);
     }
+
+    /// Makes every GET take `ms` on `clock` (time passing while pod-events waits).
+    pub fn slow_gets(&self, clock: &ManualClock, ms: u64) {
+        self.slow_get.set(clock, ms);
+    }
+
+    /// GET calls served.
+    pub fn get_calls(&self) -> u64 {
+        self.gets.load(Ordering::SeqCst)
+    }
+
+    /// Requests of any kind served (LIST, GET, gate patches): what the Kubernetes API saw.
+    pub fn requests(&self) -> u64 {
+        self.list_calls() + self.get_calls()
+    }
+
+    /// Runs `f` on the pod named in the next gate patch, just before the patch is applied
+    /// (a pod replaced by a namesake between the read and the write).
+    pub fn before_next_gate(&self, f: impl FnOnce(&mut Pod) + Send + 'static) {
+        *lock(&self.before_gate) = Some(Box::new(f));
+    }
+}
+
+impl std::fmt::Debug for FakePods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakePods").finish_non_exhaustive()
+    }
 }
 
 impl PodSource for FakePods {
@@ -141,6 +176,8 @@ impl PodSource for FakePods {
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, PodsError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.slow_get.wait().await;
         self.chaos.pause().await;
         if self.fail.load(Ordering::SeqCst) {
             return Err(PodsError::Get {
@@ -154,10 +191,24 @@ impl PodSource for FakePods {
             .cloned())
     }
 
-    async fn open_gate(&self, namespace: &str, name: &str) -> Result<(), PodsError> {
+    async fn open_gate(&self, namespace: &str, name: &str, uid: &str) -> Result<(), PodsError> {
         self.chaos.pause().await;
+        let hook = lock(&self.before_gate).take();
         match lock(&self.pods).get_mut(&(namespace.to_owned(), name.to_owned())) {
             Some(pod) => {
+                if let Some(hook) = hook {
+                    hook(pod);
+                }
+                let stored = pod.metadata.uid.clone().unwrap_or_default();
+                if stored != uid {
+                    return Err(PodsError::Patch {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        reason: format!(
+                            "HTTP 422 Invalid: Pod \"{name}\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable (stored {stored})"
+                        ),
+                    });
+                }
                 crate::testkit::set_condition(pod, crate::core::pod::READINESS_GATE, true);
                 Ok(())
             }
@@ -170,6 +221,9 @@ impl PodSource for FakePods {
     }
 }
 
+/// Reads each new target stays invisible for, and the reads left per (group, target).
+type ReadLag = (u32, BTreeMap<(String, Target), u32>);
+
 /// A fake group: its description and its targets.
 type FakeGroup = (TargetGroup, BTreeMap<Target, HealthState>);
 
@@ -181,6 +235,8 @@ pub struct FakeElb {
     groups: Mutex<BTreeMap<String, FakeGroup>>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
     fail_mutations: AtomicBool,
+    read_lag: Mutex<ReadLag>,
+    refused: Mutex<BTreeMap<Target, String>>,
 }
 
 impl FakeElb {
@@ -232,6 +288,28 @@ impl FakeElb {
         }
     }
 
+    /// ELBv2's eventual consistency: targets registered from now on stay invisible to
+    /// the next `reads` DescribeTargetHealth calls of their group.
+    pub fn lag_reads(&self, reads: u32) {
+        lock(&self.read_lag).0 = reads;
+    }
+
+    /// Sets (or with `None` removes) a tag of a group, as `AddTags`/`RemoveTags` would.
+    pub fn set_tag(&self, arn: &str, key: &str, value: Option<&str>) {
+        if let Some((group, _)) = lock(&self.groups).get_mut(arn) {
+            match value {
+                Some(v) => group.tags.insert(key.to_owned(), v.to_owned()),
+                None => group.tags.remove(key),
+            };
+        }
+    }
+
+    /// Makes RegisterTargets refuse `target` with `reason` (the others of the call still
+    /// go through, as the real adapter's splitting makes it).
+    pub fn refuse(&self, target: Target, reason: &str) {
+        lock(&self.refused).insert(target, reason.to_owned());
+    }
+
     /// Makes Register/DeregisterTargets fail until called with `false`.
     pub fn set_failing_mutations(&self, failing: bool) {
         self.fail_mutations.store(failing, Ordering::SeqCst);
@@ -281,11 +359,33 @@ impl TargetGroupApi for FakeElb {
             .collect())
     }
 
+    async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
+        self.chaos.pause().await;
+        self.count("DescribeTags");
+        match lock(&self.groups).get(arn) {
+            Some((g, _)) => Ok(g.tags.clone()),
+            None => Err(ElbError::NotFound {
+                arn: arn.to_owned(),
+            }),
+        }
+    }
+
     async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTargetHealth");
+        let mut lag = lock(&self.read_lag);
         match lock(&self.groups).get(arn) {
-            Some((_, targets)) => Ok(targets.iter().map(|(t, s)| (*t, s.clone())).collect()),
+            Some((_, targets)) => Ok(targets
+                .iter()
+                .filter(|(t, _)| match lag.1.get_mut(&(arn.to_owned(), **t)) {
+                    Some(0) | None => true,
+                    Some(n) => {
+                        *n -= 1;
+                        false
+                    }
+                })
+                .map(|(t, s)| (*t, s.clone()))
+                .collect()),
             None => Err(ElbError::NotFound {
                 arn: arn.to_owned(),
             }),
@@ -294,14 +394,41 @@ impl TargetGroupApi for FakeElb {
 
     async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
         self.chaos.pause().await;
+        {
+            let mut lag = lock(&self.read_lag);
+            let reads = lag.0;
+            if reads > 0 {
+                for t in targets {
+                    lag.1.insert((arn.to_owned(), *t), reads);
+                }
+            }
+        }
+        let refused: Vec<(Target, String)> = {
+            let refusals = lock(&self.refused);
+            targets
+                .iter()
+                .filter_map(|t| refusals.get(t).map(|why| (*t, why.clone())))
+                .collect()
+        };
         self.mutate("RegisterTargets", arn, |group| {
             for t in targets {
+                if refused.iter().any(|(r, _)| r == t) {
+                    continue;
+                }
                 let state = group.entry(*t).or_insert(HealthState::Initial);
                 if state.is_draining() {
                     *state = HealthState::Initial;
                 }
             }
-        })
+        })?;
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ElbError::Rejected {
+                operation: "RegisterTargets",
+                targets: refused,
+            })
+        }
     }
 
     async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
@@ -316,46 +443,46 @@ impl TargetGroupApi for FakeElb {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Lease {
-    owner: String,
-    until: UnixMillis,
-    dirty: bool,
-}
-
-#[derive(Debug, Default)]
-struct Rows {
-    ledger: BTreeMap<Target, LedgerRow>,
-    backoff: Option<BackoffState>,
-    checkpoint: Option<Checkpoint>,
-    lease: Option<Lease>,
-}
-
-/// A fake state table with DynamoDB's conditional-write semantics for the lease.
+/// A fake state table: one record per group with DynamoDB's conditional-write
+/// semantics (the lease, fencing, the version check of unleased writes).
 #[derive(Debug, Default)]
 pub struct FakeState {
     /// Scheduling noise for race tests.
     pub chaos: Chaos,
-    groups: Mutex<HashMap<String, Rows>>,
+    groups: Mutex<HashMap<String, GroupState>>,
     fail: AtomicBool,
-    slow_acquire: Delay,
+    fail_renewals: AtomicBool,
+    slow_read: Delay,
+    writes: AtomicU64,
+    reads: AtomicU64,
+    leases_held_elsewhere: AtomicU64,
 }
 
 impl FakeState {
-    /// Makes every lease acquisition take `ms` on `clock` (a slow or throttled table).
-    pub fn slow_acquires(&self, clock: &ManualClock, ms: u64) {
-        self.slow_acquire.set(clock, ms);
+    /// Makes every read take `ms` on `clock` (a slow or throttled table).
+    pub fn slow_reads(&self, clock: &ManualClock, ms: u64) {
+        self.slow_read.set(clock, ms);
     }
 
     /// The ledger of a group.
-    pub fn ledger(&self, group: &str) -> BTreeMap<Target, LedgerRow> {
+    pub fn ledger(&self, group: &str) -> BTreeMap<Target, LedgerEntry> {
         lock(&self.groups)
             .get(group)
             .map(|r| r.ledger.clone())
             .unwrap_or_default()
     }
 
-    /// Whether a lease row exists and is unexpired at `now`.
+    /// The whole stored state of a group.
+    pub fn stored(&self, group: &str) -> GroupState {
+        lock(&self.groups).get(group).cloned().unwrap_or_default()
+    }
+
+    /// Replaces the stored state of a group (a crash left it so; a test sets it up).
+    pub fn put(&self, group: &str, state: GroupState) {
+        lock(&self.groups).insert(group.to_owned(), state);
+    }
+
+    /// Whether a lease is recorded and unexpired at `now`.
     pub fn lease_held(&self, group: &str, now: UnixMillis) -> bool {
         lock(&self.groups)
             .get(group)
@@ -363,7 +490,7 @@ impl FakeState {
             .is_some_and(|l| l.until >= now)
     }
 
-    /// The backoff row of a group.
+    /// The backoff record of a group.
     pub fn backoff(&self, group: &str) -> Option<BackoffState> {
         lock(&self.groups).get(group).and_then(|r| r.backoff)
     }
@@ -373,8 +500,32 @@ impl FakeState {
         self.fail.store(failing, Ordering::SeqCst);
     }
 
+    /// Makes every lease renewal fail (a throttled table) until called with `false`.
+    pub fn set_failing_renewals(&self, failing: bool) {
+        self.fail_renewals.store(failing, Ordering::SeqCst);
+    }
+
+    /// Writes (conditional updates of any kind) and reads served so far.
+    pub fn calls(&self) -> (u64, u64) {
+        (
+            self.writes.load(Ordering::SeqCst),
+            self.reads.load(Ordering::SeqCst),
+        )
+    }
+
+    /// How many acquisitions found the lease held by someone else (each set `dirty`):
+    /// race tests check that the race they stage really happened.
+    pub fn contended(&self) -> u64 {
+        self.leases_held_elsewhere.load(Ordering::SeqCst)
+    }
+
     async fn check(&self, operation: &'static str) -> Result<(), StateError> {
         self.chaos.pause().await;
+        if operation == "GetItem" {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
         if self.fail.load(Ordering::SeqCst) {
             return Err(StateError::Dynamo {
                 operation,
@@ -385,64 +536,33 @@ impl FakeState {
     }
 }
 
+fn ours(state: &GroupState, owner: &str, now: UnixMillis) -> bool {
+    state
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.owner == owner && l.until >= now)
+}
+
+fn apply(state: &mut GroupState, change: &Change) {
+    if let Some(ledger) = &change.ledger {
+        state.ledger.clone_from(ledger);
+    }
+    if let Some(backoff) = change.backoff {
+        state.backoff = backoff;
+    }
+    if let Some(checkpoint) = change.checkpoint {
+        state.checkpoint = checkpoint;
+    }
+    if !change.is_empty() {
+        state.version += 1;
+    }
+}
+
 impl StateStore for FakeState {
     async fn load(&self, group: &str) -> Result<GroupState, StateError> {
-        self.check("Query").await?;
-        let groups = lock(&self.groups);
-        Ok(groups
-            .get(group)
-            .map(|r| GroupState {
-                ledger: r.ledger.clone(),
-                backoff: r.backoff,
-                checkpoint: r.checkpoint,
-            })
-            .unwrap_or_default())
-    }
-
-    async fn record(&self, group: &str, rows: &[LedgerRow]) -> Result<(), StateError> {
-        self.check("BatchWriteItem").await?;
-        let mut groups = lock(&self.groups);
-        let entry = groups.entry(group.to_owned()).or_default();
-        for r in rows {
-            entry.ledger.insert(r.target, r.clone());
-        }
-        Ok(())
-    }
-
-    async fn remove(&self, group: &str, targets: &[Target]) -> Result<(), StateError> {
-        self.check("BatchWriteItem").await?;
-        if let Some(entry) = lock(&self.groups).get_mut(group) {
-            for t in targets {
-                entry.ledger.remove(t);
-            }
-        }
-        Ok(())
-    }
-
-    async fn set_backoff(
-        &self,
-        group: &str,
-        state: Option<BackoffState>,
-    ) -> Result<(), StateError> {
-        self.check("PutItem").await?;
-        lock(&self.groups)
-            .entry(group.to_owned())
-            .or_default()
-            .backoff = state;
-        Ok(())
-    }
-
-    async fn set_checkpoint(
-        &self,
-        group: &str,
-        checkpoint: Option<Checkpoint>,
-    ) -> Result<(), StateError> {
-        self.check("PutItem").await?;
-        lock(&self.groups)
-            .entry(group.to_owned())
-            .or_default()
-            .checkpoint = checkpoint;
-        Ok(())
+        self.slow_read.wait().await;
+        self.check("GetItem").await?;
+        Ok(self.stored(group))
     }
 
     async fn acquire(
@@ -452,23 +572,73 @@ impl StateStore for FakeState {
         now: UnixMillis,
         until: UnixMillis,
     ) -> Result<Acquire, StateError> {
-        self.slow_acquire.wait().await;
-        self.check("PutItem").await?;
+        self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
         let entry = groups.entry(group.to_owned()).or_default();
-        match &mut entry.lease {
-            Some(lease) if lease.until >= now => {
-                lease.dirty = true;
-                Ok(Acquire::HeldElsewhere)
+        match &entry.lease {
+            Some(l) if l.until >= now && l.owner != owner => {
+                let held = Acquire::HeldElsewhere {
+                    owner: l.owner.clone(),
+                    until: l.until,
+                };
+                entry.dirty = true;
+                self.leases_held_elsewhere.fetch_add(1, Ordering::SeqCst);
+                Ok(held)
             }
             _ => {
-                entry.lease = Some(Lease {
+                entry.lease = Some(LeaseView {
                     owner: owner.to_owned(),
                     until,
-                    dirty: false,
                 });
-                Ok(Acquire::Acquired)
+                entry.dirty = false;
+                Ok(Acquire::Acquired(entry.clone()))
             }
+        }
+    }
+
+    async fn renew(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        until: UnixMillis,
+    ) -> Result<bool, StateError> {
+        self.check("UpdateItem").await?;
+        if self.fail_renewals.load(Ordering::SeqCst) {
+            return Err(StateError::Dynamo {
+                operation: "UpdateItem",
+                message: "ThrottlingException: injected".into(),
+            });
+        }
+        let mut groups = lock(&self.groups);
+        match groups.get_mut(group) {
+            Some(state) if ours(state, owner, now) => {
+                if let Some(l) = state.lease.as_mut() {
+                    l.until = until;
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn write(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        change: &Change,
+    ) -> Result<(), StateError> {
+        self.check("UpdateItem").await?;
+        let mut groups = lock(&self.groups);
+        match groups.get_mut(group) {
+            Some(state) if ours(state, owner, now) => {
+                apply(state, change);
+                Ok(())
+            }
+            _ => Err(StateError::LeaseLost {
+                group: group.to_owned(),
+            }),
         }
     }
 
@@ -476,34 +646,67 @@ impl StateStore for FakeState {
         &self,
         group: &str,
         owner: &str,
+        now: UnixMillis,
         until: UnixMillis,
+        change: &Change,
     ) -> Result<Release, StateError> {
-        self.check("DeleteItem").await?;
+        self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
-        let Some(entry) = groups.get_mut(group) else {
+        let Some(state) = groups.get_mut(group).filter(|s| ours(s, owner, now)) else {
             return Ok(Release::Lost);
         };
-        match &mut entry.lease {
-            Some(lease) if lease.owner == owner && lease.dirty => {
-                lease.dirty = false;
-                lease.until = until;
-                Ok(Release::RunAgain)
+        apply(state, change);
+        if state.dirty {
+            state.dirty = false;
+            if let Some(l) = state.lease.as_mut() {
+                l.until = until;
             }
-            Some(lease) if lease.owner == owner => {
-                entry.lease = None;
-                Ok(Release::Released)
-            }
-            _ => Ok(Release::Lost),
+            return Ok(Release::RunAgain(state.clone()));
         }
+        state.lease = None;
+        Ok(Release::Released)
     }
 
-    async fn abandon(&self, group: &str, owner: &str) -> Result<(), StateError> {
-        self.check("DeleteItem").await?;
-        if let Some(entry) = lock(&self.groups).get_mut(group)
-            && entry.lease.as_ref().is_some_and(|l| l.owner == owner)
+    async fn abandon(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        change: &Change,
+    ) -> Result<(), StateError> {
+        self.check("UpdateItem").await?;
+        let mut groups = lock(&self.groups);
+        if let Some(state) = groups.get_mut(group)
+            && state.lease.as_ref().is_some_and(|l| l.owner == owner)
         {
-            entry.lease = None;
+            if ours(state, owner, now) {
+                apply(state, change);
+            }
+            state.lease = None;
         }
         Ok(())
+    }
+
+    async fn record_verified(
+        &self,
+        group: &str,
+        version: u64,
+        now: UnixMillis,
+        checkpoint: Checkpoint,
+    ) -> Result<bool, StateError> {
+        self.check("UpdateItem").await?;
+        let mut groups = lock(&self.groups);
+        let state = groups.entry(group.to_owned()).or_default();
+        if state.version != version || state.lease.as_ref().is_some_and(|l| l.until >= now) {
+            return Ok(false);
+        }
+        apply(
+            state,
+            &Change {
+                checkpoint: Some(Some(checkpoint)),
+                ..Change::default()
+            },
+        );
+        Ok(true)
     }
 }

@@ -1,11 +1,13 @@
 //! Fault injection between the side effects of a group reconcile.
 //!
-//! The design promises convergence after a crash *anywhere*; the reconcile calls
-//! [`Faults::check`] between every pair of side effects so tests can stop it exactly
-//! there (no cleanup, lease left held, as a killed Lambda would) and prove the next run
-//! puts everything right. In production the hook is [`NoFaults`].
+//! The design promises convergence after a crash *anywhere*; the reconcile names a
+//! [`FaultPoint`] between every pair of side effects so tests can stop it exactly there
+//! (no cleanup, lease left held, as a killed Lambda would) and prove the next run puts
+//! everything right. The injection itself ([`Faults`], [`CrashAt`]) exists only in test
+//! builds (the `testing` feature): release builds carry no hook at all.
 
 use std::fmt;
+#[cfg(any(test, feature = "testing"))]
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -14,34 +16,26 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum FaultPoint {
-    /// After the lease is acquired, before anything else.
+    /// After the lease is taken (at the start of each pass), before anything else.
     AfterLeaseAcquired,
-    /// After ledger rows for a register chunk are written, before RegisterTargets.
+    /// After the ledger entries of a register chunk are stored, before RegisterTargets.
     AfterLedgerWrite,
-    /// After a RegisterTargets call succeeded.
+    /// After a RegisterTargets call.
     AfterRegisterChunk,
-    /// After a DeregisterTargets call succeeded, before its ledger rows are deleted.
+    /// After a DeregisterTargets call succeeded, before its entries leave the ledger.
     AfterDeregisterChunk,
-    /// After ledger rows of deregistered or forgotten targets are deleted.
-    AfterLedgerDelete,
-    /// After the backoff row is written or cleared.
-    AfterBackoffWrite,
-    /// After the verification checkpoint is written or cleared.
-    AfterCheckpointWrite,
-    /// Just before the lease is released.
+    /// After every ELBv2 call of the pass, before the write that ends it (ledger
+    /// removals, backoff, checkpoint) and the lease release.
     BeforeLeaseRelease,
 }
 
 impl FaultPoint {
     /// Every fault point, for tests that sweep them.
-    pub const ALL: [FaultPoint; 8] = [
+    pub const ALL: [FaultPoint; 5] = [
         Self::AfterLeaseAcquired,
         Self::AfterLedgerWrite,
         Self::AfterRegisterChunk,
         Self::AfterDeregisterChunk,
-        Self::AfterLedgerDelete,
-        Self::AfterBackoffWrite,
-        Self::AfterCheckpointWrite,
         Self::BeforeLeaseRelease,
     ];
 }
@@ -53,15 +47,18 @@ impl fmt::Display for FaultPoint {
 }
 
 /// Decides whether to abort at a fault point.
+#[cfg(any(test, feature = "testing"))]
 pub trait Faults: Send + Sync {
     /// `Err(point)` aborts the reconcile there, as a crash would.
     fn check(&self, point: FaultPoint) -> Result<(), FaultPoint>;
 }
 
-/// Production: never aborts.
+/// Never aborts (the default in tests).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoFaults;
 
+#[cfg(any(test, feature = "testing"))]
 impl Faults for NoFaults {
     fn check(&self, _: FaultPoint) -> Result<(), FaultPoint> {
         Ok(())
@@ -69,12 +66,14 @@ impl Faults for NoFaults {
 }
 
 /// Aborts at the `nth` (0-based) time `point` is reached, once.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 pub struct CrashAt {
     point: FaultPoint,
     remaining: Mutex<Option<usize>>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl CrashAt {
     /// Crash the first time `point` is reached.
     pub fn first(point: FaultPoint) -> Self {
@@ -95,6 +94,7 @@ impl CrashAt {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Faults for CrashAt {
     fn check(&self, point: FaultPoint) -> Result<(), FaultPoint> {
         if point != self.point {

@@ -28,13 +28,22 @@ pub trait TargetGroupApi: Send + Sync {
     /// pages + DescribeTags in batches of 20).
     fn discover(&self) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
 
+    /// The current tags of one group (DescribeTags): a pass that acts on a cached
+    /// binding re-reads them first.
+    fn tags(
+        &self,
+        arn: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, String>, ElbError>> + Send;
+
     /// One DescribeTargetHealth: every registered target and its state.
     fn health(
         &self,
         arn: &str,
     ) -> impl Future<Output = Result<Vec<(Target, HealthState)>, ElbError>> + Send;
 
-    /// RegisterTargets with at most 200 targets.
+    /// RegisterTargets with at most 200 targets. When ELBv2 refuses the call because of
+    /// some of them, the others are still registered and the refused ones come back in
+    /// [`ElbError::Rejected`] with ELBv2's reason.
     fn register(
         &self,
         arn: &str,
@@ -71,6 +80,15 @@ pub enum ElbError {
         operation: &'static str,
         /// The service's message.
         message: String,
+    },
+    /// ELBv2 refused these targets (each with its reason); every other target of the
+    /// call went through.
+    #[error("ELBv2 {operation} refused {} target(s): {}", targets.len(), targets.first().map(|(t, why)| format!("{t}: {why}")).unwrap_or_default())]
+    Rejected {
+        /// The API operation.
+        operation: &'static str,
+        /// The refused targets and ELBv2's reason for each.
+        targets: Vec<(Target, String)>,
     },
     /// Any other failure.
     #[error("ELBv2 {operation} failed: {message}")]

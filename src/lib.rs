@@ -5,6 +5,9 @@
 //! pure functions (binding tags, desired targets, the diff, backoff) with no AWS or
 //! Kubernetes client in scope, so every decision tgsync makes can be tested from plain
 //! data. The adapters that do I/O live beside it and only feed the core and apply its plan.
+//!
+//! Test scaffolding (in-memory fakes, pod builders, fault injection) is compiled only
+//! for this crate's tests and with the `testing` feature, never into the functions.
 
 pub mod app;
 pub mod aws;
@@ -12,15 +15,18 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod eks;
+#[cfg(any(test, feature = "testing"))]
 pub mod fakes;
 pub mod faults;
 pub mod groups;
 pub mod handlers;
 pub mod input;
+pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod pods;
 pub mod reconcile;
 pub mod report;
 pub mod state;
+#[cfg(any(test, feature = "testing"))]
 pub mod testkit;

@@ -17,7 +17,9 @@ pub const NAMESPACE: &str = "tgsync";
 /// The EMF lines for a finished report. Pure, so it is tested without stdout.
 pub fn emf_lines(report: &Report) -> Vec<String> {
     let t = &report.totals;
-    let errors = t.errors + report.errors.len();
+    // A group backing off is still failing: counting it keeps the errors alarm from
+    // clearing between its attempts.
+    let errors = t.errors + t.backing_off + report.errors.len();
     let mut lines = vec![line(
         report,
         &["Function", "Cluster"],
@@ -39,7 +41,7 @@ pub fn emf_lines(report: &Report) -> Vec<String> {
     for g in &report.groups {
         let failed = matches!(
             g.outcome,
-            Outcome::Failed | Outcome::BindingError | Outcome::Aborted
+            Outcome::Failed | Outcome::BindingError | Outcome::Aborted | Outcome::BackingOff
         );
         if g.outcome != Outcome::Changed && !failed {
             continue;
@@ -130,6 +132,23 @@ mod tests {
             "tag missing",
         ));
         r.finish(UnixMillis(1_800_000_000_250))
+    }
+
+    /// A group still backing off is still failing: the errors alarm must not clear
+    /// while it waits for its next attempt.
+    #[test]
+    fn groups_in_backoff_count_as_reconcile_errors() {
+        let mut r = Report::new("resync", "demo", false, UnixMillis(1_800_000_000_000));
+        r.groups
+            .push(GroupReport::new("arn:a", "web", Outcome::BackingOff));
+        let r = r.finish(UnixMillis(1_800_000_000_100));
+        let lines: Vec<Value> = emf_lines(&r)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["ReconcileErrors"], 1, "{:?}", lines[0]);
+        assert_eq!(lines.len(), 2, "the backing-off group has its own line");
+        assert_eq!(lines[1]["ReconcileErrors"], 1);
     }
 
     #[test]

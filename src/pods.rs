@@ -28,19 +28,23 @@ pub trait PodSource: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<Pod>, PodsError>> + Send;
 
-    /// Sets the pod's `tgsync/target-health` readiness-gate condition True (a strategic
-    /// merge patch of `pods/status`), once its target is healthy in the NLB.
+    /// Sets the `tgsync/target-health` readiness-gate condition of pod `uid` True (a
+    /// strategic merge patch of `pods/status` with a UID precondition, so a namesake
+    /// created since is never touched), once its target is healthy in the NLB.
     fn open_gate(
         &self,
         namespace: &str,
         name: &str,
+        uid: &str,
     ) -> impl Future<Output = Result<(), PodsError>> + Send;
 }
 
 /// The `pods/status` patch that opens the readiness gate: conditions merge by `type`, so
-/// only this condition is added or changed.
-pub fn gate_patch(now_rfc3339: &str) -> serde_json::Value {
+/// only this condition is added or changed; `metadata.uid` makes the API server refuse
+/// it (409 Conflict) for any other pod of that name.
+pub fn gate_patch(now_rfc3339: &str, uid: &str) -> serde_json::Value {
     serde_json::json!({
+        "metadata": { "uid": uid },
         "status": {
             "conditions": [{
                 "type": crate::core::pod::READINESS_GATE,

@@ -99,6 +99,10 @@ pub struct GroupReport {
     /// was not read this run (the checkpoint).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub verification_skipped: bool,
+    /// The group was found deleted, or its tags changed since they were read: cached
+    /// bindings must be dropped (not part of the JSON report).
+    #[serde(skip)]
+    pub gone: bool,
 }
 
 impl GroupReport {
@@ -121,6 +125,7 @@ impl GroupReport {
             next_attempt_at: None,
             passes: 0,
             verification_skipped: false,
+            gone: false,
         }
     }
 
@@ -158,6 +163,20 @@ pub struct Totals {
     pub verification_skipped: usize,
 }
 
+/// How a scheduled run spends the account-wide Describe budget on re-verifying groups
+/// that nothing changed, and what that means for finding hand edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// Unchanged groups one run may re-verify (`TGSYNC_VERIFY_DESCRIBES_PER_SECOND` ×
+    /// the schedule period).
+    pub budget_per_run: usize,
+    /// Runs it takes to re-verify every group (1 while the fleet fits the budget).
+    pub cycle_runs: u64,
+    /// The longest a hand edit of an unchanged group can go unnoticed.
+    pub detection_bound_seconds: u64,
+}
+
 /// The whole run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -174,6 +193,9 @@ pub struct Report {
     pub duration_ms: u64,
     /// Counts.
     pub totals: Totals,
+    /// Scheduled runs: the verification rotation and its detection bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
     /// Per group, sorted by name.
     pub groups: Vec<GroupReport>,
     /// Errors not tied to one group (discovery failed, an unknown ARN requested).
@@ -199,6 +221,7 @@ impl Report {
             started_at,
             duration_ms: 0,
             totals: Totals::default(),
+            verification: None,
             groups: Vec::new(),
             errors: Vec::new(),
             notes: Vec::new(),

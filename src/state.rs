@@ -1,7 +1,12 @@
-//! The state table: ownership ledger, per-group lease and backoff.
+//! The state table: one item per target group holding its ownership ledger, lease,
+//! backoff and verification checkpoint.
 //!
 //! Lambdas keep nothing between invocations, so everything that must survive a crash is
-//! here. The write-ahead order (ledger row before RegisterTargets, deletion after
+//! here. One item per group makes a zero-drift run cost one consistent read per group
+//! and no write, and lets deployments of several clusters that share a group share one
+//! ledger and one lease. Every change is one conditional write: ledger changes are
+//! fenced by the lease (a holder whose lease expired or was taken over can no longer
+//! write), and the write-ahead order (entry before RegisterTargets, removal after
 //! DeregisterTargets) keeps the ledger a superset of what tgsync registered.
 
 use std::collections::BTreeMap;
@@ -12,85 +17,117 @@ use thiserror::Error;
 
 use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
 
-/// One target tgsync registered, and where it came from.
+/// One target a tgsync deployment registered or adopted, and for which pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LedgerRow {
+pub struct LedgerEntry {
     /// The target.
     pub target: Target,
     /// The pod it was registered for.
     pub pod: PodRef,
-    /// When the row was written.
+    /// The cluster whose deployment owns it (only that deployment ever deregisters it).
+    pub cluster: String,
+    /// When the entry was written.
     pub registered_at: UnixMillis,
 }
 
-/// Everything stored for one group (one Query).
+/// Who holds a group's lease, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// The holder's owner id (`<function>-<cluster>-<random>`).
+    pub owner: String,
+    /// Valid until then; renewed by the holder's heartbeat while it works.
+    pub until: UnixMillis,
+}
+
+/// Everything stored for one group (one consistent read).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupState {
-    /// Targets tgsync registered (the ledger), keyed by target.
-    pub ledger: BTreeMap<Target, LedgerRow>,
+    /// Targets registered or adopted by tgsync deployments (the ledger), by target.
+    pub ledger: BTreeMap<Target, LedgerEntry>,
     /// Failure record, absent after a success.
     pub backoff: Option<BackoffState>,
-    /// Last full verification, if any.
+    /// Last verification that the group held exactly its desired set.
     pub checkpoint: Option<Checkpoint>,
+    /// The current lease, if one is stored (it may have expired).
+    pub lease: Option<LeaseView>,
+    /// Somebody asked for another pass while the lease was held, and no pass has served
+    /// that request yet (set with or without a holder: a holder that gave up leaves it).
+    pub dirty: bool,
+    /// Bumped by every change of ledger, backoff or checkpoint: writes made without the
+    /// lease are conditional on it, so they never overwrite a newer state.
+    pub version: u64,
+}
+
+impl GroupState {
+    /// Whether a lease is held at `now` by someone other than `owner`.
+    pub fn held_by_other(&self, owner: Option<&str>, now: UnixMillis) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|l| l.until >= now && Some(l.owner.as_str()) != owner)
+    }
+}
+
+/// A change to a group's stored state, applied atomically in one write. `None` leaves a
+/// part as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    /// The whole new ledger.
+    pub ledger: Option<BTreeMap<Target, LedgerEntry>>,
+    /// The new backoff record (`Some(None)` clears it).
+    pub backoff: Option<Option<BackoffState>>,
+    /// The new checkpoint (`Some(None)` clears it).
+    pub checkpoint: Option<Option<Checkpoint>>,
+}
+
+impl Change {
+    /// Whether nothing would change.
+    pub fn is_empty(&self) -> bool {
+        self.ledger.is_none() && self.backoff.is_none() && self.checkpoint.is_none()
+    }
 }
 
 /// The result of trying to take a group's lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
-    /// We hold it until the given time.
-    Acquired,
-    /// Someone else holds it; their `dirty` flag is now set, so they will run again.
-    HeldElsewhere,
+    /// We hold it; the group's state as of taking it.
+    Acquired(GroupState),
+    /// Someone else holds it until `until`; their `dirty` flag is now set, so a live
+    /// holder will run again.
+    HeldElsewhere {
+        /// The holder.
+        owner: String,
+        /// Its lease's expiry.
+        until: UnixMillis,
+    },
 }
 
 /// The result of trying to release a lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Release {
     /// Released; nobody asked for a re-run.
     Released,
-    /// Someone set `dirty` while we worked: the flag is cleared, the lease extended, and
-    /// the caller must reconcile again before releasing.
-    RunAgain,
-    /// The lease had expired and was taken over; the new holder is responsible now.
+    /// Someone set `dirty` while we worked: the flag is cleared, the lease renewed, and
+    /// the caller must reconcile again; the group's state as of now.
+    RunAgain(GroupState),
+    /// The lease had expired or was taken over; the new holder is responsible now.
     Lost,
 }
 
-/// The state table's operations. `group` is the target group ARN; implementations key
-/// rows by cluster too, so deployments for different clusters can share a table.
+/// The state table's operations. `group` is the target group ARN (the full ARN, so
+/// groups of different accounts never collide).
 pub trait StateStore: Send + Sync {
-    /// Reads ledger and backoff of a group (strongly consistent).
+    /// Reads a group's state with a strongly consistent read. The first read of a group
+    /// may write once (to record the upgrade from an earlier table layout).
     fn load(&self, group: &str) -> impl Future<Output = Result<GroupState, StateError>> + Send;
 
-    /// Writes ledger rows (before RegisterTargets).
-    fn record(
-        &self,
-        group: &str,
-        rows: &[LedgerRow],
-    ) -> impl Future<Output = Result<(), StateError>> + Send;
+    /// Like [`StateStore::load`], but never writes (dry runs, lease waiters).
+    fn peek(&self, group: &str) -> impl Future<Output = Result<GroupState, StateError>> + Send {
+        self.load(group)
+    }
 
-    /// Deletes ledger rows (after DeregisterTargets, or for forgotten targets).
-    fn remove(
-        &self,
-        group: &str,
-        targets: &[Target],
-    ) -> impl Future<Output = Result<(), StateError>> + Send;
-
-    /// Writes (`Some`) or clears (`None`) the backoff record.
-    fn set_backoff(
-        &self,
-        group: &str,
-        state: Option<BackoffState>,
-    ) -> impl Future<Output = Result<(), StateError>> + Send;
-
-    /// Writes (`Some`) or clears (`None`) the verification checkpoint.
-    fn set_checkpoint(
-        &self,
-        group: &str,
-        checkpoint: Option<Checkpoint>,
-    ) -> impl Future<Output = Result<(), StateError>> + Send;
-
-    /// Takes the lease for `owner` until `until` if it is free or expired at `now`;
+    /// Takes the lease for `owner` until `until` if it is free, expired at `now`, or
+    /// already `owner`'s (so a retried write that had landed is not a conflict);
     /// otherwise sets the holder's `dirty` flag.
     fn acquire(
         &self,
@@ -100,23 +137,59 @@ pub trait StateStore: Send + Sync {
         until: UnixMillis,
     ) -> impl Future<Output = Result<Acquire, StateError>> + Send;
 
-    /// Releases `owner`'s lease unless `dirty` is set (then clears it, extends to
-    /// `until` and asks for another pass).
+    /// Extends `owner`'s lease to `until`; `Ok(false)` when it is no longer `owner`'s
+    /// or had expired at `now` (the holder must stop before its next write).
+    fn renew(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        until: UnixMillis,
+    ) -> impl Future<Output = Result<bool, StateError>> + Send;
+
+    /// Applies `change` if `owner` still holds an unexpired lease at `now`
+    /// ([`StateError::LeaseLost`] otherwise: the fencing check).
+    fn write(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        change: &Change,
+    ) -> impl Future<Output = Result<(), StateError>> + Send;
+
+    /// Applies `change` and releases `owner`'s lease unless `dirty` is set; then clears
+    /// `dirty`, renews the lease to `until` and asks for another pass instead.
     fn release(
         &self,
         group: &str,
         owner: &str,
+        now: UnixMillis,
         until: UnixMillis,
+        change: &Change,
     ) -> impl Future<Output = Result<Release, StateError>> + Send;
 
-    /// Deletes `owner`'s lease whatever its `dirty` flag (a group that failed, is backing
-    /// off, or kept changing past the pass limit): a pending re-run is left to the next
-    /// scheduled resync rather than holding the group until the lease expires.
+    /// Applies `change` (if the lease is still `owner`'s) and gives the lease up whatever
+    /// its `dirty` flag, which stays set: a waiter that sees it knows its change was not
+    /// served and takes the group itself.
     fn abandon(
         &self,
         group: &str,
         owner: &str,
+        now: UnixMillis,
+        change: &Change,
     ) -> impl Future<Output = Result<(), StateError>> + Send;
+
+    /// Records a verification made without the lease (a scheduled run that found the
+    /// group right), only if the state is still `version` and nobody holds the lease at
+    /// `now`; `Ok(false)` when it changed meanwhile (the checkpoint is then not written,
+    /// which only costs a verification later).
+    fn record_verified(
+        &self,
+        group: &str,
+        version: u64,
+        now: UnixMillis,
+        checkpoint: Checkpoint,
+    ) -> impl Future<Output = Result<bool, StateError>> + Send;
 }
 
 /// Why the state table could not be used; the group is skipped (never changed blind).
@@ -128,13 +201,32 @@ pub enum StateError {
         /// Table name.
         table: String,
     },
-    /// A stored row could not be understood.
-    #[error("state table row {key} is malformed: {reason}")]
+    /// A stored item could not be understood.
+    #[error("state table item {key} is malformed: {reason}")]
     Malformed {
-        /// The row's key.
+        /// The item's key.
         key: String,
         /// What is wrong.
         reason: String,
+    },
+    /// The write was refused because the lease is no longer ours (expired or taken
+    /// over): another reconcile owns the group now.
+    #[error(
+        "the lease of {group} was lost (expired or taken over); this reconcile stopped before changing anything more"
+    )]
+    LeaseLost {
+        /// The group.
+        group: String,
+    },
+    /// The group's item would exceed DynamoDB's 400 KB item limit.
+    #[error(
+        "the state of {group} would exceed DynamoDB's 400 KB item limit ({targets} ledger entries); split the group's pods over several target groups"
+    )]
+    TooLarge {
+        /// The group.
+        group: String,
+        /// Ledger entries it would hold.
+        targets: usize,
     },
     /// DynamoDB failed (after retries).
     #[error("DynamoDB {operation} failed: {message}")]

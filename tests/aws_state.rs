@@ -1,4 +1,6 @@
-//! The DynamoDB state store against moto's real DynamoDB wire protocol.
+//! The DynamoDB state store against moto's real DynamoDB wire protocol: one item per
+//! group, conditional writes, the lease and its fencing, the calls a zero-drift read
+//! costs, and the upgrade from the earlier one-row-per-target layout.
 
 #[path = "support/moto.rs"]
 mod moto;
@@ -8,11 +10,17 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, TimeToLiveStatus};
 use tgsync::aws::{DynamoState, create_table};
-use tgsync::core::{BackoffState, PodRef, Target, UnixMillis};
-use tgsync::state::{Acquire, GroupState, LedgerRow, Release, StateError, StateStore};
+use tgsync::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
+use tgsync::state::{Acquire, Change, LedgerEntry, Release, StateError, StateStore};
 
 const GROUP: &str =
     "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
+
+const T0: UnixMillis = UnixMillis(1_800_000_000_000);
+
+fn at(secs: u64) -> UnixMillis {
+    UnixMillis(T0.0 + secs * 1000)
+}
 
 /// A fresh table (unique per test) and a store on it for cluster `c1`.
 async fn store() -> (Client, DynamoState) {
@@ -23,34 +31,54 @@ async fn store() -> (Client, DynamoState) {
     (client, state)
 }
 
-fn row(target: &str, i: usize) -> LedgerRow {
-    LedgerRow {
+fn entry(target: &str, i: usize, cluster: &str) -> LedgerEntry {
+    LedgerEntry {
         target: target.parse().expect("target"),
         pod: PodRef {
             namespace: "shop".into(),
             name: format!("web-{i}"),
             uid: format!("uid-{i}"),
         },
+        cluster: cluster.into(),
         registered_at: UnixMillis(1_700_000_000_000 + i as u64),
     }
 }
 
-async fn raw_item(
-    client: &Client,
-    table: &str,
-    sk: &str,
-) -> Option<BTreeMap<String, AttributeValue>> {
+fn ledger(n: usize) -> BTreeMap<Target, LedgerEntry> {
+    (0..n)
+        .map(|i| {
+            let e = entry(&format!("10.0.{}.{}:8080", i / 250, i % 250), i, "c1");
+            (e.target, e)
+        })
+        .collect()
+}
+
+fn with_ledger(l: &BTreeMap<Target, LedgerEntry>) -> Change {
+    Change {
+        ledger: Some(l.clone()),
+        ..Change::default()
+    }
+}
+
+async fn raw_item(client: &Client, table: &str) -> Option<BTreeMap<String, AttributeValue>> {
     client
         .get_item()
         .table_name(table)
-        .key("pk", AttributeValue::S(format!("tg#c1#{GROUP}")))
-        .key("sk", AttributeValue::S(sk.into()))
+        .key("pk", AttributeValue::S(format!("tg#{GROUP}")))
+        .key("sk", AttributeValue::S("group".into()))
         .consistent_read(true)
         .send()
         .await
         .expect("get item")
         .item
         .map(|i| i.into_iter().collect())
+}
+
+async fn take(state: &DynamoState, owner: &str, now: UnixMillis) -> Acquire {
+    state
+        .acquire(GROUP, owner, now, UnixMillis(now.0 + 15_000))
+        .await
+        .expect("acquire")
 }
 
 #[tokio::test]
@@ -70,270 +98,347 @@ async fn create_table_is_idempotent_and_enables_ttl() {
     assert_eq!(desc.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
 }
 
+/// A zero-drift run reads one item per group and writes nothing (after the one-time
+/// record that there was nothing of the earlier layout to fold in).
 #[tokio::test]
-async fn ledger_round_trips_across_batches_and_pages() {
-    let (client, state) = store().await;
-    let state = state.with_query_page_limit(7);
-    assert_eq!(
-        state.load(GROUP).await.expect("empty load"),
-        GroupState::default()
-    );
-
-    // 60 rows (three BatchWriteItem calls), IPv4 and IPv6, plus a duplicate target.
-    let mut rows: Vec<LedgerRow> = (0..50)
-        .map(|i| row(&format!("10.0.{}.{}:8080", i / 10, i % 10), i))
-        .collect();
-    rows.extend((50..60).map(|i| row(&format!("[fd00:10::{i:x}]:80"), i)));
-    rows.push(row("10.0.0.1:8080", 99)); // the later row for a target wins
-    state.record(GROUP, &rows).await.expect("record");
-    assert_eq!(state.api_calls()["BatchWriteItem"], 3);
-
-    let loaded = state.load(GROUP).await.expect("load");
-    let expected: BTreeMap<Target, LedgerRow> =
-        rows.iter().map(|r| (r.target, r.clone())).collect();
-    assert_eq!(expected.len(), 60);
-    assert_eq!(loaded.ledger, expected);
-    assert_eq!(loaded.ledger[&rows[1].target].pod.name, "web-99");
-    assert_eq!(loaded.backoff, None);
-    // 60 items at 7 per page: several Query pages, all read.
-    assert!(state.api_calls()["Query"] >= 9, "{:?}", state.api_calls());
-
-    // The stored layout other tools (and template.yaml's TTL) rely on.
-    let item = raw_item(&client, state.table_name(), "target#[fd00:10::32]:80")
-        .await
-        .expect("ipv6 row");
-    assert_eq!(item["target"], AttributeValue::S("[fd00:10::32]:80".into()));
-    assert_eq!(item["namespace"], AttributeValue::S("shop".into()));
-    assert_eq!(item["pod"], AttributeValue::S("web-50".into()));
-    assert_eq!(item["uid"], AttributeValue::S("uid-50".into()));
-    assert_eq!(item["cluster"], AttributeValue::S("c1".into()));
-    assert_eq!(
-        item["registeredAt"],
-        AttributeValue::N("1700000000050".into())
-    );
-    assert!(!item.contains_key("expiresAt"));
-
-    // Another cluster sharing the table sees none of it.
-    let other = DynamoState::new(client.clone(), state.table_name(), "c2");
-    assert!(other.load(GROUP).await.expect("load").ledger.is_empty());
-
-    let gone: Vec<Target> = rows[..30].iter().map(|r| r.target).collect();
-    state.remove(GROUP, &gone).await.expect("remove");
-    let left = state.load(GROUP).await.expect("load");
-    assert_eq!(left.ledger.len(), 30);
-    assert!(gone.iter().all(|t| !left.ledger.contains_key(t)));
-    state
-        .remove(GROUP, &gone)
-        .await
-        .expect("removing twice is fine");
-}
-
-#[tokio::test]
-async fn malformed_ledger_rows_are_reported_and_unknown_rows_ignored() {
-    let (client, state) = store().await;
-    state
-        .record(GROUP, &[row("10.0.0.1:80", 1)])
-        .await
-        .expect("record");
-    client
-        .put_item()
-        .table_name(state.table_name())
-        .item("pk", AttributeValue::S(format!("tg#c1#{GROUP}")))
-        .item("sk", AttributeValue::S("checkpoint".into()))
-        .send()
-        .await
-        .expect("put unknown row");
-    assert_eq!(state.load(GROUP).await.expect("load").ledger.len(), 1);
-
-    client
-        .put_item()
-        .table_name(state.table_name())
-        .item("pk", AttributeValue::S(format!("tg#c1#{GROUP}")))
-        .item("sk", AttributeValue::S("target#not-an-ip".into()))
-        .send()
-        .await
-        .expect("put bad row");
-    match state.load(GROUP).await {
-        Err(StateError::Malformed { key, reason }) => {
-            assert!(key.ends_with("target#not-an-ip"), "{key}");
-            assert!(reason.contains("not ip:port"), "{reason}");
-        }
-        other => panic!("expected Malformed, got {other:?}"),
+async fn reading_a_group_is_one_get_item_and_no_write() {
+    let (_, state) = store().await;
+    state.load(GROUP).await.expect("first load");
+    let before = state.api_calls();
+    for _ in 0..3 {
+        let s = state.load(GROUP).await.expect("load");
+        assert!(s.ledger.is_empty() && s.lease.is_none());
+    }
+    let after = state.api_calls();
+    assert_eq!(after["GetItem"] - before["GetItem"], 3);
+    for op in ["UpdateItem", "Query", "BatchWriteItem"] {
+        assert_eq!(after[op], before[op], "{op}");
     }
 }
 
 #[tokio::test]
-async fn backoff_is_set_and_cleared() {
+async fn the_ledger_round_trips_through_fenced_writes() {
     let (client, state) = store().await;
-    let b = BackoffState {
-        failures: 4,
-        next_attempt: UnixMillis(1_700_000_123_456),
+    let Acquire::Acquired(s) = take(&state, "a", T0).await else {
+        panic!("free lease")
     };
-    state.set_backoff(GROUP, Some(b)).await.expect("set");
-    assert_eq!(state.load(GROUP).await.expect("load").backoff, Some(b));
-    let item = raw_item(&client, state.table_name(), "backoff")
-        .await
-        .expect("row");
-    assert_eq!(item["failures"], AttributeValue::N("4".into()));
-    assert_eq!(
-        item["nextAttemptAt"],
-        AttributeValue::N("1700000123456".into())
-    );
-    state.set_backoff(GROUP, None).await.expect("clear");
-    assert_eq!(state.load(GROUP).await.expect("load").backoff, None);
+    assert!(s.ledger.is_empty());
+    let l = ledger(900);
     state
-        .set_backoff(GROUP, None)
+        .write(GROUP, "a", at(1), &with_ledger(&l))
         .await
-        .expect("clearing twice is fine");
-}
-
-#[tokio::test]
-async fn lease_dirty_flag_forces_another_pass() {
-    let (client, state) = store().await;
-    let t0 = UnixMillis(1_700_000_000_000);
-    let until = UnixMillis(t0.0 + 900_000);
-    assert_eq!(
-        state.acquire(GROUP, "a", t0, until).await.expect("acquire"),
-        Acquire::Acquired
-    );
-    let lease = raw_item(&client, state.table_name(), "lease")
-        .await
-        .expect("lease row");
-    assert_eq!(lease["owner"], AttributeValue::S("a".into()));
-    assert_eq!(lease["leaseUntil"], AttributeValue::N(until.0.to_string()));
-    assert_eq!(
-        lease["expiresAt"],
-        AttributeValue::N((until.0 / 1000 + 3600).to_string())
-    );
-    assert_eq!(lease["dirty"], AttributeValue::Bool(false));
-
-    // A second run finds it held and marks it dirty.
-    let t1 = UnixMillis(t0.0 + 1_000);
+        .expect("write");
+    let backoff = BackoffState {
+        failures: 2,
+        next_attempt: at(9),
+    };
+    let checkpoint = Checkpoint {
+        desired: 0xabc,
+        verified_at: at(2),
+    };
+    let last = Change {
+        backoff: Some(Some(backoff)),
+        checkpoint: Some(Some(checkpoint)),
+        ..Change::default()
+    };
     assert_eq!(
         state
-            .acquire(GROUP, "b", t1, UnixMillis(t1.0 + 900_000))
+            .release(GROUP, "a", at(2), at(17), &last)
             .await
-            .expect("acquire"),
-        Acquire::HeldElsewhere
-    );
-    let lease = raw_item(&client, state.table_name(), "lease")
-        .await
-        .expect("lease row");
-    assert_eq!(lease["dirty"], AttributeValue::Bool(true));
-    assert_eq!(lease["owner"], AttributeValue::S("a".into()));
-
-    // The holder must run again; the lease is extended and cleaned.
-    let extended = UnixMillis(t0.0 + 2_000_000);
-    assert_eq!(
-        state.release(GROUP, "a", extended).await.expect("release"),
-        Release::RunAgain
-    );
-    let lease = raw_item(&client, state.table_name(), "lease")
-        .await
-        .expect("lease row");
-    assert_eq!(lease["dirty"], AttributeValue::Bool(false));
-    assert_eq!(
-        lease["leaseUntil"],
-        AttributeValue::N(extended.0.to_string())
-    );
-    assert_eq!(
-        lease["expiresAt"],
-        AttributeValue::N((extended.0 / 1000 + 3600).to_string())
-    );
-
-    assert_eq!(
-        state.release(GROUP, "a", extended).await.expect("release"),
+            .expect("release"),
         Release::Released
     );
-    assert!(
-        raw_item(&client, state.table_name(), "lease")
-            .await
-            .is_none()
-    );
-    // Free again: the next run takes it at once.
-    assert_eq!(
-        state.acquire(GROUP, "b", t1, until).await.expect("acquire"),
-        Acquire::Acquired
-    );
-
-    let calls = state.api_calls();
-    assert_eq!(calls["PutItem"], 3);
-    assert_eq!(calls["UpdateItem"], 2);
-    assert_eq!(calls["DeleteItem"], 2);
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.ledger, l);
+    assert_eq!(s.backoff, Some(backoff));
+    assert_eq!(s.checkpoint, Some(checkpoint));
+    assert_eq!(s.lease, None, "released");
+    assert_eq!(s.version, 2);
+    let item = raw_item(&client, state.table_name()).await.expect("item");
+    assert!(!item.contains_key("expiresAt"), "ownership never expires");
+    assert!(!item.contains_key("owner"));
 }
 
+/// The fencing check: once another holder took the lease over, the old holder's writes
+/// fail and change nothing.
 #[tokio::test]
-async fn expired_lease_is_taken_over_and_the_old_owner_loses_it() {
-    let (_client, state) = store().await;
-    let t0 = UnixMillis(1_700_000_000_000);
-    let until = UnixMillis(t0.0 + 60_000);
-    assert_eq!(
-        state
-            .acquire(GROUP, "old", t0, until)
+async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    let mine = ledger(2);
+    state
+        .write(GROUP, "a", at(1), &with_ledger(&mine))
+        .await
+        .expect("a writes while it holds the lease");
+    // `a` stalls past its lease; `b` takes over.
+    assert!(matches!(
+        take(&state, "b", at(20)).await,
+        Acquire::Acquired(_)
+    ));
+    let err = state
+        .write(GROUP, "a", at(21), &with_ledger(&ledger(5)))
+        .await
+        .expect_err("a's write after losing the lease");
+    assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
+    // Even with a clock that lags (it thinks its lease is still valid).
+    let err = state
+        .write(GROUP, "a", at(5), &with_ledger(&ledger(5)))
+        .await
+        .expect_err("a's write with a lagging clock");
+    assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
+    assert!(
+        !state
+            .renew(GROUP, "a", at(21), at(36))
             .await
-            .expect("acquire"),
-        Acquire::Acquired
-    );
-    // Exactly at leaseUntil the lease still holds.
-    assert_eq!(
-        state
-            .acquire(GROUP, "new", until, UnixMillis(until.0 + 60_000))
-            .await
-            .expect("acquire"),
-        Acquire::HeldElsewhere
-    );
-    // Past it, a new owner takes over (and the dirty flag starts clean).
-    let later = UnixMillis(until.0 + 1);
-    assert_eq!(
-        state
-            .acquire(GROUP, "new", later, UnixMillis(later.0 + 60_000))
-            .await
-            .expect("acquire"),
-        Acquire::Acquired
+            .expect("renew")
     );
     assert_eq!(
         state
-            .release(GROUP, "old", UnixMillis(later.0 + 60_000))
+            .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)))
             .await
             .expect("release"),
         Release::Lost
     );
-    // The old owner's release changed nothing: the new owner releases normally.
+    state
+        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)))
+        .await
+        .expect("abandon");
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.ledger, mine, "the old holder changed the ledger");
+    assert_eq!(s.lease.expect("b holds it").owner, "b");
+    state
+        .write(GROUP, "b", at(22), &with_ledger(&ledger(3)))
+        .await
+        .expect("the new holder writes");
+}
+
+/// A retry of an acquisition whose answer was lost finds the lease already its own.
+#[tokio::test]
+async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert!(matches!(
+        take(&state, "a", at(1)).await,
+        Acquire::Acquired(_)
+    ));
+    match take(&state, "b", at(2)).await {
+        Acquire::HeldElsewhere { owner, until } => {
+            assert_eq!(owner, "a");
+            assert_eq!(until, at(16));
+        }
+        other => panic!("expected the lease held, got {other:?}"),
+    }
+    let s = state.load(GROUP).await.expect("load");
+    assert!(s.dirty);
+    // The holder is asked to run again, once.
+    let none = Change::default();
+    match state
+        .release(GROUP, "a", at(3), at(18), &none)
+        .await
+        .expect("release")
+    {
+        Release::RunAgain(s) => {
+            assert!(!s.dirty);
+            assert_eq!(s.lease.expect("still held").until, at(18));
+        }
+        other => panic!("expected RunAgain, got {other:?}"),
+    }
+    assert!(state.renew(GROUP, "a", at(4), at(19)).await.expect("renew"));
     assert_eq!(
-        state.release(GROUP, "new", later).await.expect("release"),
+        state
+            .release(GROUP, "a", at(5), at(20), &none)
+            .await
+            .expect("release"),
         Release::Released
     );
-    // Releasing a lease nobody holds is Lost, not an error.
+    assert!(matches!(
+        take(&state, "b", at(6)).await,
+        Acquire::Acquired(_)
+    ));
+}
+
+/// Giving a lease up leaves a pending request visible, so a waiter knows it was not
+/// served.
+#[tokio::test]
+async fn abandoning_keeps_the_dirty_flag_for_waiters() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert!(matches!(
+        take(&state, "b", at(1)).await,
+        Acquire::HeldElsewhere { .. }
+    ));
+    state
+        .abandon(GROUP, "a", at(2), &Change::default())
+        .await
+        .expect("abandon");
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.lease, None);
+    assert!(s.dirty, "the unserved request stays visible");
+    let Acquire::Acquired(s) = take(&state, "b", at(3)).await else {
+        panic!("free")
+    };
+    assert!(!s.dirty, "the new holder serves it");
+}
+
+/// A checkpoint written without the lease never overwrites a newer state.
+#[tokio::test]
+async fn a_verification_without_the_lease_is_conditional_on_the_version() {
+    let (_, state) = store().await;
+    let s = state.load(GROUP).await.expect("load");
+    let cp = |desired| Checkpoint {
+        desired,
+        verified_at: T0,
+    };
+    assert!(
+        state
+            .record_verified(GROUP, s.version, T0, cp(1))
+            .await
+            .expect("record")
+    );
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.checkpoint, Some(cp(1)));
+    // Stale version: refused.
+    assert!(
+        !state
+            .record_verified(GROUP, s.version - 1, T0, cp(2))
+            .await
+            .expect("record")
+    );
+    // Someone holds the lease: refused.
+    assert!(matches!(
+        take(&state, "a", at(1)).await,
+        Acquire::Acquired(_)
+    ));
+    assert!(
+        !state
+            .record_verified(GROUP, s.version, at(2), cp(3))
+            .await
+            .expect("record")
+    );
     assert_eq!(
-        state.release(GROUP, "new", later).await.expect("release"),
-        Release::Lost
+        state.load(GROUP).await.expect("load").checkpoint,
+        Some(cp(1))
     );
 }
 
+/// Beyond DynamoDB's 400 KB item limit the write fails as a whole, with a message that
+/// says so; nothing is stored (and nothing registered, by the write-ahead rule).
 #[tokio::test]
-async fn groups_and_clusters_have_separate_leases() {
-    let (client, state) = store().await;
-    let other_cluster = DynamoState::new(client, state.table_name(), "c2");
-    let t0 = UnixMillis(1_700_000_000_000);
-    let until = UnixMillis(t0.0 + 60_000);
-    assert_eq!(
-        state.acquire(GROUP, "a", t0, until).await.expect("acquire"),
-        Acquire::Acquired
+async fn a_ledger_beyond_the_item_limit_is_refused_whole() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    let mut big = ledger(1);
+    for i in 0..4000 {
+        let mut e = entry(&format!("10.1.{}.{}:8080", i / 250, i % 250), i, "c1");
+        e.pod.name = format!("{}-{i}", "x".repeat(120));
+        big.insert(e.target, e);
+    }
+    let err = state
+        .write(GROUP, "a", at(1), &with_ledger(&big))
+        .await
+        .expect_err("too large");
+    assert!(
+        matches!(err, StateError::TooLarge { targets: 4001, .. }),
+        "{err}"
     );
+    assert!(err.to_string().contains("400 KB"), "{err}");
+    assert!(state.load(GROUP).await.expect("load").ledger.is_empty());
+}
+
+/// Upgrading: rows of the earlier layout (one partition per cluster and group) are
+/// folded into the group's item on first touch, for each cluster, and deleted; nothing
+/// they owned is lost.
+#[tokio::test]
+async fn rows_of_the_earlier_layout_are_folded_in_on_first_touch() {
+    let (client, c1) = store().await;
+    let c2 = DynamoState::new(client.clone(), c1.table_name(), "c2");
+    let put = |cluster: &str, sk: &str, extra: Vec<(&str, AttributeValue)>| {
+        let mut item = std::collections::HashMap::from([
+            (
+                "pk".to_owned(),
+                AttributeValue::S(format!("tg#{cluster}#{GROUP}")),
+            ),
+            ("sk".to_owned(), AttributeValue::S(sk.to_owned())),
+        ]);
+        for (k, v) in extra {
+            item.insert(k.to_owned(), v);
+        }
+        client
+            .put_item()
+            .table_name(c1.table_name())
+            .set_item(Some(item))
+            .send()
+    };
+    let ledger_row = |pod: &str| {
+        vec![
+            ("target", AttributeValue::S("x".into())),
+            ("namespace", AttributeValue::S("shop".into())),
+            ("pod", AttributeValue::S(pod.into())),
+            ("uid", AttributeValue::S(format!("uid-{pod}"))),
+            ("registeredAt", AttributeValue::N("1700000000000".into())),
+        ]
+    };
+    put("c1", "target#10.0.0.1:80", ledger_row("a"))
+        .await
+        .unwrap();
+    put("c1", "target#10.0.0.2:80", ledger_row("b"))
+        .await
+        .unwrap();
+    put(
+        "c1",
+        "backoff",
+        vec![
+            ("failures", AttributeValue::N("3".into())),
+            ("nextAttemptAt", AttributeValue::N("5".into())),
+        ],
+    )
+    .await
+    .unwrap();
+    put(
+        "c1",
+        "lease",
+        vec![("owner", AttributeValue::S("old".into()))],
+    )
+    .await
+    .unwrap();
+    put("c2", "target#10.0.0.9:80", ledger_row("z"))
+        .await
+        .unwrap();
+
+    let s = c1.load(GROUP).await.expect("load");
+    let targets: Vec<String> = s.ledger.keys().map(Target::to_string).collect();
+    assert_eq!(targets, ["10.0.0.1:80", "10.0.0.2:80"]);
+    assert!(s.ledger.values().all(|e| e.cluster == "c1"));
+    assert_eq!(s.backoff.map(|b| b.failures), Some(3));
+    let s = c2.load(GROUP).await.expect("load");
+    let owners: Vec<(String, String)> = s
+        .ledger
+        .values()
+        .map(|e| (e.target.to_string(), e.cluster.clone()))
+        .collect();
     assert_eq!(
-        state
-            .acquire("other-group", "a", t0, until)
-            .await
-            .expect("acquire"),
-        Acquire::Acquired
+        owners,
+        [
+            ("10.0.0.1:80".to_owned(), "c1".to_owned()),
+            ("10.0.0.2:80".to_owned(), "c1".to_owned()),
+            ("10.0.0.9:80".to_owned(), "c2".to_owned()),
+        ]
     );
-    assert_eq!(
-        other_cluster
-            .acquire(GROUP, "b", t0, until)
-            .await
-            .expect("acquire"),
-        Acquire::Acquired
-    );
+    // The old rows are gone; later reads are one GetItem.
+    let left = client
+        .scan()
+        .table_name(c1.table_name())
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .len();
+    assert_eq!(left, 1, "only the group's item is left");
+    let before = c1.api_calls();
+    assert_eq!(c1.load(GROUP).await.expect("load").ledger.len(), 3);
+    let after = c1.api_calls();
+    assert_eq!(after["Query"], before["Query"]);
+    assert_eq!(after["UpdateItem"], before["UpdateItem"]);
 }
 
 #[tokio::test]
@@ -349,125 +454,4 @@ async fn missing_table_is_reported_as_such() {
         .await
         .expect_err("no table");
     assert!(matches!(err, StateError::NoTable { .. }), "{err}");
-}
-
-/// What moto cannot show: BatchWriteItem answering with `UnprocessedItems` (a throttled
-/// table). A tiny HTTP server answers with canned DynamoDB (JSON) responses.
-mod canned {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::TcpListener;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    use aws_sdk_dynamodb::Client;
-    use serde_json::{Value, json};
-    use tgsync::aws::DynamoState;
-    use tgsync::state::{StateError, StateStore};
-
-    use super::{GROUP, row};
-
-    type Handler = dyn Fn(usize, &Value) -> Value + Send + Sync;
-
-    /// Serves BatchWriteItem with `handler(call index, request)`; returns the URL and
-    /// the log of request bodies.
-    fn serve(handler: Box<Handler>) -> (String, Arc<Mutex<Vec<Value>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&log);
-        let calls = AtomicUsize::new(0);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let Some(request) = read_json(&mut stream) else {
-                    continue;
-                };
-                let body = handler(calls.fetch_add(1, Ordering::SeqCst), &request).to_string();
-                seen.lock().expect("log").push(request);
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes());
-            }
-        });
-        (url, log)
-    }
-
-    fn read_json(stream: &mut std::net::TcpStream) -> Option<Value> {
-        let mut reader = BufReader::new(stream);
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).ok()?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().ok()?;
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).ok()?;
-        serde_json::from_slice(&body).ok()
-    }
-
-    async fn store(url: &str) -> DynamoState {
-        let client = Client::new(&super::moto::sdk_config_for(url).await);
-        DynamoState::new(client, "t", "c1")
-    }
-
-    fn requests(body: &Value) -> Vec<Value> {
-        body["RequestItems"]["t"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    #[tokio::test]
-    async fn unprocessed_items_are_resent() {
-        // The first answer leaves the last two writes unprocessed.
-        let (url, log) = serve(Box::new(|call, body| {
-            let mut items = requests(body);
-            if call == 0 {
-                let rest = items.split_off(items.len() - 2);
-                json!({ "UnprocessedItems": { "t": rest } })
-            } else {
-                json!({ "UnprocessedItems": {} })
-            }
-        }));
-        let state = store(&url).await;
-        let rows: Vec<_> = (0..5).map(|i| row(&format!("10.0.0.{i}:80"), i)).collect();
-        state.record(GROUP, &rows).await.expect("record");
-        let log = log.lock().expect("log");
-        assert_eq!(log.len(), 2);
-        assert_eq!(requests(&log[0]).len(), 5);
-        assert_eq!(requests(&log[1]), requests(&log[0])[3..]);
-        assert_eq!(state.api_calls()["BatchWriteItem"], 2);
-    }
-
-    #[tokio::test]
-    async fn writes_that_stay_unprocessed_are_an_error() {
-        let (url, log) = serve(Box::new(
-            |_, body| json!({ "UnprocessedItems": { "t": requests(body) } }),
-        ));
-        let state = store(&url).await;
-        let targets = ["10.0.0.1:80".parse().expect("target")];
-        match state.remove(GROUP, &targets).await {
-            Err(StateError::Dynamo { operation, message }) => {
-                assert_eq!(operation, "BatchWriteItem");
-                assert!(
-                    message.contains("1 write(s) still unprocessed"),
-                    "{message}"
-                );
-            }
-            other => panic!("expected a Dynamo error, got {other:?}"),
-        }
-        // The first attempt and six resends.
-        assert_eq!(log.lock().expect("log").len(), 7);
-    }
 }

@@ -362,7 +362,6 @@ async fn s11_readiness_gate_opens_when_the_target_is_healthy() {
 /// no stale ledger row.
 #[tokio::test]
 async fn s10_crash_at_every_fault_point_then_converge() {
-    use tgsync::state::StateStore;
     let scheduled = RunOptions {
         use_checkpoint: true,
         ..RunOptions::default()
@@ -380,11 +379,7 @@ async fn s10_crash_at_every_fault_point_then_converge() {
             failures: 1,
             next_attempt: tgsync::core::UnixMillis(0),
         };
-        w.engine
-            .state
-            .set_backoff(&arn, Some(backoff))
-            .await
-            .unwrap();
+        w.set_backoff(&arn, backoff).await;
         let crash = std::sync::Arc::new(CrashAt::first(point));
         w.engine.faults = crash.clone();
         let r = w.resync_with(scheduled.clone()).await;

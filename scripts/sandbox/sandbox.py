@@ -191,24 +191,18 @@ def targets(arn: str) -> dict[str, str]:
 
 
 def ledger(arn: str) -> dict[str, dict]:
-    """tgsync's ledger rows for the group (`ip:port` -> row), read straight from DynamoDB."""
-    ddb = aws("dynamodb")
-    pk = f"tg#{CLUSTER}#{arn}"
-    rows: dict[str, dict] = {}
-    kwargs = {
-        "TableName": env("SANDBOX_TABLE"),
-        "KeyConditionExpression": "pk = :pk AND begins_with(sk, :t)",
-        "ExpressionAttributeValues": {":pk": {"S": pk}, ":t": {"S": "target#"}},
-        "ConsistentRead": True,
+    """tgsync's ledger for the group (`ip:port` -> entry), read straight from the group's
+    item in DynamoDB (one item per target group)."""
+    item = aws("dynamodb").get_item(
+        TableName=env("SANDBOX_TABLE"),
+        Key={"pk": {"S": f"tg#{arn}"}, "sk": {"S": "group"}},
+        ConsistentRead=True,
+    ).get("Item", {})
+    entries = item.get("ledger", {}).get("M", {})
+    return {
+        target: {k: next(iter(v.values())) for k, v in entry["M"].items()}
+        for target, entry in entries.items()
     }
-    while True:
-        page = ddb.query(**kwargs)
-        for item in page["Items"]:
-            target = item["sk"]["S"].removeprefix("target#")
-            rows[target] = {k: next(iter(v.values())) for k, v in item.items()}
-        if "LastEvaluatedKey" not in page:
-            return rows
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def ip_sort_key(target: str):
@@ -223,7 +217,7 @@ def show(label: str, arn: str) -> tuple[dict[str, str], dict[str, dict]]:
     for t in sorted(set(tg) | set(rows), key=ip_sort_key):
         if t in rows:
             row = rows[t]
-            owner = f"tgsync ({row.get('namespace', '?')}/{row.get('pod', '?')})"
+            owner = f"tgsync ({row.get('ns', '?')}/{row.get('pod', '?')})"
         else:
             owner = "foreign (not in ledger)"
         lines.append((t, tg.get(t, "- (not registered)"), owner))

@@ -1,41 +1,50 @@
-//! [`StateStore`] on DynamoDB: one table, one partition per (cluster, target group).
+//! [`StateStore`] on DynamoDB: one item per target group (see `items`), every change
+//! one conditional UpdateItem, reads strongly consistent.
 //!
-//! Layout (see `items`): ledger rows `sk = "target#<ip:port>"`, the backoff row
-//! `sk = "backoff"`, the lease row `sk = "lease"`. Reads are strongly consistent so a
-//! ledger row written just before a crash is always seen by the next run.
+//! A zero-drift run costs one GetItem per group and no write. Ledger changes are fenced
+//! by the lease (`owner = :me AND leaseUntil >= :now`); writes made without the lease
+//! (a verification checkpoint, folding in rows of the earlier layout) are conditional on
+//! the item's `version` and on nobody holding the lease, so they never overwrite a newer
+//! state.
 
 mod batch;
 mod items;
-mod lease;
+mod legacy;
 mod table;
+mod update;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
 use super::error_summary;
-use crate::core::{BackoffState, Checkpoint, Target, UnixMillis};
-use crate::state::{Acquire, GroupState, LedgerRow, Release, StateError, StateStore};
+use crate::core::{Checkpoint, UnixMillis};
+use crate::state::{Acquire, Change, GroupState, Release, StateError, StateStore};
+use items::Item;
+use update::Update;
 
 pub use table::create_table;
 
+const GET_ITEM: &str = "GetItem";
 const QUERY: &str = "Query";
 const BATCH_WRITE_ITEM: &str = "BatchWriteItem";
-const PUT_ITEM: &str = "PutItem";
 const UPDATE_ITEM: &str = "UpdateItem";
-const DELETE_ITEM: &str = "DeleteItem";
 
-const OPERATIONS: &[&str] = &[QUERY, BATCH_WRITE_ITEM, PUT_ITEM, UPDATE_ITEM, DELETE_ITEM];
+const OPERATIONS: &[&str] = &[GET_ITEM, QUERY, BATCH_WRITE_ITEM, UPDATE_ITEM];
+
+/// Rounds of "take it / mark it dirty" before giving up: each failed round means the
+/// holder released (or the lease expired) between our two writes, which is rare.
+const ACQUIRE_ROUNDS: u32 = 3;
 
 /// The DynamoDB state store of one cluster's deployment. Cheap to clone; clones share
-/// the client and the call counters.
+/// the client, the call counters and the list of rows of the earlier layout to delete.
 #[derive(Clone)]
 pub struct DynamoState {
     client: Client,
@@ -43,6 +52,11 @@ pub struct DynamoState {
     cluster: Arc<str>,
     calls: Arc<ApiCalls>,
     query_page_limit: Option<i32>,
+    /// Groups whose state was handed out with rows of the earlier layout folded in; the
+    /// rows are deleted after the first write that stores them in the item.
+    legacy_pending: Arc<Mutex<HashSet<String>>>,
+    /// Acquisitions that found the lease held by someone else.
+    contended: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Debug for DynamoState {
@@ -55,43 +69,36 @@ impl Debug for DynamoState {
     }
 }
 
-impl DynamoState {
-    /// Writes a single-row record (`Some`), or deletes it (`None`): the backoff and
-    /// checkpoint rows.
-    async fn put_or_delete(
-        &self,
-        pk: &str,
-        sk: &str,
-        item: Option<items::Item>,
-    ) -> Result<(), StateError> {
-        match item {
-            Some(item) => {
-                self.calls.count(PUT_ITEM);
-                self.client
-                    .put_item()
-                    .table_name(self.table.as_ref())
-                    .set_item(Some(item))
-                    .send()
-                    .await
-                    .map_err(|e| self.error(PUT_ITEM, e))?;
-            }
-            None => {
-                self.calls.count(DELETE_ITEM);
-                self.client
-                    .delete_item()
-                    .table_name(self.table.as_ref())
-                    .set_key(Some(items::key(pk, sk)))
-                    .send()
-                    .await
-                    .map_err(|e| self.error(DELETE_ITEM, e))?;
-            }
-        }
-        Ok(())
-    }
+/// Whether a conditional write was refused because its condition did not hold.
+fn condition_failed<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.code() == Some("ConditionalCheckFailedException")
+}
 
-    /// The store for `cluster`'s rows in `table_name`. The cluster is part of every key,
-    /// so deployments for different clusters can share a table without seeing each
-    /// other's ledgers or leases.
+/// The item a refused conditional UpdateItem reported (ReturnValuesOnConditionCheckFailure).
+fn refused_item<R>(
+    err: &SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
+) -> Option<Item> {
+    match err.as_service_error() {
+        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(e)) => {
+            e.item().cloned()
+        }
+        _ => None,
+    }
+}
+
+/// A request-building error: only possible if a required field were left out, which the
+/// code never does; reported rather than panicking.
+fn build_error(operation: &'static str, err: impl std::fmt::Display) -> StateError {
+    StateError::Dynamo {
+        operation,
+        message: format!("could not build the request: {err}"),
+    }
+}
+
+impl DynamoState {
+    /// The store for `cluster`'s deployment in `table_name`. Items are keyed by target
+    /// group ARN alone, so deployments of clusters sharing a group share its ledger and
+    /// lease; each ledger entry names its cluster.
     pub fn new(client: Client, table_name: impl Into<String>, cluster: impl Into<String>) -> Self {
         Self {
             client,
@@ -99,6 +106,8 @@ impl DynamoState {
             cluster: Arc::from(cluster.into()),
             calls: Arc::new(ApiCalls::new(OPERATIONS)),
             query_page_limit: None,
+            legacy_pending: Arc::new(Mutex::new(HashSet::new())),
+            contended: Arc::default(),
         }
     }
 
@@ -111,12 +120,17 @@ impl DynamoState {
         Self::new(Client::new(config), table_name, cluster)
     }
 
-    /// Caps the items per Query page. Only for tests: DynamoDB (and moto) page at 1 MB,
-    /// which a test cannot reach cheaply, so this forces [`StateStore::load`] through its
-    /// multi-page path.
+    /// Caps the items per Query page of the earlier layout's rows. Only for tests:
+    /// DynamoDB (and moto) page at 1 MB, which a test cannot reach cheaply.
     pub fn with_query_page_limit(mut self, items_per_page: i32) -> Self {
         self.query_page_limit = Some(items_per_page.max(1));
         self
+    }
+
+    /// How many lease acquisitions found the lease held by someone else (and marked it
+    /// dirty): how often reconciles of one group met, for benchmarks and race tests.
+    pub fn leases_found_held(&self) -> u64 {
+        self.contended.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The table this store uses, for logs and reports.
@@ -130,13 +144,10 @@ impl DynamoState {
         self.calls.snapshot()
     }
 
-    fn pk(&self, group: &str) -> String {
-        items::partition_key(&self.cluster, group)
-    }
-
     /// Maps an SDK error that survived retries: a missing table gets its own message
-    /// (the deployment is incomplete), anything else its `Code: message`.
-    fn error<E, R>(&self, operation: &'static str, err: SdkError<E, R>) -> StateError
+    /// (the deployment is incomplete), an item over 400 KB its own, anything else its
+    /// `Code: message`.
+    fn error<E, R>(&self, operation: &'static str, group: &str, err: SdkError<E, R>) -> StateError
     where
         E: ProvideErrorMetadata + Error + 'static,
         R: Debug,
@@ -145,109 +156,119 @@ impl DynamoState {
             Some("ResourceNotFoundException") => StateError::NoTable {
                 table: self.table.to_string(),
             },
+            Some("ValidationException")
+                if err.message().is_some_and(|m| m.contains("Item size")) =>
+            {
+                StateError::TooLarge {
+                    group: group.to_owned(),
+                    targets: 0,
+                }
+            }
             _ => StateError::Dynamo {
                 operation,
                 message: error_summary(&err),
             },
         }
     }
-}
 
-/// Whether a conditional write was refused because its condition did not hold.
-fn condition_failed<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
-    err.code() == Some("ConditionalCheckFailedException")
-}
+    /// Sends one UpdateItem built from `update`; `Ok(None)` when its condition failed,
+    /// with the item as it was (if asked for).
+    async fn update(
+        &self,
+        group: &str,
+        update: Update,
+        return_new: bool,
+    ) -> Result<Result<Option<Item>, Option<Item>>, StateError> {
+        self.calls.count(UPDATE_ITEM);
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(items::group_key(group)))
+            .update_expression(update.expression())
+            .set_condition_expression(update.condition_expression())
+            .set_expression_attribute_names(Some(update.names()))
+            .set_expression_attribute_values(update.values())
+            .return_values(if return_new {
+                ReturnValue::AllNew
+            } else {
+                ReturnValue::None
+            })
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match out {
+            Ok(out) => Ok(Ok(out.attributes)),
+            Err(e) if condition_failed(&e) => Ok(Err(refused_item(&e))),
+            Err(e) => Err(self.error(UPDATE_ITEM, group, e)),
+        }
+    }
 
-/// A request-building error: only possible if a required field were left out, which the
-/// code never does; reported rather than panicking.
-fn build_error(operation: &'static str, err: impl std::fmt::Display) -> StateError {
-    StateError::Dynamo {
-        operation,
-        message: format!("could not build the request: {err}"),
+    /// The state from an item, with this cluster's rows of the earlier layout folded in
+    /// until the item records them (and, unless `read_only`, recorded in it).
+    async fn state_of(&self, group: &str, item: Option<&Item>) -> Result<GroupState, StateError> {
+        self.state_from(group, item, false).await
+    }
+
+    async fn state_from(
+        &self,
+        group: &str,
+        item: Option<&Item>,
+        read_only: bool,
+    ) -> Result<GroupState, StateError> {
+        let mut state = match item {
+            Some(item) => items::parse_group(item)?,
+            None => GroupState::default(),
+        };
+        if !items::migrated(item, &self.cluster) {
+            self.fold_in_legacy(group, item, &mut state, read_only)
+                .await?;
+        }
+        Ok(state)
+    }
+
+    /// One consistent GetItem of the group's item.
+    async fn get(&self, group: &str) -> Result<Option<Item>, StateError> {
+        self.calls.count(GET_ITEM);
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(items::group_key(group)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.error(GET_ITEM, group, e))?;
+        Ok(out.item)
+    }
+
+    /// After a write that stored the whole ledger: deletes the earlier layout's rows
+    /// whose contents it now holds (best effort: once the item records the migration
+    /// they are never read again).
+    async fn after_ledger_write(&self, group: &str, change: &Change) {
+        if change.ledger.is_none() {
+            return;
+        }
+        let pending = self
+            .legacy_pending
+            .lock()
+            .map(|mut p| p.remove(group))
+            .unwrap_or(false);
+        if pending {
+            self.delete_legacy(group).await;
+        }
     }
 }
 
 impl StateStore for DynamoState {
     async fn load(&self, group: &str) -> Result<GroupState, StateError> {
-        let mut pages = self
-            .client
-            .query()
-            .table_name(self.table.as_ref())
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", AttributeValue::S(self.pk(group)))
-            .consistent_read(true)
-            .set_limit(self.query_page_limit)
-            .into_paginator()
-            .send();
-        let mut state = GroupState::default();
-        while let Some(page) = pages.next().await {
-            self.calls.count(QUERY);
-            let page = page.map_err(|e| self.error(QUERY, e))?;
-            for item in page.items() {
-                match items::parse_row(item)? {
-                    items::Row::Ledger(row) => {
-                        state.ledger.insert(row.target, row);
-                    }
-                    items::Row::Backoff(b) => state.backoff = Some(b),
-                    items::Row::Checkpoint(c) => state.checkpoint = Some(c),
-                    items::Row::Other => {}
-                }
-            }
-        }
-        Ok(state)
+        let item = self.get(group).await?;
+        self.state_from(group, item.as_ref(), false).await
     }
 
-    async fn record(&self, group: &str, rows: &[LedgerRow]) -> Result<(), StateError> {
-        let pk = self.pk(group);
-        // One request per key: BatchWriteItem rejects a batch naming a key twice.
-        let unique: BTreeMap<Target, &LedgerRow> = rows.iter().map(|r| (r.target, r)).collect();
-        let requests = unique
-            .values()
-            .map(|row| {
-                PutRequest::builder()
-                    .set_item(Some(items::ledger_item(&pk, &self.cluster, row)))
-                    .build()
-                    .map(|put| WriteRequest::builder().put_request(put).build())
-                    .map_err(|e| build_error(BATCH_WRITE_ITEM, e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.batch_write(requests).await
-    }
-
-    async fn remove(&self, group: &str, targets: &[Target]) -> Result<(), StateError> {
-        let pk = self.pk(group);
-        let unique: std::collections::BTreeSet<&Target> = targets.iter().collect();
-        let requests = unique
-            .into_iter()
-            .map(|t| {
-                DeleteRequest::builder()
-                    .set_key(Some(items::key(&pk, &items::ledger_sort_key(t))))
-                    .build()
-                    .map(|del| WriteRequest::builder().delete_request(del).build())
-                    .map_err(|e| build_error(BATCH_WRITE_ITEM, e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.batch_write(requests).await
-    }
-
-    async fn set_checkpoint(
-        &self,
-        group: &str,
-        checkpoint: Option<Checkpoint>,
-    ) -> Result<(), StateError> {
-        let pk = self.pk(group);
-        let item = checkpoint.map(|c| items::checkpoint_item(&pk, &c));
-        self.put_or_delete(&pk, items::CHECKPOINT_SK, item).await
-    }
-
-    async fn set_backoff(
-        &self,
-        group: &str,
-        state: Option<BackoffState>,
-    ) -> Result<(), StateError> {
-        let pk = self.pk(group);
-        let item = state.map(|b| items::backoff_item(&pk, &b));
-        self.put_or_delete(&pk, items::BACKOFF_SK, item).await
+    async fn peek(&self, group: &str) -> Result<GroupState, StateError> {
+        let item = self.get(group).await?;
+        self.state_from(group, item.as_ref(), true).await
     }
 
     async fn acquire(
@@ -257,24 +278,235 @@ impl StateStore for DynamoState {
         now: UnixMillis,
         until: UnixMillis,
     ) -> Result<Acquire, StateError> {
-        self.acquire_lease(&self.pk(group), owner, now, until).await
+        for _ in 0..ACQUIRE_ROUNDS {
+            // Idempotent for its owner: a retry of a write that landed finds `#o = :me`.
+            let take = Update::default()
+                .set("#o = :me")
+                .set("#u = :until")
+                .set("#d = :false")
+                .set("#l = if_not_exists(#l, :empty)")
+                .condition("attribute_not_exists(#o) OR #u < :now OR #o = :me")
+                .value(
+                    ":me",
+                    aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+                )
+                .value(":until", items::n(until.0))
+                .value(":now", items::n(now.0))
+                .value(
+                    ":false",
+                    aws_sdk_dynamodb::types::AttributeValue::Bool(false),
+                )
+                .value(
+                    ":empty",
+                    aws_sdk_dynamodb::types::AttributeValue::M(Default::default()),
+                );
+            let holder = match self.update(group, take, true).await? {
+                Ok(item) => {
+                    let state = self.state_of(group, item.as_ref()).await?;
+                    return Ok(Acquire::Acquired(state));
+                }
+                Err(old) => old
+                    .as_ref()
+                    .map(items::parse_group)
+                    .transpose()?
+                    .and_then(|s| s.lease),
+            };
+            let Some(holder) = holder else { continue };
+            let mark = Update::default()
+                .set("#d = :true")
+                .condition("#o = :holder AND #u >= :now")
+                .value(
+                    ":holder",
+                    aws_sdk_dynamodb::types::AttributeValue::S(holder.owner.clone()),
+                )
+                .value(":now", items::n(now.0))
+                .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true));
+            match self.update(group, mark, false).await? {
+                Ok(_) => {
+                    self.contended
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(Acquire::HeldElsewhere {
+                        owner: holder.owner,
+                        until: holder.until,
+                    });
+                }
+                Err(_) => tracing::debug!(
+                    target_group = group,
+                    "lease changed hands while acquiring; trying again"
+                ),
+            }
+        }
+        Err(StateError::Dynamo {
+            operation: UPDATE_ITEM,
+            message: format!(
+                "the lease of {group} kept changing hands during {ACQUIRE_ROUNDS} acquire rounds; \
+                 the group is retried on the next run"
+            ),
+        })
+    }
+
+    async fn renew(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        until: UnixMillis,
+    ) -> Result<bool, StateError> {
+        let renew = Update::default()
+            .set("#u = :until")
+            .condition("#o = :me AND #u >= :now")
+            .value(
+                ":me",
+                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+            )
+            .value(":until", items::n(until.0))
+            .value(":now", items::n(now.0));
+        Ok(self.update(group, renew, false).await?.is_ok())
+    }
+
+    async fn write(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        change: &Change,
+    ) -> Result<(), StateError> {
+        if change.is_empty() {
+            return Ok(());
+        }
+        let write = fenced(Update::default().change(change, &self.cluster), owner, now);
+        match self.update(group, write, false).await {
+            Ok(Ok(_)) => {
+                self.after_ledger_write(group, change).await;
+                Ok(())
+            }
+            Ok(Err(_)) => Err(StateError::LeaseLost {
+                group: group.to_owned(),
+            }),
+            Err(StateError::TooLarge { group, .. }) => Err(StateError::TooLarge {
+                group,
+                targets: change.ledger.as_ref().map_or(0, BTreeMap::len),
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     async fn release(
         &self,
         group: &str,
         owner: &str,
+        now: UnixMillis,
         until: UnixMillis,
+        change: &Change,
     ) -> Result<Release, StateError> {
-        self.release_lease(&self.pk(group), owner, until).await
+        let release = fenced(Update::default().change(change, &self.cluster), owner, now)
+            .remove("#o")
+            .remove("#u")
+            .remove("#d");
+        let release = Update::condition(
+            release,
+            "#o = :me AND #u >= :now AND (attribute_not_exists(#d) OR #d = :false)",
+        )
+        .value(
+            ":false",
+            aws_sdk_dynamodb::types::AttributeValue::Bool(false),
+        );
+        let old = match self.update(group, release, false).await? {
+            Ok(_) => {
+                self.after_ledger_write(group, change).await;
+                return Ok(Release::Released);
+            }
+            Err(old) => old.as_ref().map(items::parse_group).transpose()?,
+        };
+        let ours = old.as_ref().is_some_and(|s| {
+            s.lease
+                .as_ref()
+                .is_some_and(|l| l.owner == owner && l.until >= now)
+        });
+        if !ours {
+            return Ok(Release::Lost);
+        }
+        // Asked to run again: keep the lease, clear the flag, and still write the change.
+        let again = fenced(Update::default().change(change, &self.cluster), owner, now)
+            .set("#d = :false")
+            .set("#u = :until")
+            .value(
+                ":false",
+                aws_sdk_dynamodb::types::AttributeValue::Bool(false),
+            )
+            .value(":until", items::n(until.0));
+        match self.update(group, again, true).await? {
+            Ok(item) => {
+                self.after_ledger_write(group, change).await;
+                Ok(Release::RunAgain(
+                    self.state_of(group, item.as_ref()).await?,
+                ))
+            }
+            Err(_) => Ok(Release::Lost),
+        }
     }
 
-    async fn abandon(&self, group: &str, owner: &str) -> Result<(), StateError> {
-        self.abandon_lease(&self.pk(group), owner).await
+    async fn abandon(
+        &self,
+        group: &str,
+        owner: &str,
+        now: UnixMillis,
+        change: &Change,
+    ) -> Result<(), StateError> {
+        let give_up = fenced(Update::default().change(change, &self.cluster), owner, now)
+            .remove("#o")
+            .remove("#u");
+        if self.update(group, give_up, false).await?.is_ok() {
+            self.after_ledger_write(group, change).await;
+            return Ok(());
+        }
+        // Expired meanwhile: write nothing, but give back what may still be ours.
+        let just_go = Update::default()
+            .remove("#o")
+            .remove("#u")
+            .condition("#o = :me")
+            .value(
+                ":me",
+                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+            );
+        self.update(group, just_go, false).await?.ok();
+        Ok(())
+    }
+
+    async fn record_verified(
+        &self,
+        group: &str,
+        version: u64,
+        now: UnixMillis,
+        checkpoint: Checkpoint,
+    ) -> Result<bool, StateError> {
+        let change = Change {
+            checkpoint: Some(Some(checkpoint)),
+            ..Change::default()
+        };
+        let unchanged = if version == 0 {
+            "attribute_not_exists(#v)"
+        } else {
+            "#v = :version"
+        };
+        let write = Update::default()
+            .change(&change, &self.cluster)
+            .condition(format!(
+                "{unchanged} AND (attribute_not_exists(#o) OR #u < :now)"
+            ))
+            .value(":version", items::n(version))
+            .value(":now", items::n(now.0));
+        Ok(self.update(group, write, false).await?.is_ok())
     }
 }
 
-/// Values for expressions, built from pairs.
-fn values<const N: usize>(pairs: [(&str, AttributeValue); N]) -> HashMap<String, AttributeValue> {
-    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+/// Makes `update` conditional on `owner` holding an unexpired lease at `now`.
+fn fenced(update: Update, owner: &str, now: UnixMillis) -> Update {
+    update
+        .condition("#o = :me AND #u >= :now")
+        .value(
+            ":me",
+            aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+        )
+        .value(":now", items::n(now.0))
 }

@@ -1,12 +1,14 @@
 //! [`TargetGroupApi`] on the real ELBv2 API.
 //!
-//! Reads (DescribeTargetGroups, DescribeTags, DescribeTargetHealth) go straight to the
-//! SDK; mutations (RegisterTargets, DeregisterTargets) first wait on a client-side rate
-//! limiter shared by every clone of the adapter. Throttling and 5xx are retried by the
-//! SDK's standard retry strategy ([`super::sdk_config`]); what survives is mapped to
+//! Every request — Describe calls and mutations, first attempts and retries alike —
+//! waits for the client-side token bucket of its kind, shared by every clone of the
+//! adapter; throttling and 5xx are retried here (the SDK's own retries are off for
+//! ELBv2, since they would skip the bucket exactly when ELBv2 is throttling), and a
+//! throttled answer slows every caller down (see `pace`). What survives is mapped to
 //! [`ElbError`].
 
 mod convert;
+mod pace;
 mod rate;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -20,13 +22,13 @@ use aws_sdk_elasticloadbalancingv2::types::TargetDescription;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use governor::DefaultDirectRateLimiter;
 
 use super::calls::ApiCalls;
 use super::{error_summary, is_access_denied_code, is_throttling_code};
 use crate::core::{HealthState, MAX_TARGETS_PER_CALL, Target};
 use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
 
+use pace::Pace;
 pub use rate::{MutationRate, RateError};
 
 /// DescribeTargetGroups page size: the API's maximum, so discovery of many groups costs
@@ -55,9 +57,13 @@ const OPERATIONS: &[&str] = &[
 #[derive(Clone)]
 pub struct Elbv2TargetGroups {
     client: Client,
-    limiter: Arc<DefaultDirectRateLimiter>,
-    describe_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    mutations: Arc<Pace>,
+    describes: Arc<Pace>,
     calls: Arc<ApiCalls>,
+    /// Targets (per group) ELBv2 said are outside the group's VPC, or that
+    /// DescribeTargetHealth shows in zone `all`: registered and deregistered with
+    /// `AvailabilityZone=all`.
+    outside_vpc: Arc<std::sync::Mutex<HashSet<(String, Target)>>>,
 }
 
 impl Debug for Elbv2TargetGroups {
@@ -74,9 +80,10 @@ impl Elbv2TargetGroups {
     pub fn new(client: Client, rate: MutationRate) -> Self {
         Self {
             client,
-            limiter: Arc::new(rate.limiter()),
-            describe_limiter: None,
+            mutations: Arc::new(Pace::new(Some(rate))),
+            describes: Arc::new(Pace::new(None)),
             calls: Arc::new(ApiCalls::new(OPERATIONS)),
+            outside_vpc: Arc::default(),
         }
     }
 
@@ -85,15 +92,8 @@ impl Elbv2TargetGroups {
     /// small per-account token bucket with every other tool in the account, so tgsync
     /// keeps its own bursts under a bound instead of relying on throttling and retries.
     pub fn with_describe_rate(mut self, rate: MutationRate) -> Self {
-        self.describe_limiter = Some(Arc::new(rate.limiter()));
+        self.describes = Arc::new(Pace::new(Some(rate)));
         self
-    }
-
-    /// Waits for a Describe slot when a Describe rate is set.
-    async fn describe_slot(&self) {
-        if let Some(limiter) = &self.describe_limiter {
-            limiter.until_ready().await;
-        }
     }
 
     /// Builds the client from an SDK configuration (normally [`super::sdk_config`]).
@@ -110,7 +110,7 @@ impl Elbv2TargetGroups {
     /// Tags of up to [`TAGS_BATCH`] groups into `tags`, and the ARNs of groups deleted
     /// since they were listed into `deleted`. One deleted group makes the whole batch
     /// fail with TargetGroupNotFound; the batch is then asked one ARN at a time.
-    async fn tags(
+    async fn batch_tags(
         &self,
         arns: &[String],
         tags: &mut TagsByArn,
@@ -139,88 +139,185 @@ impl Elbv2TargetGroups {
         &self,
         arns: &[String],
     ) -> Result<TagsByArn, SdkError<DescribeTagsError, HttpResponse>> {
-        self.describe_slot().await;
         self.calls.count(DESCRIBE_TAGS);
         let out = self
-            .client
-            .describe_tags()
-            .set_resource_arns(Some(arns.to_vec()))
-            .send()
+            .describes
+            .attempts(|| {
+                self.client
+                    .describe_tags()
+                    .set_resource_arns(Some(arns.to_vec()))
+                    .customize()
+                    .config_override(no_retry())
+                    .send()
+            })
             .await?;
         Ok(convert::tag_map(out.tag_descriptions()))
     }
 
-    /// One mutating call per chunk of at most [`MAX_TARGETS_PER_CALL`] targets. Every
-    /// attempt, retries included, waits for the shared limiter: the SDK's own retries are
-    /// off for these calls (they would skip the limiter exactly when ELBv2 is throttling),
-    /// and throttling, 5xx and transport failures are retried here, up to
-    /// [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS), with exponential backoff and full jitter.
+    /// One mutating call per chunk of at most [`MAX_TARGETS_PER_CALL`] targets, each
+    /// split further when ELBv2 refuses it because of some of its targets: an IP outside
+    /// the group's VPC (a peered VPC, a hybrid node) is registered again with
+    /// `AvailabilityZone=all`, as ELBv2 requires, and any other refusal is narrowed down
+    /// by halving until the refused targets stand alone. So one bad target never blocks
+    /// the others; the refused ones come back in [`ElbError::Rejected`].
     async fn mutate(&self, kind: Mutation, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
-        for chunk in targets.chunks(MAX_TARGETS_PER_CALL) {
-            let descriptions: Vec<TargetDescription> =
-                chunk.iter().map(convert::description).collect();
-            let operation = kind.operation();
-            // Counted once per call, like every other operation (attempts are not calls).
-            self.calls.count(operation);
-            let mut attempt = 0u32;
-            loop {
-                attempt += 1;
-                self.limiter.until_ready().await;
-                let no_retry = aws_sdk_elasticloadbalancingv2::config::Builder::default()
-                    .retry_config(aws_config::retry::RetryConfig::disabled());
-                let (retry, error) = match kind {
-                    Mutation::Register => match self
-                        .client
+        let mut refused: Vec<(Target, String)> = Vec::new();
+        let mut first_error: Option<ElbError> = None;
+        let mut queue: std::collections::VecDeque<Vec<Target>> = targets
+            .chunks(MAX_TARGETS_PER_CALL)
+            .map(<[Target]>::to_vec)
+            .collect();
+        let mut calls = 0usize;
+        while let Some(batch) = queue.pop_front() {
+            calls += 1;
+            let failure = match self.call(kind, arn, &batch).await {
+                Ok(()) => continue,
+                Err(f) => f,
+            };
+            if let Some(ip) = failure.outside_vpc_ip() {
+                let newly_outside: Vec<Target> =
+                    batch.iter().filter(|t| t.ip == ip).copied().collect();
+                if !newly_outside.is_empty() && self.mark_outside(arn, &newly_outside) {
+                    queue.push_front(batch);
+                    continue;
+                }
+            }
+            if failure.per_target() && batch.len() > 1 {
+                let (a, b) = batch.split_at(batch.len() / 2);
+                queue.push_front(b.to_vec());
+                queue.push_front(a.to_vec());
+                continue;
+            }
+            let reason = failure.reason();
+            refused.extend(batch.iter().map(|t| (*t, reason.clone())));
+            first_error.get_or_insert(failure.error);
+        }
+        match first_error {
+            None => Ok(()),
+            // One call, refused as a whole: report ELBv2's error as it is.
+            Some(error) if calls == 1 => Err(error),
+            Some(_) => Err(ElbError::Rejected {
+                operation: kind.operation(),
+                targets: refused,
+            }),
+        }
+    }
+
+    /// Records that these targets of `arn` need `AvailabilityZone=all`; whether any was
+    /// new (a second refusal for the same IP is not an out-of-VPC problem).
+    fn mark_outside(&self, arn: &str, targets: &[Target]) -> bool {
+        let Ok(mut outside) = self.outside_vpc.lock() else {
+            return false;
+        };
+        let mut added = false;
+        for t in targets {
+            added |= outside.insert((arn.to_owned(), *t));
+        }
+        added
+    }
+
+    /// Whether `target` of `arn` is known to be outside the group's VPC.
+    fn is_outside(&self, arn: &str, target: &Target) -> bool {
+        self.outside_vpc
+            .lock()
+            .is_ok_and(|o| o.contains(&(arn.to_owned(), *target)))
+    }
+
+    /// One RegisterTargets / DeregisterTargets of `batch`, every attempt paced (see
+    /// [`Pace`]).
+    async fn call(&self, kind: Mutation, arn: &str, batch: &[Target]) -> Result<(), Failure> {
+        let descriptions: Vec<TargetDescription> = batch
+            .iter()
+            .map(|t| convert::description(t, self.is_outside(arn, t)))
+            .collect();
+        let operation = kind.operation();
+        // Counted once per call, like every other operation (attempts are not calls).
+        self.calls.count(operation);
+        match kind {
+            Mutation::Register => self
+                .mutations
+                .attempts(|| {
+                    self.client
                         .register_targets()
                         .target_group_arn(arn)
                         .set_targets(Some(descriptions.clone()))
                         .customize()
-                        .config_override(no_retry)
+                        .config_override(no_retry())
                         .send()
-                        .await
-                    {
-                        Ok(_) => break,
-                        Err(e) => (retryable(&e), elb_error(operation, Some(arn), e)),
-                    },
-                    Mutation::Deregister => match self
-                        .client
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| Failure::new(operation, arn, e)),
+            Mutation::Deregister => self
+                .mutations
+                .attempts(|| {
+                    self.client
                         .deregister_targets()
                         .target_group_arn(arn)
                         .set_targets(Some(descriptions.clone()))
                         .customize()
-                        .config_override(no_retry)
+                        .config_override(no_retry())
                         .send()
-                        .await
-                    {
-                        Ok(_) => break,
-                        Err(e) => (retryable(&e), elb_error(operation, Some(arn), e)),
-                    },
-                };
-                if !retry || attempt >= super::MAX_ATTEMPTS {
-                    return Err(error);
-                }
-                let ceiling_ms = 100u64.saturating_mul(1 << (attempt - 1).min(6)).min(5_000);
-                tokio::time::sleep(std::time::Duration::from_millis(fastrand::u64(
-                    0..=ceiling_ms,
-                )))
-                .await;
-            }
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| Failure::new(operation, arn, e)),
         }
-        Ok(())
     }
 }
 
-/// Whether a failed call is worth another attempt: throttling, a 5xx, a timeout or a
-/// transport failure (what the SDK's standard retry classifier retries).
-fn retryable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
-    match err {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
+/// A per-request override that turns the SDK's own retries off: [`Pace::attempts`]
+/// retries instead, each attempt through the client-side bucket.
+fn no_retry() -> aws_sdk_elasticloadbalancingv2::config::Builder {
+    aws_sdk_elasticloadbalancingv2::config::Builder::default()
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+}
+
+/// A mutating call that failed for good, with what ELBv2 said.
+struct Failure {
+    error: ElbError,
+    code: Option<String>,
+    message: String,
+}
+
+impl Failure {
+    fn new<E>(operation: &'static str, arn: &str, err: SdkError<E, HttpResponse>) -> Self
+    where
+        E: ProvideErrorMetadata + Error + 'static,
+    {
+        let code = err.code().map(str::to_owned);
+        let message = err.message().unwrap_or_default().to_owned();
+        Self {
+            error: elb_error(operation, Some(arn), err),
+            code,
+            message,
         }
-        SdkError::ServiceError(ctx) => {
-            ctx.raw().status().as_u16() >= 500 || ctx.err().code().is_some_and(is_throttling_code)
+    }
+
+    /// ELBv2 refused the call because of what is in it (a target it will not take):
+    /// worth narrowing down, never worth repeating as is.
+    fn per_target(&self) -> bool {
+        matches!(
+            self.code.as_deref(),
+            Some("ValidationError" | "InvalidTarget")
+        )
+    }
+
+    /// The IP of ELBv2's "The Availability Zone is required for IP address '…' because
+    /// it is not in the VPC".
+    fn outside_vpc_ip(&self) -> Option<std::net::IpAddr> {
+        if self.code.as_deref() != Some("ValidationError")
+            || !self.message.contains("not in the VPC")
+        {
+            return None;
         }
-        _ => false,
+        let (_, rest) = self.message.split_once("IP address '")?;
+        rest.split_once('\'')?.0.parse().ok()
+    }
+
+    /// The reason reported for the targets of this call.
+    fn reason(&self) -> String {
+        self.error.to_string()
     }
 }
 
@@ -272,27 +369,34 @@ where
 impl TargetGroupApi for Elbv2TargetGroups {
     async fn discover(&self) -> Result<Vec<TargetGroup>, ElbError> {
         let mut groups = Vec::new();
-        let mut pages = self
-            .client
-            .describe_target_groups()
-            .page_size(DESCRIBE_PAGE_SIZE)
-            .into_paginator()
-            .send();
+        let mut marker: Option<String> = None;
         loop {
-            self.describe_slot().await;
-            let Some(page) = pages.next().await else {
-                break;
-            };
             self.calls.count(DESCRIBE_TARGET_GROUPS);
-            let page = page.map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))?;
+            let page = self
+                .describes
+                .attempts(|| {
+                    self.client
+                        .describe_target_groups()
+                        .page_size(DESCRIBE_PAGE_SIZE)
+                        .set_marker(marker.clone())
+                        .customize()
+                        .config_override(no_retry())
+                        .send()
+                })
+                .await
+                .map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))?;
             groups.extend(page.target_groups().iter().filter_map(convert::group));
+            match page.next_marker().filter(|m| !m.is_empty()) {
+                Some(next) if marker.as_deref() != Some(next) => marker = Some(next.to_owned()),
+                _ => break,
+            }
         }
 
         let arns: Vec<String> = groups.iter().map(|g| g.arn.clone()).collect();
         let mut tags = TagsByArn::with_capacity(arns.len());
         let mut deleted = HashSet::new();
         for batch in arns.chunks(TAGS_BATCH) {
-            self.tags(batch, &mut tags, &mut deleted).await?;
+            self.batch_tags(batch, &mut tags, &mut deleted).await?;
         }
         if !deleted.is_empty() {
             tracing::info!(
@@ -307,21 +411,47 @@ impl TargetGroupApi for Elbv2TargetGroups {
         Ok(groups)
     }
 
+    async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
+        let arns = [arn.to_owned()];
+        let mut found = self
+            .describe_tags(&arns)
+            .await
+            .map_err(|e| elb_error(DESCRIBE_TAGS, Some(arn), e))?;
+        found.remove(arn).ok_or_else(|| ElbError::NotFound {
+            arn: arn.to_owned(),
+        })
+    }
+
     async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
-        self.describe_slot().await;
         self.calls.count(DESCRIBE_TARGET_HEALTH);
         let out = self
-            .client
-            .describe_target_health()
-            .target_group_arn(arn)
-            .send()
+            .describes
+            .attempts(|| {
+                self.client
+                    .describe_target_health()
+                    .target_group_arn(arn)
+                    .customize()
+                    .config_override(no_retry())
+                    .send()
+            })
             .await
             .map_err(|e| elb_error(DESCRIBE_TARGET_HEALTH, Some(arn), e))?;
-        Ok(out
+        let mut outside = Vec::new();
+        let health = out
             .target_health_descriptions()
             .iter()
-            .filter_map(convert::health)
-            .collect())
+            .filter_map(|d| {
+                let (target, state) = convert::health(d)?;
+                if d.target().and_then(|t| t.availability_zone()) == Some("all") {
+                    outside.push(target);
+                }
+                Some((target, state))
+            })
+            .collect();
+        if !outside.is_empty() {
+            self.mark_outside(arn, &outside);
+        }
+        Ok(health)
     }
 
     async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {

@@ -1,10 +1,10 @@
 //! When a scheduled resync may skip DescribeTargetHealth for a group: its desired set is
-//! unchanged since the last full verification, and that verification is recent enough.
+//! the one last verified, and its turn in the verification rotation has not come.
 //!
-//! Pod changes always change the desired fingerprint, so they are acted on at once; only
-//! *external* drift (a target removed or added by hand) waits, at most one verification
-//! interval plus one schedule period. The interval is shortened by up to half per group,
-//! deterministically, so groups that converged together do not re-verify together.
+//! Pod changes always change the desired fingerprint, and every change tgsync makes
+//! rewrites the checkpoint, so those are acted on at once; only *external* drift (a
+//! target removed or added by hand) waits for the group's turn, which the rotation
+//! spreads over the account's Describe budget.
 
 use std::time::Duration;
 
@@ -35,31 +35,61 @@ pub fn fingerprint<'a>(targets: impl Iterator<Item = &'a Target>) -> u64 {
     hash
 }
 
-/// When `group`'s checkpoint is due for a new verification.
-pub fn due_at(checkpoint: &Checkpoint, group: &str, interval: Duration) -> UnixMillis {
-    let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
-    let spread = if interval_ms < 2 {
-        0
-    } else {
-        fingerprint_str(group) % (interval_ms / 2)
-    };
-    UnixMillis(
-        checkpoint
-            .verified_at
-            .0
-            .saturating_add(interval_ms - spread),
-    )
+/// How a scheduled run spends its share of the account's Describe budget on
+/// re-verifying groups that nothing has changed (the only way to find hand edits).
+///
+/// Groups are ranked by a stable hash of their ARN and split into `cycle` slots of at
+/// most `per_run` groups; run `k` (the schedule period's index since the epoch) verifies
+/// slot `k mod cycle`. So while the fleet fits the budget (`cycle` = 1) every group is
+/// verified on every run, and beyond it each group is verified once every `cycle` runs
+/// — the groups whose last re-verification is oldest, with no state to store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// Runs in one full cycle.
+    pub cycle: u64,
+    /// This run's slot.
+    pub slot: u64,
 }
 
-/// Whether the health read may be skipped now.
-pub fn may_skip(
-    checkpoint: Option<&Checkpoint>,
-    desired: u64,
-    group: &str,
-    now: UnixMillis,
-    interval: Duration,
-) -> bool {
-    checkpoint.is_some_and(|c| c.desired == desired && now < due_at(c, group, interval))
+impl Rotation {
+    /// The rotation for `groups` bound groups with room for `per_run` re-verifications
+    /// per run, at run index `run`.
+    pub fn new(groups: usize, per_run: usize, run: u64) -> Self {
+        let per_run = per_run.max(1) as u64;
+        let cycle = (groups as u64).div_ceil(per_run).max(1);
+        Self {
+            cycle,
+            slot: run % cycle,
+        }
+    }
+
+    /// Whether the group of rank `rank` (its position in [`rank_order`]) is re-verified
+    /// this run.
+    pub fn due(&self, rank: usize) -> bool {
+        rank as u64 % self.cycle == self.slot
+    }
+
+    /// How long a hand edit of an unchanged group can go unnoticed: one full cycle of
+    /// schedule periods.
+    pub fn detection_bound(&self, period: Duration) -> Duration {
+        period.saturating_mul(u32::try_from(self.cycle).unwrap_or(u32::MAX))
+    }
+}
+
+/// The order in which groups take their rotation slots: by a stable hash of the ARN, so
+/// the split does not depend on discovery order and neighbours in name do not share a
+/// slot.
+pub fn rank_order<'a>(arns: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut ranked: Vec<&str> = arns.collect();
+    ranked.sort_by_key(|a| (fingerprint_str(a), *a));
+    ranked
+}
+
+/// Whether a scheduled run may leave a group's target health unread: the desired set is
+/// exactly the one last verified (every change tgsync makes or learns of rewrites or
+/// clears the checkpoint in the same write), and the group's rotation slot is not due.
+pub fn may_skip(checkpoint: Option<&Checkpoint>, desired: u64, due: bool) -> bool {
+    !due && checkpoint.is_some_and(|c| c.desired == desired)
 }
 
 fn fingerprint_str(s: &str) -> u64 {
@@ -96,38 +126,39 @@ mod tests {
     }
 
     #[test]
-    fn skipping_is_bounded_by_the_interval_and_spread_per_group() {
-        let interval = Duration::from_secs(600);
+    fn small_fleets_verify_every_run_and_large_ones_in_turn() {
+        let small = Rotation::new(100, 120, 7);
+        assert_eq!(small.cycle, 1);
+        assert!((0..100).all(|r| small.due(r)));
+        assert_eq!(
+            small.detection_bound(Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+        // 1,000 groups at 120 per run: 9 runs per cycle, every group exactly once.
+        let mut seen = vec![0u32; 1000];
+        for run in 0..9 {
+            let r = Rotation::new(1000, 120, 1_000 + run);
+            let due: Vec<usize> = (0..1000).filter(|&g| r.due(g)).collect();
+            assert!(due.len() <= 120, "{}", due.len());
+            for g in due {
+                seen[g] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        assert_eq!(
+            Rotation::new(1000, 120, 0).detection_bound(Duration::from_secs(60)),
+            Duration::from_secs(540)
+        );
         let cp = Checkpoint {
             desired: 7,
-            verified_at: UnixMillis(1_000_000),
+            verified_at: UnixMillis(0),
         };
-        let mut dues = std::collections::BTreeSet::new();
-        for g in 0..200 {
-            let group = format!("arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/g{g}/x");
-            let due = due_at(&cp, &group, interval);
-            assert!(
-                due.0 > 1_000_000 + 300_000 && due.0 <= 1_000_000 + 600_000,
-                "{due:?}"
-            );
-            assert!(may_skip(
-                Some(&cp),
-                7,
-                &group,
-                UnixMillis(due.0 - 1),
-                interval
-            ));
-            assert!(!may_skip(Some(&cp), 7, &group, due, interval));
-            assert!(
-                !may_skip(Some(&cp), 8, &group, UnixMillis(1_000_001), interval),
-                "desired changed"
-            );
-            dues.insert(due.0 / 60_000);
-        }
-        assert!(
-            dues.len() >= 5,
-            "due times spread over the window: {dues:?}"
-        );
-        assert!(!may_skip(None, 7, "g", UnixMillis(0), interval));
+        assert!(may_skip(Some(&cp), 7, false));
+        assert!(!may_skip(Some(&cp), 7, true), "its turn");
+        assert!(!may_skip(Some(&cp), 8, false), "desired changed");
+        assert!(!may_skip(None, 7, false), "never verified");
+        let ranked = rank_order(["b", "a", "c"].into_iter());
+        assert_eq!(ranked.len(), 3);
+        assert_eq!(ranked, rank_order(["c", "b", "a"].into_iter()));
     }
 }

@@ -5,9 +5,11 @@
 //! property tests (`plan_properties`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde::Serialize;
 
+use super::backoff::UnixMillis;
 use super::binding::Mode;
 use super::target::{HealthState, Target};
 
@@ -91,20 +93,64 @@ impl<V> TargetSet for BTreeMap<Target, V> {
     }
 }
 
+/// How a ledger entry looks to the diff: whether this deployment's cluster holds it, and
+/// since when (ELBv2 reads may lag a RegisterTargets, so a fresh entry is not forgotten
+/// just because the target is not visible yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// Registered or adopted by this deployment (this cluster); `false` for an entry of
+    /// another cluster's deployment sharing the group.
+    pub mine: bool,
+    /// When the entry was written.
+    pub since: UnixMillis,
+}
+
+/// The rest of the diff's inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// Shared or exclusive.
+    pub mode: Mode,
+    /// The time the inputs were read.
+    pub now: UnixMillis,
+    /// How long an entry whose target is not visible is kept before it is forgotten.
+    pub forget_grace: Duration,
+}
+
+impl Rules {
+    /// Rules with the default grace ([`FORGET_GRACE`]).
+    pub fn new(mode: Mode, now: UnixMillis) -> Self {
+        Self {
+            mode,
+            now,
+            forget_grace: FORGET_GRACE,
+        }
+    }
+}
+
+/// Default for [`Rules::forget_grace`]: ELBv2 shows a registration within seconds; a
+/// minute leaves ample room and still forgets hand-removed targets on the next runs.
+pub const FORGET_GRACE: Duration = Duration::from_secs(60);
+
 /// Computes the plan for one group.
 ///
-/// - `present` = `actual` without draining targets;
+/// `claims` is the ledger: every target some deployment registered or adopted. With
+/// `present` = `actual` without draining targets and `mine` = this deployment's claims:
 /// - `register = desired − present`;
-/// - `deregister = (present ∩ owned) − desired` (shared) or `present − desired` (exclusive);
-/// - `forget = owned − present − desired`;
-/// - `adopt = (desired ∩ present) − owned`;
-/// - `foreign_kept = present − owned − desired` (shared only).
+/// - `deregister = (present ∩ mine) − desired`, plus in exclusive mode the unclaimed
+///   `present − desired`; another cluster's claim is never deregistered;
+/// - `adopt = (desired ∩ present) − mine`: hand-registered targets, and targets another
+///   cluster's deployment claimed whose IP is now one of our ready pods (that pod is
+///   live, so the other claim is stale: taking it over keeps the other deployment from
+///   removing a live pod when it catches up);
+/// - `forget = mine − present − desired`, once older than the grace;
+/// - `foreign_kept = present − desired` that is not ours to remove.
 pub fn plan<'a>(
     desired: &impl TargetSet,
     actual: impl IntoIterator<Item = (&'a Target, &'a HealthState)>,
-    owned: &BTreeSet<Target>,
-    mode: Mode,
+    claims: &BTreeMap<Target, Claim>,
+    rules: &Rules,
 ) -> Plan {
+    let mine = |t: &Target| claims.get(t).is_some_and(|c| c.mine);
     // A sorted vector and a merge walk: far cheaper than set operations at 100k targets.
     let mut present: Vec<Target> = actual
         .into_iter()
@@ -122,7 +168,7 @@ pub fn plan<'a>(
     loop {
         match (want.peek(), have.peek()) {
             (Some(w), Some(h)) if w == h => {
-                if !owned.contains(h) {
+                if !mine(h) {
                     adopt.push(**h);
                 }
                 want.next();
@@ -137,7 +183,11 @@ pub fn plan<'a>(
                 want.next();
             }
             (_, Some(h)) => {
-                if mode == Mode::Exclusive || owned.contains(h) {
+                let ours = match claims.get(h) {
+                    Some(c) => c.mine,
+                    None => rules.mode == Mode::Exclusive,
+                };
+                if ours {
                     deregister.push(**h);
                 } else {
                     foreign_kept.push(**h);
@@ -147,10 +197,15 @@ pub fn plan<'a>(
             (None, None) => break,
         }
     }
-    let forget = owned
+    let forget = claims
         .iter()
-        .filter(|t| present.binary_search(t).is_err() && !desired.has(t))
-        .copied()
+        .filter(|(t, c)| {
+            c.mine
+                && present.binary_search(t).is_err()
+                && !desired.has(t)
+                && c.since.plus(rules.forget_grace) <= rules.now
+        })
+        .map(|(t, _)| *t)
         .collect();
     Plan {
         register,
@@ -176,6 +231,26 @@ mod tests {
             .collect()
     }
 
+    /// This deployment's claims on `owned`, all old enough to be forgotten.
+    fn mine(owned: &BTreeSet<Target>) -> BTreeMap<Target, Claim> {
+        owned
+            .iter()
+            .map(|t| {
+                (
+                    *t,
+                    Claim {
+                        mine: true,
+                        since: UnixMillis(0),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn rules(mode: Mode) -> Rules {
+        Rules::new(mode, UnixMillis(1_000_000))
+    }
+
     fn strs(v: &[Target]) -> Vec<String> {
         v.iter().map(Target::to_string).collect()
     }
@@ -193,8 +268,8 @@ mod tests {
         let p = plan(
             &desired,
             actual.iter().map(|(t, s)| (t, s)),
-            &owned,
-            Mode::Shared,
+            &mine(&owned),
+            &rules(Mode::Shared),
         );
         assert_eq!(strs(&p.register), ["10.0.0.1:80"]);
         assert_eq!(strs(&p.deregister), ["10.0.0.3:80"]);
@@ -209,8 +284,8 @@ mod tests {
         let p = plan(
             &desired,
             actual.iter().map(|(t, s)| (t, s)),
-            &BTreeSet::new(),
-            Mode::Exclusive,
+            &BTreeMap::new(),
+            &rules(Mode::Exclusive),
         );
         assert!(p.register.is_empty());
         assert_eq!(strs(&p.deregister), ["192.168.9.9:80"]);
@@ -224,11 +299,68 @@ mod tests {
         let p = plan(
             &desired,
             actual.iter().map(|(t, s)| (t, s)),
-            &desired,
-            Mode::Shared,
+            &mine(&desired),
+            &rules(Mode::Shared),
         );
         assert_eq!(strs(&p.register), ["10.0.0.1:80"]);
         assert!(p.forget.is_empty(), "a desired target is never forgotten");
+    }
+
+    #[test]
+    fn another_clusters_claim_is_never_deregistered_and_a_fresh_one_never_forgotten() {
+        let desired = set(&["10.0.0.1:80"]);
+        let actual = actual(&[("10.0.0.1:80", "healthy"), ("10.0.0.2:80", "healthy")]);
+        let now = UnixMillis(1_000_000);
+        let claims = BTreeMap::from([
+            // Theirs, IP now one of our ready pods: taken over.
+            (
+                t("10.0.0.1:80"),
+                Claim {
+                    mine: false,
+                    since: UnixMillis(0),
+                },
+            ),
+            // Theirs, not desired by us: kept even in exclusive mode.
+            (
+                t("10.0.0.2:80"),
+                Claim {
+                    mine: false,
+                    since: UnixMillis(0),
+                },
+            ),
+            // Ours, registered a second ago and not visible yet: kept.
+            (
+                t("10.0.0.3:80"),
+                Claim {
+                    mine: true,
+                    since: UnixMillis(999_000),
+                },
+            ),
+            // Ours, long gone: forgotten.
+            (
+                t("10.0.0.4:80"),
+                Claim {
+                    mine: true,
+                    since: UnixMillis(0),
+                },
+            ),
+        ]);
+        for mode in [Mode::Shared, Mode::Exclusive] {
+            let p = plan(
+                &desired,
+                actual.iter().map(|(t, s)| (t, s)),
+                &claims,
+                &Rules::new(mode, now),
+            );
+            assert_eq!(strs(&p.adopt), ["10.0.0.1:80"]);
+            assert!(p.deregister.is_empty(), "{mode}: {p:?}");
+            assert_eq!(strs(&p.foreign_kept), ["10.0.0.2:80"]);
+            assert_eq!(strs(&p.forget), ["10.0.0.4:80"]);
+        }
+    }
+
+    fn t(s: &str) -> Target {
+        s.parse().unwrap()
     }
 
     #[test]
@@ -248,8 +380,8 @@ mod tests {
         let p = plan(
             &desired,
             stale.iter().map(|(t, s)| (t, s)),
-            &owned,
-            Mode::Shared,
+            &mine(&owned),
+            &rules(Mode::Shared),
         );
         let sizes: Vec<(bool, usize)> = p
             .calls()

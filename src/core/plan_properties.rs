@@ -6,8 +6,9 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 
+use super::backoff::UnixMillis;
 use super::binding::Mode;
-use super::plan::{Call, MAX_TARGETS_PER_CALL, Plan, plan};
+use super::plan::{Call, Claim, MAX_TARGETS_PER_CALL, Plan, Rules, plan};
 use super::target::{HealthState, Target};
 
 /// A target from a universe of `n` addresses on two ports, small enough that desired,
@@ -32,9 +33,15 @@ fn state() -> impl Strategy<Value = HealthState> {
 struct Inputs {
     desired: BTreeSet<Target>,
     actual: BTreeMap<Target, HealthState>,
+    /// This deployment's ledger entries.
     owned: BTreeSet<Target>,
+    /// Entries of another cluster's deployment sharing the group (disjoint from `owned`).
+    theirs: BTreeSet<Target>,
     mode: Mode,
 }
+
+/// The time of every plan: entries are either old (written at 0) or fresh.
+const NOW: UnixMillis = UnixMillis(10_000_000);
 
 fn inputs() -> impl Strategy<Value = Inputs> {
     // Mostly small universes (dense overlaps), sometimes large ones (many chunks).
@@ -44,10 +51,12 @@ fn inputs() -> impl Strategy<Value = Inputs> {
             prop::collection::btree_set(target(n), 0..max),
             prop::collection::btree_map(target(n), state(), 0..max),
             prop::collection::btree_set(target(n), 0..max),
+            prop::collection::btree_set(target(n), 0..max / 4),
             prop_oneof![Just(Mode::Shared), Just(Mode::Exclusive)],
         )
-            .prop_map(|(desired, actual, owned, mode)| Inputs {
+            .prop_map(|(desired, actual, owned, theirs, mode)| Inputs {
                 desired,
+                theirs: theirs.difference(&owned).copied().collect(),
                 actual,
                 owned,
                 mode,
@@ -55,8 +64,25 @@ fn inputs() -> impl Strategy<Value = Inputs> {
     })
 }
 
+fn claims(i: &Inputs) -> BTreeMap<Target, Claim> {
+    let claim = |mine| Claim {
+        mine,
+        since: UnixMillis(0),
+    };
+    i.owned
+        .iter()
+        .map(|t| (*t, claim(true)))
+        .chain(i.theirs.iter().map(|t| (*t, claim(false))))
+        .collect()
+}
+
 fn run(i: &Inputs) -> Plan {
-    plan(&i.desired, i.actual.iter(), &i.owned, i.mode)
+    plan(
+        &i.desired,
+        i.actual.iter(),
+        &claims(i),
+        &Rules::new(i.mode, NOW),
+    )
 }
 
 fn present(actual: &BTreeMap<Target, HealthState>) -> BTreeSet<Target> {
@@ -78,8 +104,12 @@ fn apply(i: &Inputs, p: &Plan) -> Inputs {
         actual.insert(*t, HealthState::Initial);
     }
     let mut owned = i.owned.clone();
+    let mut theirs = i.theirs.clone();
     owned.extend(p.register.iter().copied());
     owned.extend(p.adopt.iter().copied());
+    for t in p.register.iter().chain(&p.adopt) {
+        theirs.remove(t);
+    }
     for t in p.deregister.iter().chain(&p.forget) {
         owned.remove(t);
     }
@@ -87,6 +117,7 @@ fn apply(i: &Inputs, p: &Plan) -> Inputs {
         desired: i.desired.clone(),
         actual,
         owned,
+        theirs,
         mode: i.mode,
     }
 }
@@ -113,9 +144,14 @@ fn flatten_calls(p: &Plan) -> (Vec<Target>, Vec<Target>, Vec<usize>) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// 1. In shared mode no target outside `owned` is ever deregistered.
+    /// 1. In shared mode no target outside `owned` is ever deregistered, and in any mode
+    /// no target another cluster's deployment claims is.
     #[test]
     fn shared_mode_never_deregisters_foreign_targets(mut i in inputs()) {
+        let p = run(&i);
+        for t in &p.deregister {
+            prop_assert!(!i.theirs.contains(t), "deregistered another cluster's {t}");
+        }
         i.mode = Mode::Shared;
         let p = run(&i);
         for t in &p.deregister {
@@ -129,9 +165,12 @@ proptest! {
         let p = run(&i);
         let after = present(&apply(&i, &p).actual);
         let mut expected = i.desired.clone();
-        if i.mode == Mode::Shared {
-            expected.extend(present(&i.actual).difference(&i.owned).copied());
-        }
+        let kept = if i.mode == Mode::Shared { present(&i.actual) } else { i.theirs.clone() };
+        expected.extend(
+            present(&i.actual)
+                .intersection(&kept)
+                .filter(|t| !i.owned.contains(t)),
+        );
         prop_assert_eq!(after, expected);
     }
 
@@ -161,7 +200,12 @@ proptest! {
         let p1 = run(&i);
         let mut shuffled: Vec<(Target, HealthState)> = i.actual.clone().into_iter().collect();
         fastrand::Rng::with_seed(seed).shuffle(&mut shuffled);
-        let p2 = plan(&i.desired, shuffled.iter().map(|(t, s)| (t, s)), &i.owned, i.mode);
+        let p2 = plan(
+            &i.desired,
+            shuffled.iter().map(|(t, s)| (t, s)),
+            &claims(&i),
+            &Rules::new(i.mode, NOW),
+        );
         prop_assert_eq!(flatten_calls(&p1), flatten_calls(&p2));
         prop_assert_eq!(p1, p2);
     }
@@ -181,6 +225,33 @@ proptest! {
         }
         for t in &p.adopt {
             prop_assert!(i.desired.contains(t) && !i.owned.contains(t));
+        }
+    }
+
+    /// 7. An entry of ours is forgotten only when its target is absent, undesired and
+    /// older than the grace; a fresh one (ELBv2 reads lag a registration) never is.
+    #[test]
+    fn only_old_absent_undesired_entries_are_forgotten(i in inputs(), fresh in any::<bool>()) {
+        let since = if fresh { UnixMillis(NOW.0 - 1_000) } else { UnixMillis(0) };
+        let claims: BTreeMap<Target, Claim> = i
+            .owned
+            .iter()
+            .map(|t| (*t, Claim { mine: true, since }))
+            .collect();
+        let p = plan(&i.desired, i.actual.iter(), &claims, &Rules::new(i.mode, NOW));
+        let present = present(&i.actual);
+        for t in &p.forget {
+            prop_assert!(!fresh, "forgot {t} a second after it was written");
+            prop_assert!(i.owned.contains(t) && !present.contains(t) && !i.desired.contains(t));
+        }
+        if !fresh {
+            let expected: BTreeSet<Target> = i
+                .owned
+                .iter()
+                .filter(|t| !present.contains(t) && !i.desired.contains(t))
+                .copied()
+                .collect();
+            prop_assert_eq!(p.forget.iter().copied().collect::<BTreeSet<_>>(), expected);
         }
     }
 }

@@ -240,6 +240,12 @@ impl ClusterAccess {
         })
     }
 
+    /// Forgets the cached client and its token, so the next [`Self::client`] mints a new
+    /// token: what an HTTP 401 (an expired or revoked token) calls for.
+    pub async fn invalidate_token(&self) {
+        *self.current.lock().await = None;
+    }
+
     /// Forgets the cached client and DescribeCluster answer, so the next [`Self::client`]
     /// looks the endpoint and CA up again. Callers use it after a connection or TLS
     /// failure, which is what a rotated CA or moved endpoint looks like.

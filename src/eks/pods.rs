@@ -34,6 +34,14 @@ enum Attempt {
     Done(Vec<PodFacts>),
     /// The continue token expired mid-list; start over.
     Expired,
+    /// The API server refused the token (HTTP 401): mint a new one and start over once.
+    Unauthorized(kube::Error),
+}
+
+/// Whether the API server refused the bearer token: an expired or revoked token, fixed
+/// by minting a new one (once; a token refused twice is an access-entry problem).
+fn unauthorized(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 401)
 }
 
 impl KubePods {
@@ -91,6 +99,7 @@ impl KubePods {
                     );
                     return Ok(Attempt::Expired);
                 }
+                Err(error) if unauthorized(&error) => return Ok(Attempt::Unauthorized(error)),
                 Err(error) => {
                     return Err(PodsError::List {
                         namespace: namespace.to_owned(),
@@ -132,6 +141,13 @@ impl KubePods {
                 }
             }
         }
+    }
+
+    /// Drops the cached client (and with it the token) so the next request mints a new
+    /// token: what a 401 calls for.
+    async fn reauthenticate(&self) {
+        tracing::info!(cluster = %self.access.cluster(), "the API server refused the token; minting a new one");
+        self.access.invalidate_token().await;
     }
 
     /// The operator-facing reason for a failed request. A transport failure (refused,
@@ -200,6 +216,7 @@ impl PodSource for KubePods {
     ) -> Result<Vec<PodFacts>, PodsError> {
         let labels = selector.map(Selector::to_query).filter(|q| !q.is_empty());
         let mut restarts = 0;
+        let mut reauthenticated = false;
         loop {
             let client = self.access.client().await?;
             let api: Api<Pod> = Api::namespaced(client, namespace);
@@ -210,6 +227,16 @@ impl PodSource for KubePods {
                         "listed pods"
                     );
                     return Ok(facts);
+                }
+                Attempt::Unauthorized(_) if !reauthenticated => {
+                    reauthenticated = true;
+                    self.reauthenticate().await;
+                }
+                Attempt::Unauthorized(error) => {
+                    return Err(PodsError::List {
+                        namespace: namespace.to_owned(),
+                        reason: self.explain(&error, namespace).await,
+                    });
                 }
                 Attempt::Expired if restarts < MAX_RESTARTS => restarts += 1,
                 Attempt::Expired => {
@@ -227,9 +254,19 @@ impl PodSource for KubePods {
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, PodsError> {
-        let client = self.access.client().await?;
-        let api: Api<Pod> = Api::namespaced(client, namespace);
-        match api.get_opt(name).await {
+        let mut reauthenticated = false;
+        let result = loop {
+            let client = self.access.client().await?;
+            let api: Api<Pod> = Api::namespaced(client, namespace);
+            match api.get_opt(name).await {
+                Err(error) if unauthorized(&error) && !reauthenticated => {
+                    reauthenticated = true;
+                    self.reauthenticate().await;
+                }
+                other => break other,
+            }
+        };
+        match result {
             Ok(pod) => Ok(pod),
             Err(error) => Err(PodsError::Get {
                 namespace: namespace.to_owned(),
@@ -239,17 +276,27 @@ impl PodSource for KubePods {
         }
     }
 
-    async fn open_gate(&self, namespace: &str, name: &str) -> Result<(), PodsError> {
+    async fn open_gate(&self, namespace: &str, name: &str, uid: &str) -> Result<(), PodsError> {
         let client = self.access.client().await?;
         let api: Api<Pod> = Api::namespaced(client, namespace);
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let patch = kube::api::Patch::Strategic(crate::pods::gate_patch(&now));
-        match api
+        let patch = kube::api::Patch::Strategic(crate::pods::gate_patch(&now, uid));
+        let mut result = api
             .patch_status(name, &kube::api::PatchParams::default(), &patch)
-            .await
+            .await;
+        if let Err(error) = &result
+            && unauthorized(error)
         {
+            self.reauthenticate().await;
+            let client = self.access.client().await?;
+            let api: Api<Pod> = Api::namespaced(client, namespace);
+            result = api
+                .patch_status(name, &kube::api::PatchParams::default(), &patch)
+                .await;
+        }
+        match result {
             Ok(_) => Ok(()),
             Err(error) => Err(PodsError::Patch {
                 namespace: namespace.to_owned(),
@@ -458,6 +505,8 @@ mod tests {
                 "pods is forbidden: User \"tgsync\" cannot list resource \"pods\"",
             ),
             status(401, "Unauthorized", "Unauthorized"),
+            // The one retry with a new token.
+            status(401, "Unauthorized", "Unauthorized"),
         ])
         .await;
         let pods = pods_over(&server);
@@ -477,6 +526,25 @@ mod tests {
         let err = pods.get("shop", "a").await.unwrap_err();
         assert!(matches!(err, PodsError::Get { .. }), "{err}");
         assert!(err.to_string().contains("EKS access entry"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_401_mints_a_new_token_and_retries_once() {
+        let server = Scripted::start(vec![
+            status(401, "Unauthorized", "Unauthorized"),
+            page(&["a"], None, None),
+            status(401, "Unauthorized", "Unauthorized"),
+            status(401, "Unauthorized", "Unauthorized"),
+        ])
+        .await;
+        let pods = pods_over(&server);
+        let facts = pods.list("shop", None).await.unwrap();
+        assert_eq!(names(&facts), ["a"]);
+        assert_eq!(server.requests().len(), 2);
+        // A token the cluster keeps refusing is an error after one retry, not a loop.
+        let err = pods.list("shop", None).await.unwrap_err().to_string();
+        assert!(err.contains("401"), "{err}");
+        assert_eq!(server.requests().len(), 4);
     }
 
     #[tokio::test]

@@ -15,23 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// Which pod an event is about, and what the event already tells.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodEvent {
-    /// Pod namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub name: String,
-    /// Pod UID when the event carries one.
-    pub uid: Option<String>,
-    /// Labels from the event (used when the pod is gone).
-    pub labels: Option<BTreeMap<String, String>>,
-    /// The event says the pod was deleted.
-    pub deleted: bool,
-    /// Event reason (`Started`, `Killing`, ...), `pod` for a Pod detail, `invoke` for a
-    /// direct invoke.
-    pub reason: String,
-}
+pub use crate::reconcile::PodEvent;
 
 /// The result of reading an invocation payload.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,30 +1,36 @@
-//! The reconcile engine both functions share: discover bound groups, take each group's
-//! lease, read pods and target health *after* the lease is held, apply the core's plan
-//! with the write-ahead ledger, record backoff, and release — running again while the
-//! lease's `dirty` flag says something changed meanwhile.
+//! The reconcile engine both functions share: discover bound groups, observe each one
+//! (state, pods, target health → plan) without a lease, and only for groups whose plan
+//! is not empty take the lease, read pods and health afresh, and apply the plan with
+//! the write-ahead ledger — running again while the lease's `dirty` flag says something
+//! changed meanwhile. The lease protocol itself lives in [`crate::lease`].
 //!
 //! Everything here is generic over the three I/O traits, so the same code runs against
 //! AWS and Kubernetes in Lambda, against moto and the emulator in integration tests, and
 //! against in-memory fakes in race and fault tests.
 
-mod group;
 mod namespace;
+mod observe;
+mod pass;
 mod pod_event;
 
-pub use pod_event::PodEventError;
+pub use pod_event::{PodEvent, PodEventError};
+#[cfg(test)]
+mod motion_tests;
 #[cfg(test)]
 mod pod_event_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::core::checkpoint::{Rotation, rank_order};
 use crate::core::{BackoffPolicy, Binding, UnixMillis};
-use crate::faults::{Faults, NoFaults};
+use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
+use crate::lease::Timings;
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Outcome, Report};
 use crate::state::StateStore;
@@ -32,30 +38,44 @@ use crate::state::StateStore;
 /// Tunables of the engine.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
-    /// Groups reconciled at once (bounded so ELBv2's Describe token bucket is not drained).
+    /// Groups observed or reconciled at once (bounded so ELBv2's Describe token bucket
+    /// is not drained).
     pub concurrency: usize,
-    /// Lease length when the caller gives no deadline (beyond any function timeout).
-    pub lease: Duration,
+    /// Lease duration, heartbeat and polling.
+    pub lease: Timings,
+    /// How long a run waits for another holder of a group's lease to serve its change
+    /// (or to die, then takes over); `None`: mark it dirty and move on.
+    pub lease_wait: Option<Duration>,
     /// Passes under one lease before giving up on a group that keeps being marked dirty.
     pub max_passes: u32,
     /// Backoff delays.
     pub backoff: BackoffPolicy,
     /// How long pod-events reuses discovered bindings.
     pub discovery_ttl: Duration,
-    /// How long a verified, unchanged group may go without a DescribeTargetHealth on the
-    /// schedule (`None`: verify every run). Bounds how late external drift is found.
-    pub verify_interval: Option<Duration>,
+    /// A pass under the lease re-reads the group's tags when its binding is older than
+    /// this (pod-events and watch mode work from cached bindings).
+    pub binding_max_age: Duration,
+    /// Target-health reads the schedule may spend per second on re-verifying groups
+    /// nothing has changed (the account-wide budget; `TGSYNC_VERIFY_DESCRIBES_PER_SECOND`).
+    pub verify_describes_per_second: f64,
+    /// The schedule's period (`TGSYNC_SCHEDULE_SECONDS`): with the rate above, how many
+    /// groups one scheduled run re-verifies.
+    pub schedule_period: Duration,
 }
 
 impl Default for EngineSettings {
     fn default() -> Self {
+        let lease = Timings::default();
         Self {
             concurrency: 16,
-            lease: Duration::from_secs(180),
+            lease_wait: Some(lease.duration + lease.poll * 2),
+            lease,
             max_passes: 5,
             backoff: BackoffPolicy::default(),
             discovery_ttl: Duration::from_secs(60),
-            verify_interval: Some(Duration::from_secs(600)),
+            binding_max_age: Duration::from_secs(5),
+            verify_describes_per_second: 2.0,
+            schedule_period: Duration::from_secs(60),
         }
     }
 }
@@ -69,13 +89,16 @@ pub struct RunOptions {
     pub force: bool,
     /// Only these target group ARNs (all bound groups when `None`).
     pub only: Option<Vec<String>>,
-    /// When the invocation must end (Lambda deadline); leases last until 30 s after it,
-    /// and groups not started 20 s before it are deferred to the next run.
+    /// When the invocation must end (Lambda deadline): groups not started
+    /// [`START_CUTOFF`] before it are deferred to the next run.
     pub deadline: Option<UnixMillis>,
-    /// Let a verified, unchanged group skip DescribeTargetHealth (the scheduled resync;
-    /// never pod-events, `force` or a dry run).
+    /// Let a verified, unchanged group skip DescribeTargetHealth when its verification
+    /// turn has not come (the scheduled resync; never pod-events, `force` or a dry run).
     pub use_checkpoint: bool,
 }
+
+/// No group pass starts with less than this left before the invocation's deadline.
+pub const START_CUTOFF: Duration = Duration::from_secs(20);
 
 /// A target group with a valid binding for this cluster.
 #[derive(Debug, Clone)]
@@ -84,6 +107,8 @@ pub struct BoundGroup {
     pub group: TargetGroup,
     /// Its binding.
     pub binding: Binding,
+    /// When the binding's tags were read.
+    pub read_at: UnixMillis,
 }
 
 /// Discovery result: bound groups plus reports for groups with bad tags.
@@ -93,6 +118,17 @@ pub struct Bindings {
     pub bound: Vec<BoundGroup>,
     /// Binding errors, one report per group.
     pub errors: Vec<GroupReport>,
+}
+
+/// Which groups a run looks at beyond their binding: `focus` narrows a pod event to the
+/// groups its pod can matter to.
+#[derive(Debug, Default)]
+pub(crate) struct Scope<'a> {
+    /// Groups whose re-verification turn has come (scheduled runs).
+    due: Option<HashSet<String>>,
+    /// The pod an event is about, when its labels are unknown: groups whose selector
+    /// cannot be checked are reconciled only if their ledger holds it.
+    focus: Option<&'a PodEvent>,
 }
 
 /// The reconcile engine. Cheap to share behind an `Arc`.
@@ -107,8 +143,9 @@ pub struct Engine<P, G, S> {
     pub state: S,
     /// Time.
     pub clock: Arc<dyn Clock>,
-    /// Fault injection (no-op in production).
-    pub faults: Arc<dyn Faults>,
+    /// Fault injection (tests only).
+    #[cfg(any(test, feature = "testing"))]
+    pub faults: Arc<dyn crate::faults::Faults>,
     /// Tunables.
     pub settings: EngineSettings,
     /// Prefix of lease owner ids (`resync`, `pod-events`), for debugging held leases.
@@ -132,7 +169,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             groups,
             state,
             clock,
-            faults: Arc::new(NoFaults),
+            #[cfg(any(test, feature = "testing"))]
+            faults: Arc::new(crate::faults::NoFaults),
             settings: EngineSettings::default(),
             owner_prefix: "tgsync".into(),
             rng: Mutex::new(fastrand::Rng::new()),
@@ -141,7 +179,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 
     /// Replaces the fault hook (tests).
-    pub fn with_faults(mut self, faults: Arc<dyn Faults>) -> Self {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn with_faults(mut self, faults: Arc<dyn crate::faults::Faults>) -> Self {
         self.faults = faults;
         self
     }
@@ -166,13 +205,31 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         self
     }
 
+    /// Stops here if a test asked to crash at `point`; nothing in production builds.
+    fn fault(&self, point: FaultPoint) -> Result<(), FaultPoint> {
+        #[cfg(any(test, feature = "testing"))]
+        {
+            self.faults.check(point)
+        }
+        #[cfg(not(any(test, feature = "testing")))]
+        {
+            let _ = point;
+            Ok(())
+        }
+    }
+
     /// Discovers target groups and splits them into valid bindings and binding errors.
     pub async fn bindings(&self) -> Result<Bindings, crate::groups::ElbError> {
+        let read_at = self.clock.now();
         let mut out = Bindings::default();
         for group in self.groups.discover().await? {
             match Binding::for_cluster(&group.tags, &group.facts, &self.cluster) {
                 None => {}
-                Some(Ok(binding)) => out.bound.push(BoundGroup { group, binding }),
+                Some(Ok(binding)) => out.bound.push(BoundGroup {
+                    group,
+                    binding,
+                    read_at,
+                }),
                 Some(Err(e)) => {
                     tracing::warn!(target_group = %group.arn, error = %e, "binding error");
                     out.errors.push(GroupReport::with_error(
@@ -218,19 +275,64 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             bound.retain(|b| only.contains(&b.group.arn));
             errors.retain(|e| only.contains(&e.target_group_arn));
         }
+        let mut scope = Scope::default();
+        if opts.use_checkpoint {
+            let rotation = self.rotation(bound.len(), started);
+            let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
+            scope.due = Some(
+                ranked
+                    .iter()
+                    .enumerate()
+                    .filter(|(rank, _)| rotation.due(*rank))
+                    .map(|(_, arn)| (*arn).to_owned())
+                    .collect(),
+            );
+            report.verification = Some(crate::report::Verification {
+                budget_per_run: self.verify_budget_per_run(),
+                cycle_runs: rotation.cycle,
+                detection_bound_seconds: rotation
+                    .detection_bound(self.settings.schedule_period)
+                    .as_secs(),
+            });
+        }
         report.groups.append(&mut errors);
         report
             .groups
-            .extend(self.reconcile_groups(bound, opts).await);
+            .extend(self.reconcile_scoped(bound, opts, &scope).await);
         report.finish(self.clock.now())
     }
 
+    /// Re-verifications one scheduled run may spend (at least one).
+    fn verify_budget_per_run(&self) -> usize {
+        let per_run =
+            self.settings.verify_describes_per_second * self.settings.schedule_period.as_secs_f64();
+        (per_run.floor() as usize).max(1)
+    }
+
+    /// This run's place in the verification rotation.
+    fn rotation(&self, groups: usize, now: UnixMillis) -> Rotation {
+        let period = u64::try_from(self.settings.schedule_period.as_millis())
+            .unwrap_or(60_000)
+            .max(1);
+        Rotation::new(groups, self.verify_budget_per_run(), now.0 / period)
+    }
+
     /// Reconciles the given bound groups: namespace by namespace, one consistent pod LIST
-    /// per namespace taken after the leases are held.
+    /// per namespace to observe them, and the leases (and a fresh LIST) only for the
+    /// groups with something to change.
     pub async fn reconcile_groups(
         &self,
         bound: Vec<BoundGroup>,
         opts: &RunOptions,
+    ) -> Vec<GroupReport> {
+        self.reconcile_scoped(bound, opts, &Scope::default()).await
+    }
+
+    pub(crate) async fn reconcile_scoped(
+        &self,
+        bound: Vec<BoundGroup>,
+        opts: &RunOptions,
+        scope: &Scope<'_>,
     ) -> Vec<GroupReport> {
         let mut by_namespace: BTreeMap<String, Vec<BoundGroup>> = BTreeMap::new();
         for b in bound {
@@ -250,17 +352,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let concurrency = self.settings.concurrency.max(1);
         let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
         // Namespaces are admitted while fewer than two rounds of `concurrency` groups are
-        // in flight (one namespace weighs at most `concurrency`). Taking every lease of
-        // every namespace up front would, with a slow state table, spend the whole
-        // invocation on leases and defer every group; admitted namespaces finish, and
-        // the ones not admitted by the cut-off are deferred without taking a lease.
+        // in flight (one namespace weighs at most `concurrency`), so that with a slow
+        // API the admitted namespaces finish and the rest are deferred untouched.
         let admission = Arc::new(tokio::sync::Semaphore::new(2 * concurrency));
         let runs = by_namespace.into_iter().map(|(ns, groups)| {
             let weight = u32::try_from(groups.len().clamp(1, concurrency)).unwrap_or(1);
             let (admission, permits) = (admission.clone(), permits.clone());
             async move {
                 let _admitted = admission.acquire_many(weight).await;
-                self.reconcile_namespace(ns, groups, opts, permits).await
+                self.reconcile_namespace(ns, groups, opts, scope, permits)
+                    .await
             }
         });
         futures::future::join_all(runs)
@@ -270,31 +371,67 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .collect()
     }
 
-    /// Whether the invocation is too close to its deadline to start another group.
+    /// Whether the invocation is too close to its deadline to start another group pass.
     fn past_start_deadline(&self, opts: &RunOptions) -> bool {
         let now = self.clock.now();
         opts.deadline
-            .is_some_and(|d| d > now && now.plus(Duration::from_secs(20)) >= d)
+            .is_some_and(|d| d > now && now.plus(START_CUTOFF) >= d)
     }
 
-    /// When a lease taken now should expire.
-    fn lease_until(&self, opts: &RunOptions) -> UnixMillis {
+    /// Until when a run may wait for another holder of a lease.
+    fn lease_wait_until(&self, opts: &RunOptions) -> Option<UnixMillis> {
+        let wait = self.settings.lease_wait?;
         let now = self.clock.now();
-        match opts.deadline {
-            Some(deadline) if deadline > now => deadline.plus(Duration::from_secs(30)),
-            _ => now.plus(self.settings.lease),
+        let mut until = now.plus(wait);
+        if let Some(d) = opts.deadline.filter(|d| *d > now) {
+            until = until.min(UnixMillis(
+                d.0.saturating_sub(u64::try_from(START_CUTOFF.as_millis()).unwrap_or(0)),
+            ));
         }
+        (until > now).then_some(until)
     }
 
-    /// A unique lease owner id.
+    /// A unique lease owner id naming the function and the cluster (another cluster's
+    /// deployment cannot serve our pods, so a waiter must tell the two apart).
     fn new_owner(&self) -> String {
         let n = self.rng.lock().map(|mut r| r.u64(..)).unwrap_or_default();
-        format!("{}-{n:016x}", self.owner_prefix)
+        crate::lease::owner_id(&self.owner_prefix, &self.cluster, n)
     }
 
     fn jitter_rng(&self) -> fastrand::Rng {
         let seed = self.rng.lock().map(|mut r| r.u64(..)).unwrap_or_default();
         fastrand::Rng::with_seed(seed)
+    }
+
+    /// The claims of a ledger as the diff sees them (this cluster's or another's).
+    fn claims(
+        &self,
+        ledger: &BTreeMap<crate::core::Target, crate::state::LedgerEntry>,
+    ) -> BTreeMap<crate::core::Target, crate::core::Claim> {
+        ledger
+            .iter()
+            .map(|(t, e)| {
+                (
+                    *t,
+                    crate::core::Claim {
+                        mine: e.cluster == self.cluster,
+                        since: e.registered_at,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Targets this cluster's deployment owns in `ledger`.
+    fn mine(
+        &self,
+        ledger: &BTreeMap<crate::core::Target, crate::state::LedgerEntry>,
+    ) -> BTreeSet<crate::core::Target> {
+        ledger
+            .values()
+            .filter(|e| e.cluster == self.cluster)
+            .map(|e| e.target)
+            .collect()
     }
 }
 

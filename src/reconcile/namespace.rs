@@ -1,22 +1,29 @@
-//! One namespace at a time: take the leases of its groups, then one consistent pod LIST,
-//! then reconcile each group from that list.
+//! One namespace at a time: one consistent pod LIST to observe its groups; then, for
+//! each group with something to change, its lease, a fresh LIST of its pods, and the
+//! passes.
 //!
-//! The LIST comes *after* the leases so that a pod-events reconcile that finished just
-//! before cannot be undone by pods this run read earlier; an event that arrives later
-//! finds the lease held, sets `dirty`, and the group is reconciled again with a fresh list.
+//! The second LIST comes *after* the lease so that a pod-events reconcile that finished
+//! just before cannot be undone by pods this run read earlier (a deleted pod registered
+//! again); an event that arrives later finds the lease held, sets `dirty`, and the group
+//! is reconciled again with a fresh list.
 
 use std::sync::Arc;
 
 use futures::future::join_all;
 use tokio::sync::Semaphore;
 
-use super::group::Prepared;
-use super::{BoundGroup, Engine, RunOptions};
+use super::observe::Observed;
+use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::{PodIndex, Selector};
 use crate::groups::TargetGroupApi;
+use crate::lease::{self, Busy, RunEnd, Taken};
 use crate::pods::PodSource;
-use crate::report::GroupReport;
-use crate::state::StateStore;
+use crate::report::{GroupReport, Outcome};
+use crate::state::{GroupState, StateStore};
+
+/// The report's word for a group left to the next run.
+pub(super) const DEFERRED: &str =
+    "the invocation is near its deadline; the next run reconciles this group";
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub(super) async fn reconcile_namespace(
@@ -24,42 +31,193 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         namespace: String,
         groups: Vec<BoundGroup>,
         opts: &RunOptions,
+        scope: &Scope<'_>,
         permits: Arc<Semaphore>,
     ) -> Vec<GroupReport> {
-        let prepared = join_all(groups.into_iter().map(|bound| {
+        let deferred = |b: &BoundGroup| {
+            GroupReport::with_error(
+                &b.group.arn,
+                &b.group.group_name(),
+                Outcome::Deferred,
+                DEFERRED,
+            )
+        };
+        if self.past_start_deadline(opts) {
+            return groups.iter().map(deferred).collect();
+        }
+        let selector = Selector::common(groups.iter().map(|b| &b.binding.selector));
+        let pods = match self.pods.list(&namespace, selector.as_ref()).await {
+            Ok(pods) => pods,
+            Err(e) => {
+                // Never act on partial data: the error is every group's outcome.
+                tracing::error!(namespace = %namespace, error = %e, "pod list failed; groups in this namespace are left untouched");
+                return groups
+                    .iter()
+                    .map(|b| {
+                        GroupReport::with_error(
+                            &b.group.arn,
+                            &b.group.group_name(),
+                            Outcome::Failed,
+                            &e,
+                        )
+                    })
+                    .collect();
+            }
+        };
+        let index = PodIndex::new(&pods);
+        let observed = join_all(groups.into_iter().map(|bound| {
             let permits = permits.clone();
+            let index = &index;
             async move {
                 let _permit = permits.acquire().await;
-                self.prepare(bound, opts).await
+                if self.past_start_deadline(opts) {
+                    return (Observed::Done(deferred(&bound)), bound);
+                }
+                (self.observe(&bound, index, opts, scope).await, bound)
             }
         }))
         .await;
+        drop(index);
+        drop(pods);
         let mut reports = Vec::new();
-        let mut held = Vec::new();
-        for p in prepared {
-            match p {
-                Prepared::Done(report) => reports.push(report),
-                Prepared::Held(h) => held.push(h),
+        let mut changed = Vec::new();
+        for (observed, bound) in observed {
+            match observed {
+                Observed::Done(report) => reports.push(report),
+                Observed::Irrelevant => {}
+                Observed::Change(report) => changed.push((report, bound)),
             }
         }
-        if held.is_empty() {
+        if changed.is_empty() {
             return reports;
         }
-        let selector = Selector::common(held.iter().map(|h| &h.bound.binding.selector));
-        let listed = self.pods.list(&namespace, selector.as_ref()).await;
-        if let Err(e) = &listed {
-            tracing::error!(namespace = %namespace, error = %e, "pod list failed; groups in this namespace are left untouched");
-        }
-        let index = listed.as_ref().map(|pods| PodIndex::new(pods));
-        let runs = held.into_iter().map(|h| {
+        // The groups with something to do, each under its lease.
+        let runs = changed.into_iter().map(|(report, bound)| {
             let permits = permits.clone();
-            let first = index.as_ref().map_err(|e| *e);
             async move {
                 let _permit = permits.acquire().await;
-                self.run_held(h, first, opts).await
+                self.reconcile_leased(bound, report, opts).await
             }
         });
         reports.extend(join_all(runs).await);
         reports
+    }
+
+    /// Takes the group's lease (or leaves the change to its holder) and runs passes.
+    async fn reconcile_leased(
+        &self,
+        bound: BoundGroup,
+        mut report: GroupReport,
+        opts: &RunOptions,
+    ) -> GroupReport {
+        if self.past_start_deadline(opts) {
+            report.outcome = Outcome::Deferred;
+            report.error = Some(DEFERRED.into());
+            return report;
+        }
+        let taken = lease::take(
+            &self.state,
+            self.clock.as_ref(),
+            &bound.group.arn,
+            self.new_owner(),
+            self.settings.lease,
+            &self.cluster,
+            self.lease_wait_until(opts),
+        )
+        .await;
+        match taken {
+            Ok(Taken::Held(lease, state)) => {
+                self.run_leased(bound, *lease, state, report, opts).await
+            }
+            Ok(Taken::Busy(busy)) => {
+                report.outcome = Outcome::LeaseHeld;
+                report.error = Some(match busy {
+                    Busy::Asked { owner } => format!(
+                        "another reconcile ({owner}) holds the lease; it was asked to run again"
+                    ),
+                    Busy::Served => {
+                        "another reconcile held the lease and ran again after this change".into()
+                    }
+                });
+                report
+            }
+            Err(e) => {
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!("taking the lease failed: {e}"));
+                report
+            }
+        }
+    }
+
+    /// Passes under a held lease until it is released (or given up), then the outcome.
+    async fn run_leased(
+        &self,
+        mut bound: BoundGroup,
+        lease: lease::Lease<'_, S>,
+        state: GroupState,
+        mut report: GroupReport,
+        opts: &RunOptions,
+    ) -> GroupReport {
+        // The observation's counts are redone by the passes.
+        report.passes = 0;
+        report.gates_opened.clear();
+        let end = lease
+            .run(
+                state,
+                self.settings.max_passes,
+                || !self.past_start_deadline(opts),
+                async |state, lease| {
+                    // Pods read under the lease, so nothing another reconcile did before
+                    // it is undone with older reads.
+                    let binding = &bound.binding;
+                    let listed = self
+                        .pods
+                        .list(&binding.namespace, Some(&binding.selector))
+                        .await;
+                    let index = listed.as_ref().map(|p| PodIndex::new(p));
+                    let pods = index.as_ref().map_err(|e| *e);
+                    self.pass(&mut bound, state, pods, lease, &mut report, opts)
+                        .await
+                },
+            )
+            .await;
+        match end {
+            RunEnd::Aborted => {
+                report.outcome = Outcome::Aborted;
+                report.error = Some("aborted at an injected fault".into());
+                return report;
+            }
+            RunEnd::Lost if report.error.is_none() => {
+                report.error = Some(
+                    "the lease was lost (expired or taken over); the new holder finishes the group"
+                        .into(),
+                );
+            }
+            RunEnd::GivenUp if report.passes == 0 => {
+                report.outcome = Outcome::Deferred;
+                report.error = Some(DEFERRED.into());
+                return report;
+            }
+            RunEnd::GivenUp
+                if report.passes >= self.settings.max_passes && report.error.is_none() =>
+            {
+                report.error = Some(format!(
+                    "still being changed after {} passes; the next run picks it up",
+                    report.passes
+                ));
+            }
+            _ => {}
+        }
+        if matches!(report.outcome, Outcome::InSync | Outcome::Changed) {
+            report.outcome = if report.registered.is_empty()
+                && report.deregistered.is_empty()
+                && report.forgotten.is_empty()
+            {
+                Outcome::InSync
+            } else {
+                Outcome::Changed
+            };
+        }
+        report
     }
 }

@@ -1,22 +1,51 @@
-//! One pod changed: reconcile just the groups it touches, through the same leases and
-//! passes as resync. The event is only a hint for *which* groups; what they should hold
-//! is read afresh, as always.
+//! One pod changed: reconcile just the groups it can matter to, through the same
+//! observation, leases and passes as resync. The event is only a hint for *which*
+//! groups; what they should hold is read afresh, as always.
+//!
+//! Triage comes first and costs no Kubernetes call: an event from a namespace no group
+//! is bound to is answered at once (with the namespaced RBAC the function could not even
+//! read the pod there).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-
-use super::{BoundGroup, Engine, RunOptions};
-use crate::core::{Labels, PodFacts, UnixMillis};
+use super::{BoundGroup, Engine, RunOptions, START_CUTOFF, Scope};
+use crate::core::{PodFacts, UnixMillis};
 use crate::groups::TargetGroupApi;
-use crate::input::pod_event::PodEvent;
 use crate::pods::{PodSource, PodsError};
 use crate::report::Report;
 use crate::state::StateStore;
 
-/// How often a not-yet-ready pod is read again while waiting.
+/// How often a starting pod is read again while waiting for it to turn ready.
 const READY_POLL: Duration = Duration::from_millis(250);
+
+/// A readiness wait ends this long before the invocation's deadline, so the passes that
+/// follow it still start (they need [`START_CUTOFF`]) and have time to finish.
+const WAIT_RESERVE: Duration = Duration::from_secs(10);
+
+/// Event reasons of a pod that is starting: the only ones worth waiting on (no event
+/// says "the pod turned Ready"). A pod that is not ready for any other reason — a failed
+/// readiness probe (`Unhealthy`), a stop — is acted on at once.
+const STARTING: [&str; 4] = ["Started", "Created", "Pulled", "Scheduled"];
+
+/// Which pod an event is about, and what the event already tells.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodEvent {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod UID when the event carries one.
+    pub uid: Option<String>,
+    /// Labels from the event (the exporter looks them up; absent for a pod gone).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// The event says the pod was deleted.
+    pub deleted: bool,
+    /// Event reason (`Started`, `Killing`, ...), `pod` for a Pod detail, `invoke` for a
+    /// direct invoke.
+    pub reason: String,
+}
 
 /// Why a pod event could not be handled; the invocation fails so EventBridge retries it.
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +59,8 @@ pub enum PodEventError {
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
-    /// Reconciles the groups `event`'s pod touches. `ready_wait` bounds the wait for a
-    /// Running pod to turn ready (no event says "pod became Ready").
+    /// Reconciles the groups `event`'s pod can matter to. `ready_wait` bounds the wait
+    /// for a starting pod to turn ready.
     pub async fn pod_event(
         &self,
         event: &PodEvent,
@@ -40,77 +69,77 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     ) -> Result<Report, PodEventError> {
         let started = self.clock.now();
         let mut report = Report::new("pod-events", &self.cluster, opts.dry_run, started);
-        let live = self
-            .wait_until_ready(event, ready_wait, opts.deadline)
-            .await?;
-        let gone = live
-            .as_ref()
-            .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            || event.deleted;
-        let labels: Option<Labels> = live
-            .as_ref()
-            .and_then(|p| p.metadata.labels.clone())
-            .or_else(|| event.labels.clone())
-            .map(Labels::from);
         let bound = self.cached_bindings().await?;
-        let mut affected: Vec<BoundGroup> = Vec::new();
-        for b in bound
+        let in_namespace: Vec<BoundGroup> = bound
             .iter()
             .filter(|b| b.binding.namespace == event.namespace)
-        {
-            let selected = labels
-                .as_ref()
-                .is_some_and(|l| b.binding.selector.matches(l));
-            if selected || (gone && self.ledger_holds(&b.group.arn, event).await) {
-                affected.push(b.clone());
+            .cloned()
+            .collect();
+        if in_namespace.is_empty() {
+            tracing::info!(namespace = %event.namespace, pod = %event.name, "no target group is bound to this namespace; ignored");
+            report.notes.push(format!(
+                "ignored: no target group is bound to namespace `{}` for cluster `{}`",
+                event.namespace, self.cluster
+            ));
+            return Ok(report.finish(self.clock.now()));
+        }
+        // The pod's current labels (they decide which groups select it); a starting pod
+        // is also given a bounded time to turn ready. A pod the event says is deleted is
+        // found through the ledgers instead.
+        let mut focus = event.clone();
+        if !event.deleted {
+            let wait = if STARTING.contains(&event.reason.as_str()) {
+                ready_wait
+            } else {
+                Duration::ZERO
+            };
+            if let Some(labels) = self.wait_until_ready(event, wait, opts.deadline).await? {
+                focus.labels = Some(labels);
             }
         }
+        let scope = Scope {
+            due: None,
+            focus: Some(&focus),
+        };
+        report.groups = self.reconcile_scoped(in_namespace, opts, &scope).await;
         report.notes.push(format!(
-            "pod {}/{} ({}{}): {} group(s) affected",
+            "pod {}/{} ({}): {} group(s) affected",
             event.namespace,
             event.name,
             event.reason,
-            if live.is_none() {
-                ", gone"
-            } else if gone {
-                ", terminating"
-            } else {
-                ""
-            },
-            affected.len()
+            report.groups.len()
         ));
-        report.groups = self.reconcile_groups(affected, opts).await;
-        if report
-            .groups
-            .iter()
-            .any(|g| g.error.as_deref().is_some_and(|e| e.contains("not found")))
-        {
+        if report.groups.iter().any(|g| g.gone) {
             self.forget_bindings().await;
         }
         Ok(report.finish(self.clock.now()))
     }
 
-    /// Reads the pod; while it is Running but not ready, re-reads it until it is ready,
-    /// gone, terminating, or the wait (bounded by the invocation deadline) is over.
+    /// Reads the pod; while it is starting (Running, not yet ready), again until it is
+    /// ready (or no longer Running, or gone), at most until `ready_wait` ends — and
+    /// always early enough that the passes that follow have their time. Returns the
+    /// pod's labels when it was found.
     async fn wait_until_ready(
         &self,
         event: &PodEvent,
         ready_wait: Duration,
         deadline: Option<UnixMillis>,
-    ) -> Result<Option<Pod>, PodsError> {
+    ) -> Result<Option<BTreeMap<String, String>>, PodsError> {
         let now = self.clock.now();
         let mut until = now.plus(ready_wait);
         // A deadline that is not in the future is not a real one (`cargo lambda watch`
-        // sends a duration there); ignore it, as `lease_until` does.
+        // sends a duration there); ignore it.
         if let Some(d) = deadline.filter(|d| *d > now) {
-            // Leave time to reconcile after waiting.
-            until = until.min(UnixMillis(d.0.saturating_sub(15_000)));
+            let reserve = u64::try_from((START_CUTOFF + WAIT_RESERVE).as_millis()).unwrap_or(0);
+            until = until.min(UnixMillis(d.0.saturating_sub(reserve)));
         }
         loop {
-            let pod = self.pods.get(&event.namespace, &event.name).await?;
-            let Some(p) = &pod else { return Ok(None) };
-            let facts = PodFacts::from_pod(p.clone());
-            let waiting = facts.phase == "Running"
+            let Some(pod) = self.pods.get(&event.namespace, &event.name).await? else {
+                return Ok(None);
+            };
+            let labels = pod.metadata.labels.clone();
+            let facts = PodFacts::from_pod(pod);
+            let starting = facts.phase == "Running"
                 && !facts.terminating
                 && !facts.excluded
                 && !(if facts.gate.is_some() {
@@ -118,29 +147,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 } else {
                     facts.ready
                 });
-            if !waiting || self.clock.now() >= until {
-                return Ok(pod);
+            if !starting || self.clock.now() >= until {
+                return Ok(labels);
             }
             tokio::time::sleep(READY_POLL).await;
         }
     }
 
-    /// Whether the group's ledger holds a target of this pod (by namespace and name).
-    async fn ledger_holds(&self, arn: &str, event: &PodEvent) -> bool {
-        match self.state.load(arn).await {
-            Ok(state) => state
-                .ledger
-                .values()
-                .any(|row| row.pod.namespace == event.namespace && row.pod.name == event.name),
-            Err(e) => {
-                tracing::warn!(target_group = %arn, error = %e, "ledger lookup failed; the group is reconciled anyway");
-                true
-            }
-        }
-    }
-
     /// Bound groups, cached per container for `discovery_ttl`: pod events are frequent,
-    /// binding tags change rarely, and discovery costs ELBv2 Describe calls.
+    /// binding tags change rarely, and discovery costs ELBv2 Describe calls. (A pass
+    /// that changes a group re-reads its tags first; see `pass::refresh_binding`.)
     async fn cached_bindings(&self) -> Result<Arc<Vec<BoundGroup>>, crate::groups::ElbError> {
         let now = self.clock.now();
         let mut cache = self.bindings_cache.lock().await;
@@ -154,7 +170,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         Ok(bound)
     }
 
-    /// Drops the cached bindings (a group vanished).
+    /// Drops the cached bindings (a group vanished or its tags changed).
     async fn forget_bindings(&self) {
         *self.bindings_cache.lock().await = None;
     }

@@ -29,8 +29,18 @@ fn engine() -> (TestEngine, ManualClock) {
         FakeState::default(),
         Arc::new(clock.clone()),
     )
+    .with_settings(no_waiting())
     .with_seed(7);
     (e, clock)
+}
+
+/// Settings for tests on a manual clock: a held lease is marked dirty and left, never
+/// waited on (the waiting protocol has its own tests).
+pub(super) fn no_waiting() -> super::EngineSettings {
+    super::EngineSettings {
+        lease_wait: None,
+        ..super::EngineSettings::default()
+    }
 }
 
 fn t(s: &str) -> Target {
@@ -230,29 +240,28 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let (e, clock) = engine();
     seed_three(&e);
     let now = clock.now();
-    assert_eq!(
-        e.state
-            .acquire(
-                TG,
-                "other",
-                now,
-                now.plus(std::time::Duration::from_secs(60))
-            )
-            .await
-            .unwrap(),
-        Acquire::Acquired
-    );
+    let until = now.plus(std::time::Duration::from_secs(60));
+    assert!(matches!(
+        e.state.acquire(TG, "other", now, until).await.unwrap(),
+        Acquire::Acquired(_)
+    ));
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld);
     assert!(e.groups.targets(TG).is_empty());
     // The holder is told to run again when it releases.
-    let until = now.plus(std::time::Duration::from_secs(60));
+    let none = crate::state::Change::default();
+    assert!(matches!(
+        e.state
+            .release(TG, "other", now, until, &none)
+            .await
+            .unwrap(),
+        crate::state::Release::RunAgain(_)
+    ));
     assert_eq!(
-        e.state.release(TG, "other", until).await.unwrap(),
-        crate::state::Release::RunAgain
-    );
-    assert_eq!(
-        e.state.release(TG, "other", until).await.unwrap(),
+        e.state
+            .release(TG, "other", now, until, &none)
+            .await
+            .unwrap(),
         crate::state::Release::Released
     );
 }
@@ -301,16 +310,12 @@ async fn crash_at_any_fault_point_then_converge() {
         e.pods.delete("shop", "web-2");
         e.groups.remove_target(TG, &t("10.0.1.2:8080"));
         e.pods.put(web_pod("web-4", "10.0.1.4").build());
-        e.state
-            .set_backoff(
-                TG,
-                Some(crate::core::BackoffState {
-                    failures: 1,
-                    next_attempt: UnixMillis(0),
-                }),
-            )
-            .await
-            .unwrap();
+        let mut stored = e.state.stored(TG);
+        stored.backoff = Some(crate::core::BackoffState {
+            failures: 1,
+            next_attempt: UnixMillis(0),
+        });
+        e.state.put(TG, stored);
         let crash = Arc::new(CrashAt::first(point));
         e.faults = crash.clone();
         let r = scheduled(&e).await;
@@ -377,11 +382,31 @@ async fn gated_pod_is_registered_then_its_gate_opens_once_healthy() {
     assert!(r.group(TG).unwrap().gates_opened.is_empty(), "opened once");
 }
 
+/// Beyond the Describe budget, unchanged groups are re-verified in turn: each run reads
+/// the health of the groups whose turn has come (plus every group whose desired set
+/// changed), and a hand edit is found within the stated bound.
 #[tokio::test]
-async fn checkpoint_skips_unchanged_groups_but_bounds_drift_detection() {
+async fn beyond_the_budget_unchanged_groups_are_verified_in_turn() {
     let (e, clock) = engine();
+    // One re-verification per 60-second run; three groups: a cycle of three runs.
+    let e = e.with_settings(super::EngineSettings {
+        verify_describes_per_second: 1.0 / 60.0,
+        ..no_waiting()
+    });
+    e.groups
+        .add_group(bound_group(TG2, "demo", "shop", "app=web", 9090));
+    let tg3 =
+        "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/adm/2123456789abcdef";
+    e.groups
+        .add_group(bound_group(tg3, "demo", "shop", "app=web", 7070));
     seed_three(&e);
-    scheduled(&e).await;
+    let r = scheduled(&e).await;
+    assert_eq!(r.totals.changed, 3, "{r:#?}");
+    let v = r
+        .verification
+        .expect("a scheduled run states its verification");
+    assert_eq!((v.budget_per_run, v.cycle_runs), (1, 3));
+    assert_eq!(v.detection_bound_seconds, 180);
     e.groups.settle();
     let health = |e: &TestEngine| {
         e.groups
@@ -390,43 +415,45 @@ async fn checkpoint_skips_unchanged_groups_but_bounds_drift_detection() {
             .copied()
             .unwrap_or(0)
     };
-    // Unchanged desired set, verified a minute ago: no health read.
-    clock.advance(60_000);
-    let before = health(&e);
-    let r = scheduled(&e).await;
-    assert!(r.group(TG).unwrap().verification_skipped, "{r:#?}");
-    assert_eq!(health(&e), before);
-    // A pod change changes the desired set: acted on at once.
+    // Unchanged: one group's health read per run, each group once per cycle.
+    let mut verified = std::collections::BTreeMap::<String, u32>::new();
+    for _ in 0..3 {
+        clock.advance(60_000);
+        let before = health(&e);
+        let r = scheduled(&e).await;
+        assert_eq!(health(&e), before + 1, "{r:#?}");
+        for g in r.groups.iter().filter(|g| !g.verification_skipped) {
+            *verified.entry(g.target_group_arn.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(verified.len(), 3, "{verified:?}");
+    // A pod change changes the desired set of every group: all read at once.
     e.pods.put(web_pod("web-4", "10.0.1.4").build());
     clock.advance(60_000);
     let r = scheduled(&e).await;
-    assert_eq!(r.group(TG).unwrap().registered, vec![t("10.0.1.4:8080")]);
+    assert_eq!(r.totals.registered, 3, "{r:#?}");
     e.groups.settle();
-    // External drift (a target removed by hand) waits for the verification, which comes
-    // within the interval (600 s by default, shortened per group by up to half).
+    // External drift waits for the group's turn, within the bound.
     e.groups.remove_target(TG, &t("10.0.1.1:8080"));
-    let mut minutes = 0;
+    let mut runs = 0;
     loop {
         clock.advance(60_000);
-        minutes += 1;
+        runs += 1;
         let r = scheduled(&e).await;
         if !r.group(TG).unwrap().registered.is_empty() {
             break;
         }
-        assert!(
-            minutes <= 10,
-            "drift not found within the verification interval"
-        );
+        assert!(runs <= 3, "drift not found within the detection bound");
     }
     assert!(live(&e, TG).contains(&"10.0.1.1:8080".to_string()));
-    // `force` and pod-events never skip.
+    // `force` never skips.
     let before = health(&e);
     e.resync(&RunOptions {
         force: true,
         ..RunOptions::default()
     })
     .await;
-    assert_eq!(health(&e), before + 1);
+    assert_eq!(health(&e), before + 3);
 }
 
 /// Options of a scheduled run whose invocation ends `secs` from now.
@@ -489,7 +516,7 @@ async fn groups_whose_turn_comes_after_the_cut_off_release_their_leases() {
         "the leases were taken, then the LIST ran"
     );
     // A pod event right after finds the group free.
-    assert_eq!(
+    assert!(matches!(
         e.state
             .acquire(
                 TG,
@@ -499,8 +526,8 @@ async fn groups_whose_turn_comes_after_the_cut_off_release_their_leases() {
             )
             .await
             .unwrap(),
-        Acquire::Acquired
-    );
+        Acquire::Acquired(_)
+    ));
 }
 
 /// When every run runs out of time, the groups it leaves for the next run change from
@@ -509,6 +536,11 @@ async fn groups_whose_turn_comes_after_the_cut_off_release_their_leases() {
 #[tokio::test]
 async fn deferred_groups_are_not_the_same_every_run() {
     let (e, clock) = engine();
+    // One call at a time, so the fake's slow LISTs add up as they would in real time.
+    let e = e.with_settings(super::EngineSettings {
+        concurrency: 1,
+        ..no_waiting()
+    });
     let arns: Vec<String> = (0..4)
         .map(|i| {
             format!(
@@ -527,7 +559,7 @@ async fn deferred_groups_are_not_the_same_every_run() {
                 .build(),
         );
     }
-    e.pods.slow_lists(&clock, 15_000);
+    e.pods.slow_lists(&clock, 8_000);
     let mut runs = 0;
     let mut deferred_sets = std::collections::BTreeSet::new();
     while arns.iter().any(|arn| live(&e, arn).is_empty()) {
@@ -558,7 +590,7 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
     let (e, clock) = engine();
     let e = e.with_settings(super::EngineSettings {
         concurrency: 4,
-        ..super::EngineSettings::default()
+        ..no_waiting()
     });
     let mut arns = Vec::new();
     for n in 0..5 {
@@ -579,8 +611,8 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
             arns.push(arn);
         }
     }
-    // 20 leases at 3 s each would take 60 s; the invocation has 60 s (cut-off at 40 s).
-    e.state.slow_acquires(&clock, 3_000);
+    // 21 reads at 3 s each would take 63 s; the invocation has 60 s (cut-off at 40 s).
+    e.state.slow_reads(&clock, 3_000);
     let r = e.resync(&ending_in(&clock, 60)).await;
     let changed = r
         .groups

@@ -62,6 +62,10 @@ pub enum Fate {
     Throttled,
     /// Answered by the proxy with the service's internal error (HTTP 500).
     ServerError,
+    /// Refused by a [`Rules`] check with ELBv2's ValidationError (HTTP 400).
+    Refused,
+    /// Applied by moto, answered with an internal error (HTTP 500): see [`Rules`].
+    AnswerLost,
 }
 
 impl Fate {
@@ -128,9 +132,26 @@ impl Decider {
     }
 }
 
+/// ELBv2 and DynamoDB behaviour moto lacks, or one-shot faults at a chosen request.
+#[derive(Debug, Default, Clone)]
+pub struct Rules {
+    /// ELBv2's check of RegisterTargets in this VPC (network address, prefix length): an
+    /// IPv4 target outside it must carry `AvailabilityZone=all`, or the whole call fails
+    /// with ELBv2's ValidationError naming the address (moto does not check).
+    pub vpc: Option<(std::net::Ipv4Addr, u8)>,
+    /// Target IPs ELBv2 refuses whatever their zone, with the message to answer (a
+    /// stand-in for any per-target refusal, e.g. an address ELBv2 does not accept).
+    pub refuse: Vec<(String, String)>,
+    /// One-shot: the next request of this operation (any, when empty) whose body contains the text is
+    /// applied by moto, and its answer is replaced by an HTTP 500 (a response lost after
+    /// the write landed, as a dropped connection or a timeout does).
+    pub lose_answer: Vec<(String, String)>,
+}
+
 struct Shared {
     /// moto's `host:port`.
     upstream: String,
+    rules: Mutex<Rules>,
     decider: Mutex<Decider>,
     log: Mutex<Vec<Record>>,
     request_ids: std::sync::atomic::AtomicU64,
@@ -166,6 +187,7 @@ impl ChaosProxy {
         );
         let shared = Arc::new(Shared {
             upstream,
+            rules: Mutex::new(Rules::default()),
             decider: Mutex::new(Decider {
                 rng: fastrand::Rng::with_seed(chaos.seed),
                 share: chaos.fault_share,
@@ -198,6 +220,11 @@ impl ChaosProxy {
     /// Changes the share of faulted requests from now on (0.0 turns faults off).
     pub fn set_fault_share(&self, share: f64) {
         lock(&self.shared.decider).share = share;
+    }
+
+    /// Changes the rules from now on.
+    pub fn set_rules(&self, f: impl FnOnce(&mut Rules)) {
+        f(&mut lock(&self.shared.rules));
     }
 
     /// Every request received so far, in arrival order.
@@ -338,7 +365,12 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
     while let Ok(Some(request)) = read_message(&mut read, false).await {
         let at = Instant::now();
         let (service, operation) = classify(&request);
-        let fate = lock(&shared.decider).decide(service);
+        let verdict = lock(&shared.rules).judge(service, &operation, &request.body);
+        let fate = match verdict {
+            Verdict::Pass => lock(&shared.decider).decide(service),
+            Verdict::Refuse(_) => Fate::Refused,
+            Verdict::LoseAnswer => Fate::AnswerLost,
+        };
         let attempt = request.header("amz-sdk-request").and_then(attempt_number);
         let invocation = request.header("amz-sdk-invocation-id").map(str::to_owned);
         let index = {
@@ -358,8 +390,33 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
             });
             log.len() - 1
         };
-        let (status, headers, body) = match fate {
-            Fate::Forwarded => match forward(&shared.upstream, &request).await {
+        let (status, headers, body) = match (fate, verdict) {
+            (_, Verdict::Refuse(message)) => {
+                let id = shared
+                    .request_ids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let request_id = format!("c4a05000-0000-4000-8000-{id:012x}");
+                (
+                    "400 Bad Request".to_owned(),
+                    vec![
+                        ("Content-Type".to_owned(), "text/xml".to_owned()),
+                        ("x-amzn-RequestId".to_owned(), request_id.clone()),
+                    ],
+                    elbv2_error("Sender", "ValidationError", &message, &request_id).into_bytes(),
+                )
+            }
+            (Fate::AnswerLost, _) => {
+                let _ = forward(&shared.upstream, &request).await;
+                let id = shared
+                    .request_ids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                fault_response(
+                    service,
+                    Fate::ServerError,
+                    &format!("c4a05000-0000-4000-8000-{id:012x}"),
+                )
+            }
+            (Fate::Forwarded, _) => match forward(&shared.upstream, &request).await {
                 Ok(response) => {
                     let status = response
                         .start
@@ -374,7 +431,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
                     format!("chaos proxy: moto unreachable: {e}").into_bytes(),
                 ),
             },
-            fault => {
+            (fault, _) => {
                 let id = shared
                     .request_ids
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -438,6 +495,97 @@ async fn forward(upstream: &str, request: &Message) -> io::Result<Message> {
             "moto closed without answering",
         )
     })
+}
+
+/// What the rules make of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// No rule applies.
+    Pass,
+    /// Answer ELBv2's ValidationError with this message.
+    Refuse(String),
+    /// Forward, then answer 500.
+    LoseAnswer,
+}
+
+impl Rules {
+    fn judge(&mut self, service: Service, operation: &str, body: &[u8]) -> Verdict {
+        let text = String::from_utf8_lossy(body);
+        if let Some(i) = self.lose_answer.iter().position(|(op, needle)| {
+            (op.is_empty() || op == operation) && text.contains(needle.as_str())
+        }) {
+            self.lose_answer.remove(i);
+            return Verdict::LoseAnswer;
+        }
+        if service != Service::Elbv2 || operation != "RegisterTargets" {
+            return Verdict::Pass;
+        }
+        for (id, zone) in form_targets(&text) {
+            if let Some((_, message)) = self.refuse.iter().find(|(ip, _)| *ip == id) {
+                return Verdict::Refuse(message.clone());
+            }
+            let outside = match (&self.vpc, id.parse::<std::net::Ipv4Addr>()) {
+                (Some((net, len)), Ok(ip)) => {
+                    let mask = u32::MAX.checked_shl(32 - u32::from(*len)).unwrap_or(0);
+                    u32::from(ip) & mask != u32::from(*net) & mask
+                }
+                _ => false,
+            };
+            if outside && zone.as_deref() != Some("all") {
+                return Verdict::Refuse(format!(
+                    "The Availability Zone is required for IP address '{id}' because it is not in the VPC"
+                ));
+            }
+        }
+        Verdict::Pass
+    }
+}
+
+/// `(Id, AvailabilityZone)` of each `Targets.member.N` of a form-encoded body.
+fn form_targets(body: &str) -> Vec<(String, Option<String>)> {
+    let mut by_index: BTreeMap<u32, (String, Option<String>)> = BTreeMap::new();
+    for pair in body.split('&') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let value = percent_decode(value);
+        let Some(rest) = key.strip_prefix("Targets.member.") else {
+            continue;
+        };
+        let Some((n, field)) = rest.split_once('.') else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u32>() else { continue };
+        let entry = by_index.entry(n).or_default();
+        match field {
+            "Id" => entry.0 = value,
+            "AvailabilityZone" => entry.1 = Some(value),
+            _ => {}
+        }
+    }
+    by_index.into_values().collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                Ok(b) => {
+                    out.push(b);
+                    i += 3;
+                    continue;
+                }
+                Err(_) => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The service (from the SigV4 credential scope, or DynamoDB's target header) and the
@@ -545,7 +693,7 @@ pub fn tally(records: &[Record]) -> BTreeMap<(Service, String), [u64; 3]> {
     let mut out: BTreeMap<(Service, String), [u64; 3]> = BTreeMap::new();
     for r in records {
         let slot = match r.fate {
-            Fate::Forwarded => 0,
+            Fate::Forwarded | Fate::Refused | Fate::AnswerLost => 0,
             Fate::Throttled => 1,
             Fate::ServerError => 2,
         };

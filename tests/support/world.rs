@@ -204,43 +204,64 @@ impl World {
             .expect("deregister by hand");
     }
 
-    /// Ledger rows of a group (`sk` without the `target#` prefix), read straight from
-    /// DynamoDB.
+    /// The group's ledger (`ip:port` of every entry, sorted), read straight from the
+    /// group's item in DynamoDB.
     pub async fn ledger(&self, arn: &str) -> Vec<String> {
-        let rows = self.rows(arn).await;
-        let mut v: Vec<String> = rows
-            .iter()
-            .filter_map(|r| {
-                r.get("sk")?
-                    .as_s()
-                    .ok()?
-                    .strip_prefix("target#")
-                    .map(str::to_owned)
-            })
-            .collect();
+        let mut v: Vec<String> = self
+            .item(arn)
+            .await
+            .and_then(|i| i.get("ledger").and_then(|l| l.as_m().ok()).cloned())
+            .map(|m| m.into_keys().collect())
+            .unwrap_or_default();
         v.sort();
         v
     }
 
-    /// Every item of the group's partition.
-    pub async fn rows(&self, arn: &str) -> Vec<BTreeMap<String, AttributeValue>> {
+    /// The group's item (consistent read), if it exists.
+    pub async fn item(&self, arn: &str) -> Option<BTreeMap<String, AttributeValue>> {
         let out = self
             .ddb
-            .query()
+            .get_item()
             .table_name(&self.table)
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(
-                ":pk",
-                AttributeValue::S(format!("tg#{}#{arn}", self.cluster)),
-            )
+            .key("pk", AttributeValue::S(format!("tg#{arn}")))
+            .key("sk", AttributeValue::S("group".into()))
             .consistent_read(true)
             .send()
             .await
-            .expect("query");
-        out.items()
-            .iter()
-            .map(|i| i.clone().into_iter().collect())
-            .collect()
+            .expect("get item");
+        out.item.map(|i| i.into_iter().collect())
+    }
+
+    /// Whether the group's item records a lease holder.
+    pub async fn lease_recorded(&self, arn: &str) -> bool {
+        self.item(arn)
+            .await
+            .is_some_and(|i| i.contains_key("owner"))
+    }
+
+    /// Puts the group in backoff, through the product's own lease-fenced write.
+    pub async fn set_backoff(&self, arn: &str, backoff: tgsync::core::BackoffState) {
+        use tgsync::state::{Acquire, Change, StateStore};
+        let now = tgsync::clock::Clock::now(&self.clock);
+        let until = now.plus(std::time::Duration::from_secs(15));
+        let Acquire::Acquired(_) = self
+            .engine
+            .state
+            .acquire(arn, "test-setup", now, until)
+            .await
+            .expect("acquire")
+        else {
+            panic!("the group's lease is held");
+        };
+        let change = Change {
+            backoff: Some(Some(backoff)),
+            ..Change::default()
+        };
+        self.engine
+            .state
+            .abandon(arn, "test-setup", now, &change)
+            .await
+            .expect("write backoff");
     }
 
     /// Number of items in the whole table.

@@ -40,7 +40,7 @@ impl DynamoState {
                     .request_items(self.table.as_ref(), pending)
                     .send()
                     .await
-                    .map_err(|e| self.error(BATCH_WRITE_ITEM, e))?;
+                    .map_err(|e| self.error(BATCH_WRITE_ITEM, "", e))?;
                 pending = out
                     .unprocessed_items
                     .and_then(|mut m| m.remove(self.table.as_ref()))

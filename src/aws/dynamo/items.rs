@@ -1,16 +1,22 @@
-//! The state table's item layout: how ledger, backoff and lease rows are keyed and
-//! encoded, and how stored rows are read back. Pure functions, unit tested here.
+//! The state table's item layout and its encoding. Pure functions, unit tested here.
 //!
-//! Every row of a group shares `pk = "tg#<cluster>#<target group arn>"` (deployments for
-//! different clusters may share one table), so one Query reads a group's whole state.
+//! One item per target group: `pk = "tg#<target group arn>"`, `sk = "group"`, holding
+//! the ledger (a map from `ip:port` to its entry), the lease (`owner`, `leaseUntil`,
+//! `dirty`), `backoff`, `checkpoint`, a `version` counter, and `migrated`, the set of
+//! clusters whose rows of the earlier layout were folded in. The item has no TTL
+//! attribute: it holds ownership, which must never expire.
+//!
+//! The earlier layout (one partition per cluster and group, `pk = "tg#<cluster>#<arn>"`,
+//! a row per ledger target and rows for lease, backoff and checkpoint) is still read, to
+//! migrate it on first touch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
-use crate::state::{LedgerRow, StateError};
+use crate::state::{GroupState, LeaseView, LedgerEntry, StateError};
 
 /// An item as the SDK takes and returns it.
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -19,28 +25,35 @@ pub(super) type Item = HashMap<String, AttributeValue>;
 pub(super) const PK: &str = "pk";
 /// Sort key attribute.
 pub(super) const SK: &str = "sk";
-/// TTL attribute (epoch seconds); only lease rows carry it.
+/// TTL attribute (epoch seconds); only lease rows of the earlier layout carry it.
 pub(super) const EXPIRES_AT: &str = "expiresAt";
-/// Sort-key prefix of ledger rows; the rest is the target's `ip:port` form.
-pub(super) const LEDGER_PREFIX: &str = "target#";
-/// Sort key of the backoff row.
-pub(super) const BACKOFF_SK: &str = "backoff";
-/// Sort key of the lease row.
-pub(super) const LEASE_SK: &str = "lease";
-/// Sort key of the verification checkpoint row.
-pub(super) const CHECKPOINT_SK: &str = "checkpoint";
-/// How long after its expiry DynamoDB's TTL may sweep an abandoned lease row (seconds).
-/// Correctness never depends on the sweep; it only keeps dead rows from piling up.
-pub(super) const LEASE_TTL_GRACE_SECS: u64 = 3600;
+/// Sort key of a group's item.
+pub(super) const GROUP_SK: &str = "group";
 
-/// The partition key of a group's rows.
-pub(super) fn partition_key(cluster: &str, group: &str) -> String {
-    format!("tg#{cluster}#{group}")
+/// Attribute names, always used through these placeholders (`owner` is a reserved word,
+/// and one spelling everywhere keeps the expressions consistent).
+pub(super) const NAMES: [(&str, &str); 8] = [
+    ("#o", "owner"),
+    ("#u", "leaseUntil"),
+    ("#d", "dirty"),
+    ("#l", "ledger"),
+    ("#b", "backoff"),
+    ("#c", "checkpoint"),
+    ("#v", "version"),
+    ("#m", "migrated"),
+];
+
+/// The key of a group's item.
+pub(super) fn group_key(group: &str) -> Item {
+    HashMap::from([
+        (PK.to_owned(), s(format!("tg#{group}"))),
+        (SK.to_owned(), s(GROUP_SK)),
+    ])
 }
 
-/// The sort key of a target's ledger row (`target#10.0.1.7:8080`, `target#[fd00::1]:80`).
-pub(super) fn ledger_sort_key(target: &Target) -> String {
-    format!("{LEDGER_PREFIX}{target}")
+/// The partition of a group's rows in the earlier layout.
+pub(super) fn legacy_partition(cluster: &str, group: &str) -> String {
+    format!("tg#{cluster}#{group}")
 }
 
 fn s(value: impl Into<String>) -> AttributeValue {
@@ -57,133 +70,192 @@ pub(super) fn key(pk: &str, sk: &str) -> Item {
     HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
 }
 
-/// A ledger row. No `expiresAt`: ownership records never expire, they are deleted only
-/// after the target is gone.
-pub(super) fn ledger_item(pk: &str, cluster: &str, row: &LedgerRow) -> Item {
-    let mut item = key(pk, &ledger_sort_key(&row.target));
-    item.extend([
-        ("target".to_owned(), s(row.target.to_string())),
-        ("namespace".to_owned(), s(row.pod.namespace.as_str())),
-        ("pod".to_owned(), s(row.pod.name.as_str())),
-        ("uid".to_owned(), s(row.pod.uid.as_str())),
-        ("cluster".to_owned(), s(cluster)),
-        ("registeredAt".to_owned(), n(row.registered_at.0)),
-    ]);
-    item
+/// The ledger as stored: `ip:port` → `{c, ns, pod, uid, at}` (short names: the item is
+/// limited to 400 KB, and every write sends the whole ledger).
+pub(super) fn ledger_value(ledger: &BTreeMap<Target, LedgerEntry>) -> AttributeValue {
+    AttributeValue::M(
+        ledger
+            .values()
+            .map(|e| {
+                (
+                    e.target.to_string(),
+                    AttributeValue::M(HashMap::from([
+                        ("c".to_owned(), s(e.cluster.as_str())),
+                        ("ns".to_owned(), s(e.pod.namespace.as_str())),
+                        ("pod".to_owned(), s(e.pod.name.as_str())),
+                        ("uid".to_owned(), s(e.pod.uid.as_str())),
+                        ("at".to_owned(), n(e.registered_at.0)),
+                    ])),
+                )
+            })
+            .collect(),
+    )
 }
 
-/// The backoff row.
-pub(super) fn backoff_item(pk: &str, state: &BackoffState) -> Item {
-    let mut item = key(pk, BACKOFF_SK);
-    item.extend([
-        ("failures".to_owned(), n(state.failures)),
-        ("nextAttemptAt".to_owned(), n(state.next_attempt.0)),
-    ]);
-    item
+/// The backoff record as stored.
+pub(super) fn backoff_value(b: &BackoffState) -> AttributeValue {
+    AttributeValue::M(HashMap::from([
+        ("failures".to_owned(), n(b.failures)),
+        ("next".to_owned(), n(b.next_attempt.0)),
+    ]))
 }
 
-/// The checkpoint row: the verified desired set's fingerprint (hex) and when.
-pub(super) fn checkpoint_item(pk: &str, checkpoint: &Checkpoint) -> Item {
-    let mut item = key(pk, CHECKPOINT_SK);
-    item.extend([
-        (
-            "desired".to_owned(),
-            s(format!("{:016x}", checkpoint.desired)),
+/// The checkpoint as stored: the desired set's fingerprint (hex) and when it was verified.
+pub(super) fn checkpoint_value(c: &Checkpoint) -> AttributeValue {
+    AttributeValue::M(HashMap::from([
+        ("fp".to_owned(), s(format!("{:016x}", c.desired))),
+        ("at".to_owned(), n(c.verified_at.0)),
+    ]))
+}
+
+/// Reads a group's item. A ledger that cannot be understood is an error (acting on a
+/// half-read ledger could deregister the wrong targets); a checkpoint that cannot be
+/// read is dropped (it only saves calls).
+pub(super) fn parse_group(item: &Item) -> Result<GroupState, StateError> {
+    let malformed = |reason: String| StateError::Malformed {
+        key: format!("{} / {}", string(item, PK).unwrap_or("?"), GROUP_SK),
+        reason,
+    };
+    let mut state = GroupState::default();
+    match item.get("ledger") {
+        None => {}
+        Some(AttributeValue::M(entries)) => {
+            for (target, value) in entries {
+                let entry = parse_entry(target, value).map_err(malformed)?;
+                state.ledger.insert(entry.target, entry);
+            }
+        }
+        Some(_) => return Err(malformed("attribute ledger is not a map".into())),
+    }
+    if let Some(value) = item.get("backoff") {
+        let m = map(value).map_err(|e| malformed(format!("backoff: {e}")))?;
+        state.backoff = Some(BackoffState {
+            failures: number(m, "failures").map_err(|e| malformed(format!("backoff: {e}")))?,
+            next_attempt: UnixMillis(
+                number(m, "next").map_err(|e| malformed(format!("backoff: {e}")))?,
+            ),
+        });
+    }
+    state.checkpoint = item.get("checkpoint").and_then(|v| {
+        let m = map(v).ok()?;
+        Some(Checkpoint {
+            desired: u64::from_str_radix(string(m, "fp").ok()?, 16).ok()?,
+            verified_at: UnixMillis(number(m, "at").ok()?),
+        })
+    });
+    if let (Ok(owner), Ok(until)) = (string(item, "owner"), number(item, "leaseUntil")) {
+        state.lease = Some(LeaseView {
+            owner: owner.to_owned(),
+            until: UnixMillis(until),
+        });
+    }
+    state.dirty = matches!(item.get("dirty"), Some(AttributeValue::Bool(true)));
+    state.version = number(item, "version").unwrap_or(0);
+    Ok(state)
+}
+
+/// Whether the item records that `cluster`'s rows of the earlier layout were folded in.
+pub(super) fn migrated(item: Option<&Item>, cluster: &str) -> bool {
+    match item.and_then(|i| i.get("migrated")) {
+        Some(AttributeValue::Ss(clusters)) => clusters.iter().any(|c| c == cluster),
+        _ => false,
+    }
+}
+
+fn parse_entry(target: &str, value: &AttributeValue) -> Result<LedgerEntry, String> {
+    let parsed: Target = target
+        .parse()
+        .map_err(|e| format!("ledger key `{target}` is not ip:port ({e})"))?;
+    let m = map(value).map_err(|e| format!("ledger entry {target}: {e}"))?;
+    let field = |name| string(m, name).map_err(|e| format!("ledger entry {target}: {e}"));
+    Ok(LedgerEntry {
+        target: parsed,
+        pod: PodRef {
+            namespace: field("ns")?.to_owned(),
+            name: field("pod")?.to_owned(),
+            uid: field("uid")?.to_owned(),
+        },
+        cluster: field("c")?.to_owned(),
+        registered_at: UnixMillis(
+            number(m, "at").map_err(|e| format!("ledger entry {target}: {e}"))?,
         ),
-        ("verifiedAt".to_owned(), n(checkpoint.verified_at.0)),
-    ]);
-    item
+    })
 }
 
-/// `expiresAt` of a lease held until `until`.
-pub(super) fn lease_expires_at(until: UnixMillis) -> u64 {
-    until.as_secs().saturating_add(LEASE_TTL_GRACE_SECS)
-}
-
-/// A fresh lease row: held by `owner` until `until`, not dirty.
-pub(super) fn lease_item(pk: &str, owner: &str, until: UnixMillis) -> Item {
-    let mut item = key(pk, LEASE_SK);
-    item.extend([
-        ("owner".to_owned(), s(owner)),
-        ("leaseUntil".to_owned(), n(until.0)),
-        (EXPIRES_AT.to_owned(), n(lease_expires_at(until))),
-        ("dirty".to_owned(), AttributeValue::Bool(false)),
-    ]);
-    item
-}
-
-/// A stored row as [`StateStore::load`](crate::state::StateStore::load) understands it.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Row {
-    /// A ledger row.
-    Ledger(LedgerRow),
+/// What the earlier layout's rows of one cluster and group held.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Legacy {
+    /// Ledger rows, as entries of `cluster`.
+    pub ledger: BTreeMap<Target, LedgerEntry>,
     /// The backoff row.
-    Backoff(BackoffState),
+    pub backoff: Option<BackoffState>,
     /// The checkpoint row.
-    Checkpoint(Checkpoint),
-    /// The lease, or a row kind a later version added: not part of [`crate::state::GroupState`].
-    Other,
+    pub checkpoint: Option<Checkpoint>,
+    /// Sort keys of every row read (to delete them once folded in).
+    pub sort_keys: Vec<String>,
 }
 
-/// Reads one stored row. Ledger and backoff rows that cannot be understood are errors
-/// (acting on a half-read ledger could deregister the wrong targets); unknown sort keys
-/// are ignored so newer row kinds do not break older code.
-pub(super) fn parse_row(item: &Item) -> Result<Row, StateError> {
+/// Reads one row of the earlier layout into `legacy`. Ledger rows that cannot be
+/// understood are errors, as in [`parse_group`]; other rows are only collected for
+/// deletion.
+pub(super) fn parse_legacy_row(
+    item: &Item,
+    cluster: &str,
+    legacy: &mut Legacy,
+) -> Result<(), StateError> {
     let pk = string(item, PK).unwrap_or("?");
-    let sk = string(item, SK).unwrap_or("?");
+    let sk = string(item, SK).unwrap_or("?").to_owned();
     let malformed = |reason: String| StateError::Malformed {
         key: format!("{pk} / {sk}"),
         reason,
     };
-    if let Some(rest) = sk.strip_prefix(LEDGER_PREFIX) {
-        return parse_ledger(item, rest).map(Row::Ledger).map_err(malformed);
-    }
-    if sk == BACKOFF_SK {
-        return Ok(Row::Backoff(BackoffState {
-            failures: number(item, "failures").map_err(malformed)?,
-            next_attempt: UnixMillis(number(item, "nextAttemptAt").map_err(malformed)?),
-        }));
-    }
-    if sk == CHECKPOINT_SK {
-        // A checkpoint only saves calls; one that cannot be read is dropped, not fatal.
-        let desired = string(item, "desired")
-            .ok()
-            .and_then(|h| u64::from_str_radix(h, 16).ok());
-        let verified = number(item, "verifiedAt").ok();
-        return Ok(match (desired, verified) {
-            (Some(desired), Some(at)) => Row::Checkpoint(Checkpoint {
+    if let Some(rest) = sk.strip_prefix("target#") {
+        let target: Target = rest
+            .parse()
+            .map_err(|e| malformed(format!("sort key target `{rest}` is not ip:port ({e})")))?;
+        let field = |name| string(item, name).map_err(&malformed);
+        let entry = LedgerEntry {
+            target,
+            pod: PodRef {
+                namespace: field("namespace")?.to_owned(),
+                name: field("pod")?.to_owned(),
+                uid: field("uid")?.to_owned(),
+            },
+            cluster: cluster.to_owned(),
+            registered_at: UnixMillis(number(item, "registeredAt").map_err(&malformed)?),
+        };
+        legacy.ledger.insert(target, entry);
+    } else if sk == "backoff" {
+        legacy.backoff = Some(BackoffState {
+            failures: number(item, "failures").map_err(&malformed)?,
+            next_attempt: UnixMillis(number(item, "nextAttemptAt").map_err(&malformed)?),
+        });
+    } else if sk == "checkpoint" {
+        legacy.checkpoint = match (
+            string(item, "desired")
+                .ok()
+                .and_then(|h| u64::from_str_radix(h, 16).ok()),
+            number(item, "verifiedAt").ok(),
+        ) {
+            (Some(desired), Some(at)) => Some(Checkpoint {
                 desired,
                 verified_at: UnixMillis(at),
             }),
-            _ => Row::Other,
-        });
+            _ => None,
+        };
     }
-    Ok(Row::Other)
+    legacy.sort_keys.push(sk);
+    Ok(())
 }
 
-fn parse_ledger(item: &Item, key_target: &str) -> Result<LedgerRow, String> {
-    let target: Target = key_target
-        .parse()
-        .map_err(|e| format!("sort key target `{key_target}` is not ip:port ({e})"))?;
-    if let Ok(stored) = string(item, "target")
-        && stored != key_target
-    {
-        return Err(format!(
-            "attribute target `{stored}` differs from the sort key"
-        ));
+fn map(value: &AttributeValue) -> Result<&HashMap<String, AttributeValue>, String> {
+    match value {
+        AttributeValue::M(m) => Ok(m),
+        _ => Err("not a map".into()),
     }
-    Ok(LedgerRow {
-        target,
-        pod: PodRef {
-            namespace: string(item, "namespace")?.to_owned(),
-            name: string(item, "pod")?.to_owned(),
-            uid: string(item, "uid")?.to_owned(),
-        },
-        registered_at: UnixMillis(number(item, "registeredAt")?),
-    })
 }
 
-fn string<'a>(item: &'a Item, name: &str) -> Result<&'a str, String> {
+fn string<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> Result<&'a str, String> {
     match item.get(name) {
         Some(AttributeValue::S(v)) => Ok(v),
         Some(_) => Err(format!("attribute {name} is not a string")),
@@ -191,7 +263,7 @@ fn string<'a>(item: &'a Item, name: &str) -> Result<&'a str, String> {
     }
 }
 
-fn number<T: FromStr>(item: &Item, name: &str) -> Result<T, String> {
+fn number<T: FromStr>(item: &HashMap<String, AttributeValue>, name: &str) -> Result<T, String> {
     match item.get(name) {
         Some(AttributeValue::N(v)) => v
             .parse()
@@ -205,62 +277,121 @@ fn number<T: FromStr>(item: &Item, name: &str) -> Result<T, String> {
 mod tests {
     use super::*;
 
-    fn row(target: &str) -> LedgerRow {
-        LedgerRow {
+    fn entry(target: &str, cluster: &str) -> LedgerEntry {
+        LedgerEntry {
             target: target.parse().unwrap(),
             pod: PodRef {
                 namespace: "ns".into(),
                 name: "web-0".into(),
                 uid: "u-1".into(),
             },
+            cluster: cluster.into(),
             registered_at: UnixMillis(1_700_000_000_123),
         }
     }
 
-    #[test]
-    fn ledger_rows_round_trip_for_both_families() {
-        for t in ["10.0.1.7:8080", "[fd00::1]:80"] {
-            let item = ledger_item("tg#c#arn", "c", &row(t));
-            assert_eq!(item[SK], AttributeValue::S(format!("target#{t}")));
-            assert!(!item.contains_key(EXPIRES_AT));
-            assert_eq!(parse_row(&item).unwrap(), Row::Ledger(row(t)));
-        }
+    fn item_with(ledger: &BTreeMap<Target, LedgerEntry>) -> Item {
+        let mut item = group_key("arn:g");
+        item.insert("ledger".into(), ledger_value(ledger));
+        item
     }
 
     #[test]
-    fn bad_ledger_rows_are_malformed_and_unknown_rows_ignored() {
-        let mut item = ledger_item("tg#c#arn", "c", &row("10.0.0.1:80"));
-        item.insert(SK.into(), AttributeValue::S("target#nonsense".into()));
+    fn the_item_round_trips_for_both_families_and_clusters() {
+        let ledger: BTreeMap<Target, LedgerEntry> = [
+            entry("10.0.1.7:8080", "blue"),
+            entry("[fd00::1]:80", "green"),
+        ]
+        .into_iter()
+        .map(|e| (e.target, e))
+        .collect();
+        let mut item = item_with(&ledger);
+        item.insert(
+            "backoff".into(),
+            backoff_value(&BackoffState {
+                failures: 3,
+                next_attempt: UnixMillis(42),
+            }),
+        );
+        item.insert(
+            "checkpoint".into(),
+            checkpoint_value(&Checkpoint {
+                desired: 0xa46c_7d1b_5827_2b7d,
+                verified_at: UnixMillis(9),
+            }),
+        );
+        item.insert("owner".into(), s("resync-x"));
+        item.insert("leaseUntil".into(), n(77));
+        item.insert("dirty".into(), AttributeValue::Bool(true));
+        item.insert("version".into(), n(5));
+        item.insert("migrated".into(), AttributeValue::Ss(vec!["blue".into()]));
+        let state = parse_group(&item).unwrap();
+        assert_eq!(state.ledger, ledger);
+        assert_eq!(state.backoff.unwrap().failures, 3);
+        assert_eq!(state.checkpoint.unwrap().desired, 0xa46c_7d1b_5827_2b7d);
+        assert_eq!(state.lease.unwrap().until, UnixMillis(77));
+        assert!(state.dirty);
+        assert_eq!(state.version, 5);
+        assert!(migrated(Some(&item), "blue") && !migrated(Some(&item), "green"));
+        assert!(!item.contains_key(EXPIRES_AT), "ownership never expires");
+    }
+
+    #[test]
+    fn a_bad_ledger_is_malformed_and_a_bad_checkpoint_dropped() {
+        let mut item = item_with(&BTreeMap::new());
+        item.insert(
+            "ledger".into(),
+            AttributeValue::M(HashMap::from([(
+                "nonsense".into(),
+                AttributeValue::M(HashMap::new()),
+            )])),
+        );
         assert!(matches!(
-            parse_row(&item),
+            parse_group(&item),
             Err(StateError::Malformed { .. })
         ));
-        let mut item = ledger_item("tg#c#arn", "c", &row("10.0.0.1:80"));
-        item.remove("uid");
-        let err = parse_row(&item).unwrap_err().to_string();
+        let ledger = BTreeMap::from([("10.0.0.1:80".parse().unwrap(), entry("10.0.0.1:80", "c"))]);
+        let mut item = item_with(&ledger);
+        if let Some(AttributeValue::M(m)) = item.get_mut("ledger")
+            && let Some(AttributeValue::M(e)) = m.get_mut("10.0.0.1:80")
+        {
+            e.remove("uid");
+        }
+        let err = parse_group(&item).unwrap_err().to_string();
         assert!(err.contains("uid is missing"), "{err}");
-        assert_eq!(
-            parse_row(&key("tg#c#arn", "checkpoint")).unwrap(),
-            Row::Other
-        );
-        assert_eq!(
-            parse_row(&lease_item("tg#c#arn", "me", UnixMillis(5_000))).unwrap(),
-            Row::Other
-        );
+        let mut item = item_with(&BTreeMap::new());
+        item.insert("checkpoint".into(), s("garbage"));
+        assert_eq!(parse_group(&item).unwrap().checkpoint, None);
     }
 
     #[test]
-    fn backoff_and_lease_encoding() {
-        let state = BackoffState {
-            failures: 3,
-            next_attempt: UnixMillis(42),
-        };
+    fn legacy_rows_are_read_as_this_clusters_entries() {
+        let mut legacy = Legacy::default();
+        let mut row = key("tg#blue#arn:g", "target#10.0.0.1:80");
+        row.extend([
+            ("namespace".to_owned(), s("ns")),
+            ("pod".to_owned(), s("web-0")),
+            ("uid".to_owned(), s("u-1")),
+            ("registeredAt".to_owned(), n(1_700_000_000_123u64)),
+        ]);
+        parse_legacy_row(&row, "blue", &mut legacy).unwrap();
+        let mut lease = key("tg#blue#arn:g", "lease");
+        lease.insert("owner".into(), s("old"));
+        parse_legacy_row(&lease, "blue", &mut legacy).unwrap();
+        let mut backoff = key("tg#blue#arn:g", "backoff");
+        backoff.extend([
+            ("failures".to_owned(), n(2)),
+            ("nextAttemptAt".to_owned(), n(5)),
+        ]);
+        parse_legacy_row(&backoff, "blue", &mut legacy).unwrap();
         assert_eq!(
-            parse_row(&backoff_item("p", &state)).unwrap(),
-            Row::Backoff(state)
+            legacy.ledger.values().next().unwrap(),
+            &entry("10.0.0.1:80", "blue")
         );
-        let lease = lease_item("p", "me", UnixMillis(10_500));
-        assert_eq!(lease[EXPIRES_AT], AttributeValue::N("3610".into()));
-        assert_eq!(lease["dirty"], AttributeValue::Bool(false));
+        assert_eq!(legacy.backoff.unwrap().failures, 2);
+        assert_eq!(legacy.sort_keys, ["target#10.0.0.1:80", "lease", "backoff"]);
+        let mut bad = key("tg#blue#arn:g", "target#nonsense");
+        bad.insert("uid".into(), s("u"));
+        assert!(parse_legacy_row(&bad, "blue", &mut legacy).is_err());
     }
 }

@@ -61,11 +61,13 @@ pub(super) fn tag_map(
 }
 
 /// The SDK's description of an IP target: the IP as `Id`, and the port. No
-/// AvailabilityZone: pod IPs are inside the VPC.
-pub(super) fn description(target: &Target) -> sdk::TargetDescription {
+/// AvailabilityZone for an IP in the group's VPC (ELBv2 then uses the IP's own zone, so
+/// cross-zone-off routing keeps working); `all` for one outside it, which ELBv2 requires.
+pub(super) fn description(target: &Target, outside_vpc: bool) -> sdk::TargetDescription {
     sdk::TargetDescription::builder()
         .id(target.ip.to_string())
         .port(i32::from(target.port))
+        .set_availability_zone(outside_vpc.then(|| "all".to_owned()))
         .build()
 }
 
@@ -130,9 +132,11 @@ mod tests {
 
     #[test]
     fn descriptions_use_the_ip_as_id() {
-        let d = description(&"[fd00::1]:443".parse().unwrap());
+        let d = description(&"[fd00::1]:443".parse().unwrap(), false);
         assert_eq!(d.id(), Some("fd00::1"));
         assert_eq!(d.port(), Some(443));
         assert_eq!(d.availability_zone(), None);
+        let d = description(&"192.168.5.5:443".parse().unwrap(), true);
+        assert_eq!(d.availability_zone(), Some("all"));
     }
 }

@@ -1,0 +1,190 @@
+//! Building UpdateItem requests: one `SET … REMOVE … ADD …` expression and a condition,
+//! with exactly the attribute names and values they use (DynamoDB refuses unused ones).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::items::{self, NAMES};
+use crate::state::Change;
+
+/// An update expression under construction.
+#[derive(Debug, Default)]
+pub(super) struct Update {
+    set: Vec<String>,
+    remove: Vec<&'static str>,
+    add: Vec<String>,
+    condition: String,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Update {
+    /// `SET <clause>`.
+    pub(super) fn set(mut self, clause: impl Into<String>) -> Self {
+        self.set.push(clause.into());
+        self
+    }
+
+    /// `REMOVE <name>`.
+    pub(super) fn remove(mut self, name: &'static str) -> Self {
+        self.remove.push(name);
+        self
+    }
+
+    /// `ADD <clause>`.
+    pub(super) fn add(mut self, clause: impl Into<String>) -> Self {
+        self.add.push(clause.into());
+        self
+    }
+
+    /// The condition expression.
+    pub(super) fn condition(mut self, condition: impl Into<String>) -> Self {
+        self.condition = condition.into();
+        self
+    }
+
+    /// A value placeholder.
+    pub(super) fn value(mut self, name: &str, value: AttributeValue) -> Self {
+        self.values.insert(name.to_owned(), value);
+        self
+    }
+
+    /// Adds what `change` writes: the ledger (and the record that `cluster`'s rows of
+    /// the earlier layout are folded in, which the whole ledger now holds), backoff and
+    /// checkpoint, and bumps `version` when anything changes.
+    pub(super) fn change(mut self, change: &Change, cluster: &str) -> Self {
+        if let Some(ledger) = &change.ledger {
+            self = self
+                .set("#l = :ledger")
+                .value(":ledger", items::ledger_value(ledger))
+                .add("#m :cluster")
+                .value(":cluster", AttributeValue::Ss(vec![cluster.to_owned()]));
+        }
+        match &change.backoff {
+            None => {}
+            Some(Some(b)) => {
+                self = self
+                    .set("#b = :backoff")
+                    .value(":backoff", items::backoff_value(b))
+            }
+            Some(None) => self = self.remove("#b"),
+        }
+        match &change.checkpoint {
+            None => {}
+            Some(Some(c)) => {
+                self = self
+                    .set("#c = :checkpoint")
+                    .value(":checkpoint", items::checkpoint_value(c))
+            }
+            Some(None) => self = self.remove("#c"),
+        }
+        if !change.is_empty() {
+            self = self
+                .set("#v = if_not_exists(#v, :zero) + :one")
+                .value(":zero", items::n(0))
+                .value(":one", items::n(1));
+        }
+        self
+    }
+
+    /// The update expression.
+    pub(super) fn expression(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.set.is_empty() {
+            parts.push(format!("SET {}", self.set.join(", ")));
+        }
+        if !self.remove.is_empty() {
+            parts.push(format!("REMOVE {}", self.remove.join(", ")));
+        }
+        if !self.add.is_empty() {
+            parts.push(format!("ADD {}", self.add.join(", ")));
+        }
+        parts.join(" ")
+    }
+
+    /// The condition expression (empty: none).
+    pub(super) fn condition_expression(&self) -> Option<String> {
+        (!self.condition.is_empty()).then(|| self.condition.clone())
+    }
+
+    /// The attribute names the expressions use.
+    pub(super) fn names(&self) -> HashMap<String, String> {
+        let text = format!("{} {}", self.expression(), self.condition);
+        NAMES
+            .iter()
+            .filter(|(placeholder, _)| mentions(&text, placeholder))
+            .map(|(p, n)| ((*p).to_owned(), (*n).to_owned()))
+            .collect()
+    }
+
+    /// The values the expressions use.
+    pub(super) fn values(&self) -> Option<HashMap<String, AttributeValue>> {
+        let text = format!("{} {}", self.expression(), self.condition);
+        let used: HashMap<String, AttributeValue> = self
+            .values
+            .iter()
+            .filter(|(k, _)| mentions(&text, k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (!used.is_empty()).then_some(used)
+    }
+}
+
+/// Whether `text` uses `token` as a whole placeholder (`:one` is not in `:once`).
+fn mentions(text: &str, token: &str) -> bool {
+    text.match_indices(token).any(|(i, _)| {
+        text[i + token.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{BackoffState, UnixMillis};
+
+    #[test]
+    fn a_change_writes_exactly_its_parts() {
+        let change = Change {
+            ledger: Some(Default::default()),
+            backoff: Some(None),
+            checkpoint: None,
+        };
+        let u = Update::default()
+            .change(&change, "blue")
+            .condition("#o = :me")
+            .value(":me", items::n(1))
+            .value(":unused", items::n(2));
+        assert_eq!(
+            u.expression(),
+            "SET #l = :ledger, #v = if_not_exists(#v, :zero) + :one REMOVE #b ADD #m :cluster"
+        );
+        let names = u.names();
+        assert_eq!(names.len(), 5, "{names:?}");
+        assert!(!names.contains_key("#c") && !names.contains_key("#u"));
+        let values = u.values().unwrap();
+        assert!(values.contains_key(":me") && !values.contains_key(":unused"));
+        let only_backoff = Update::default().change(
+            &Change {
+                backoff: Some(Some(BackoffState {
+                    failures: 1,
+                    next_attempt: UnixMillis(5),
+                })),
+                ..Change::default()
+            },
+            "blue",
+        );
+        assert!(
+            !only_backoff.expression().contains("#m"),
+            "no ledger, no migration mark"
+        );
+        assert!(
+            Update::default()
+                .change(&Change::default(), "b")
+                .expression()
+                .is_empty()
+        );
+    }
+}

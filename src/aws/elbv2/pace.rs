@@ -1,0 +1,149 @@
+//! How fast tgsync sends ELBv2 requests: every attempt — first tries and retries alike —
+//! waits for the shared client-side token bucket of its kind (mutations, Describes), and
+//! a throttled answer slows every caller of that kind down further until answers come
+//! back clean (adaptive), instead of the SDK retrying on its own outside the bucket.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::http::Response as HttpResponse;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use governor::DefaultDirectRateLimiter;
+
+use super::super::{MAX_ATTEMPTS, is_throttling_code};
+use super::MutationRate;
+
+/// Largest extra wait per attempt while ELBv2 keeps throttling.
+const MAX_PENALTY_MS: u64 = 5_000;
+/// First extra wait after a throttled answer.
+const FIRST_PENALTY_MS: u64 = 250;
+
+/// The pace of one kind of ELBv2 call, shared by every clone of the adapter (so by every
+/// concurrent reconcile of a container).
+#[derive(Debug)]
+pub(crate) struct Pace {
+    limiter: Option<DefaultDirectRateLimiter>,
+    /// Extra wait before each attempt, doubled by a throttled answer and halved by a
+    /// clean one.
+    penalty_ms: AtomicU64,
+}
+
+impl Pace {
+    /// A pace held to `rate` (`None`: no client-side bucket, only the adaptive wait).
+    pub(crate) fn new(rate: Option<MutationRate>) -> Self {
+        Self {
+            limiter: rate.map(|r| r.limiter()),
+            penalty_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// The current extra wait.
+    #[cfg(test)]
+    fn penalty(&self) -> Duration {
+        Duration::from_millis(self.penalty_ms.load(Ordering::Relaxed))
+    }
+
+    /// Waits until an attempt may go out.
+    async fn slot(&self) {
+        if let Some(limiter) = &self.limiter {
+            limiter.until_ready().await;
+        }
+        let penalty = self.penalty_ms.load(Ordering::Relaxed);
+        if penalty > 0 {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(penalty / 2..=penalty))).await;
+        }
+    }
+
+    fn throttled(&self) {
+        let _ = self
+            .penalty_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some((p * 2).clamp(FIRST_PENALTY_MS, MAX_PENALTY_MS))
+            });
+    }
+
+    fn answered(&self) {
+        let _ = self
+            .penalty_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some(if p < FIRST_PENALTY_MS { 0 } else { p / 2 })
+            });
+    }
+
+    /// Sends one request (`send` builds it with the SDK's own retries off) until it
+    /// succeeds, fails for good, or [`MAX_ATTEMPTS`] attempts went out; every attempt
+    /// waits for a slot, and retries back off exponentially with full jitter.
+    pub(crate) async fn attempts<T, E, Fut>(
+        &self,
+        mut send: impl FnMut() -> Fut,
+    ) -> Result<T, SdkError<E, HttpResponse>>
+    where
+        E: ProvideErrorMetadata,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            self.slot().await;
+            let err = match send().await {
+                Ok(out) => {
+                    self.answered();
+                    return Ok(out);
+                }
+                Err(err) => err,
+            };
+            if throttled(&err) {
+                self.throttled();
+            }
+            if !retryable(&err) || attempt >= MAX_ATTEMPTS {
+                return Err(err);
+            }
+            let ceiling_ms = 100u64.saturating_mul(1 << (attempt - 1).min(6)).min(5_000);
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=ceiling_ms))).await;
+        }
+    }
+}
+
+/// Whether ELBv2 answered with throttling.
+fn throttled<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    matches!(err, SdkError::ServiceError(ctx) if ctx.err().code().is_some_and(is_throttling_code))
+}
+
+/// Whether a failed call is worth another attempt: throttling, a 5xx, a timeout or a
+/// transport failure (what the SDK's standard retry classifier retries).
+pub(super) fn retryable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    match err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(ctx) => {
+            ctx.raw().status().as_u16() >= 500 || ctx.err().code().is_some_and(is_throttling_code)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttling_slows_every_caller_and_clean_answers_recover() {
+        let pace = Pace::new(None);
+        assert_eq!(pace.penalty(), Duration::ZERO);
+        pace.throttled();
+        assert_eq!(pace.penalty(), Duration::from_millis(250));
+        for _ in 0..10 {
+            pace.throttled();
+        }
+        assert_eq!(pace.penalty(), Duration::from_millis(MAX_PENALTY_MS));
+        for _ in 0..5 {
+            pace.answered();
+        }
+        assert_eq!(pace.penalty(), Duration::from_millis(156));
+        pace.answered();
+        assert_eq!(pace.penalty(), Duration::ZERO);
+    }
+}

@@ -1,0 +1,214 @@
+//! Looking at a group without its lease: state, desired targets, target health, plan.
+//! Most runs end here — the group is right, so nothing is written and no lease taken —
+//! and only a group whose plan is not empty goes on to [`super::pass`], which takes the
+//! lease and reads everything afresh before acting.
+
+use std::collections::BTreeSet;
+
+use super::{BoundGroup, Engine, RunOptions, Scope};
+use crate::core::checkpoint::{fingerprint, may_skip};
+use crate::core::{
+    Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, Rules, Target, desired_targets, plan,
+};
+use crate::groups::{ElbError, TargetGroupApi};
+use crate::pods::PodSource;
+use crate::report::{GroupReport, Outcome, PodError};
+use crate::state::StateStore;
+
+/// What looking at a group found.
+pub(super) enum Observed {
+    /// Nothing to change (or nothing possible now); the report says which.
+    Done(GroupReport),
+    /// Not the business of the pod event that asked (no report).
+    Irrelevant,
+    /// Something to change: take the lease. The report so far.
+    Change(GroupReport),
+}
+
+/// The report's words for a group whose registrations wait for its backoff.
+pub(super) fn backing_off_error(failures: u32) -> String {
+    format!(
+        "registrations back off after {failures} consecutive failure(s); deregistrations still happen at once; invoke resync with \"force\": true to retry now"
+    )
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// Observes `bound` against `pods` (one consistent LIST of its namespace).
+    pub(super) async fn observe(
+        &self,
+        bound: &BoundGroup,
+        pods: &PodIndex<'_>,
+        opts: &RunOptions,
+        scope: &Scope<'_>,
+    ) -> Observed {
+        let arn = bound.group.arn.as_str();
+        let mut report = GroupReport::new(arn, &bound.group.group_name(), Outcome::InSync);
+        let read = if opts.dry_run {
+            self.state.peek(arn).await
+        } else {
+            self.state.load(arn).await
+        };
+        let state = match read {
+            Ok(s) => s,
+            Err(e) => {
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!("reading the state table failed: {e}"));
+                return Observed::Done(report);
+            }
+        };
+        if let Some(event) = scope.focus {
+            let selected = event
+                .labels
+                .as_ref()
+                .is_some_and(|l| bound.binding.selector.matches(&Labels::from(l.clone())));
+            let held = state
+                .ledger
+                .values()
+                .any(|e| e.pod.namespace == event.namespace && e.pod.name == event.name);
+            if !selected && !held {
+                return Observed::Irrelevant;
+            }
+        }
+        let desired = desired_targets(pods.candidates(&bound.binding), &bound.binding);
+        report.desired = desired.targets.len();
+        report.pod_errors = pod_errors(&desired);
+        let fp = fingerprint(desired.targets.keys());
+        let now = self.clock.now();
+        let gate = self
+            .settings
+            .backoff
+            .gate(state.backoff.as_ref(), now, opts.force);
+        // Someone is at work on the group, or asked for a pass nobody served yet.
+        let busy = state.held_by_other(None, now) || state.dirty;
+        let gates_pending = desired.targets.values().any(|d| d.gate == Some(false));
+        if opts.use_checkpoint && !opts.dry_run && !gates_pending && !busy {
+            let due = scope.due.as_ref().is_none_or(|d| d.contains(arn));
+            if may_skip(state.checkpoint.as_ref(), fp, due) {
+                report.verification_skipped = true;
+                return Observed::Done(report);
+            }
+        }
+        if let Gate::Wait { until } = gate
+            && !opts.dry_run
+            && self
+                .mine(&state.ledger)
+                .iter()
+                .all(|t| desired.targets.contains_key(t))
+        {
+            // Only registrations are due, and they wait: no need to read health.
+            report.outcome = Outcome::BackingOff;
+            report.next_attempt_at = Some(until);
+            report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+            return Observed::Done(report);
+        }
+        let actual = match self.groups.health(arn).await {
+            Ok(a) => a,
+            Err(e) => {
+                report.gone = matches!(e, ElbError::NotFound { .. });
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!("reading target health failed: {e}"));
+                return Observed::Done(report);
+            }
+        };
+        let plan = plan(
+            &desired.targets,
+            actual.iter().map(|(t, s)| (t, s)),
+            &self.claims(&state.ledger),
+            &Rules::new(bound.binding.mode, now),
+        );
+        report.foreign_kept.clone_from(&plan.foreign_kept);
+        if opts.dry_run {
+            report.outcome = Outcome::Planned;
+            if let Gate::Wait { until } = gate {
+                report.next_attempt_at = Some(until);
+                report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+            }
+            report.plan = Some(plan);
+            return Observed::Done(report);
+        }
+        self.open_gates(&desired, &actual, &mut report).await;
+        let backing_off = matches!(gate, Gate::Wait { .. });
+        let nothing_to_do = plan.deregister.is_empty()
+            && plan.forget.is_empty()
+            && plan.adopt.is_empty()
+            && (plan.register.is_empty() || backing_off);
+        if !nothing_to_do {
+            return Observed::Change(report);
+        }
+        if let Gate::Wait { until } = gate {
+            report.outcome = Outcome::BackingOff;
+            report.next_attempt_at = Some(until);
+            report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+            return Observed::Done(report);
+        }
+        // Right as it is. A scheduled run remembers that when the desired set is new to
+        // the checkpoint (a write only when something changed since the last one).
+        if opts.use_checkpoint
+            && !busy
+            && state.checkpoint.map(|c| c.desired) != Some(fp)
+            && let Err(e) = self
+                .state
+                .record_verified(
+                    arn,
+                    state.version,
+                    now,
+                    Checkpoint {
+                        desired: fp,
+                        verified_at: now,
+                    },
+                )
+                .await
+        {
+            tracing::warn!(target_group = %arn, error = %e, "writing the checkpoint failed; the next run verifies again");
+        }
+        Observed::Done(report)
+    }
+
+    /// Opens the readiness gate of gated pods whose target the NLB reports healthy, so
+    /// a rollout proceeds only as fast as the NLB accepts new pods. The patch is for the
+    /// pod that was read (its UID), never a namesake. A failed patch is a pod error
+    /// (usually RBAC: `patch` on `pods/status`); the targets are still right.
+    pub(super) async fn open_gates(
+        &self,
+        desired: &Desired,
+        actual: &[(Target, HealthState)],
+        report: &mut GroupReport,
+    ) {
+        let healthy: BTreeSet<Target> = actual
+            .iter()
+            .filter(|(_, s)| *s == HealthState::Healthy)
+            .map(|(t, _)| *t)
+            .collect();
+        for pod in desired.gates_to_open(|t| healthy.contains(t)) {
+            match self
+                .pods
+                .open_gate(&pod.namespace, &pod.name, &pod.uid)
+                .await
+            {
+                Ok(()) => {
+                    let name = pod.to_string();
+                    if !report.gates_opened.contains(&name) {
+                        report.gates_opened.push(name);
+                    }
+                }
+                Err(e) => report.pod_errors.push(PodError {
+                    pod: pod.to_string(),
+                    error: e.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+/// The selected pods that need an operator (a port that does not resolve, a duplicate).
+pub(super) fn pod_errors(desired: &Desired) -> Vec<PodError> {
+    desired
+        .skipped
+        .iter()
+        .filter(|s| s.reason.is_error())
+        .map(|s| PodError {
+            pod: s.pod.to_string(),
+            error: s.reason.to_string(),
+        })
+        .collect()
+}
