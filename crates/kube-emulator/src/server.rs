@@ -456,6 +456,7 @@ fn replace_pod(
     pods::check_identity(&mut pod, namespace, Some(name))?;
     let stored = state.store.modify(namespace, name, |old| {
         let old = old.ok_or_else(|| ApiError::pod_not_found(name))?;
+        pods::check_uid_precondition(old, &pod, namespace)?;
         pods::prepare_update(old, pod, sub)
     })?;
     let stored = stored.ok_or_else(|| ApiError::pod_not_found(name))?;
