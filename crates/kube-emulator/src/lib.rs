@@ -85,6 +85,16 @@ pub struct EmulatorConfig {
     pub region: String,
     /// Where to listen; port 0 picks a free port.
     pub listen: SocketAddr,
+    /// Delete pods the way a real cluster does (false keeps the old
+    /// immediate removal, which most tests assume): a DELETE of a scheduled
+    /// pod (`spec.nodeName` set) that has not terminated marks it
+    /// terminating — `metadata.deletionTimestamp` = now + grace period and
+    /// `metadata.deletionGracePeriodSeconds` — and answers 200 with it; the
+    /// pod stays until the kubelet removes it ([`Store::finish_deletion`]).
+    /// The grace period is `gracePeriodSeconds` of the DeleteOptions (body
+    /// or query), else `spec.terminationGracePeriodSeconds`; 0 deletes at
+    /// once, and a shorter one shortens an ongoing termination.
+    pub graceful_delete: bool,
 }
 
 impl EmulatorConfig {
@@ -101,6 +111,7 @@ impl EmulatorConfig {
             allowed_sts_hosts: Vec::new(),
             region: "us-east-1".to_owned(),
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            graceful_delete: false,
         }
     }
 
@@ -170,6 +181,7 @@ impl Emulator {
                 &config.effective_sts_hosts(),
             ),
             address,
+            graceful_delete: config.graceful_delete,
         });
         let acceptor = tls
             .as_ref()
