@@ -31,9 +31,11 @@ mod server;
 mod status;
 mod store;
 mod tls;
+mod watch;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -44,6 +46,16 @@ pub use faults::{Faults, RequestRecord};
 pub use selector::{FieldSelector, LabelSelector, Operator, Requirement, SelectorError};
 pub use status::EXPIRED_CONTINUE_MESSAGE;
 pub use store::{DEFAULT_HISTORY_LIMIT, Store, StoreError};
+pub use watch::INITIAL_EVENTS_END_ANNOTATION;
+
+/// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK by
+/// default: far more often than the apiserver's roughly once a minute, so
+/// tests see bookmarks without waiting.
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The apiserver's default `--min-request-timeout` (1800 s): a watch without
+/// `timeoutSeconds` ends after a random time between this and twice this.
+pub const DEFAULT_MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// The AWS documentation's example access key id, accepted by default so a
 /// test can sign tokens without configuring credentials.
@@ -95,11 +107,19 @@ pub struct EmulatorConfig {
     /// or query), else `spec.terminationGracePeriodSeconds`; 0 deletes at
     /// once, and a shorter one shortens an ongoing termination.
     pub graceful_delete: bool,
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// A watch without `timeoutSeconds` ends cleanly after a random time in
+    /// `[min_request_timeout, 2 × min_request_timeout)`, as the apiserver's
+    /// watches do; shorten it to exercise a client's re-watch.
+    pub min_request_timeout: Duration,
 }
 
 impl EmulatorConfig {
-    /// HTTPS on `127.0.0.1:0`, region `us-east-1`, default STS hosts, and
-    /// the AWS documentation example key pair as the only credentials.
+    /// HTTPS on `127.0.0.1:0`, region `us-east-1`, default STS hosts, the
+    /// AWS documentation example key pair as the only credentials,
+    /// immediate deletes, bookmarks every [`DEFAULT_BOOKMARK_INTERVAL`] and
+    /// the apiserver's [`DEFAULT_MIN_REQUEST_TIMEOUT`].
     pub fn new(cluster_name: impl Into<String>) -> Self {
         Self {
             cluster_name: cluster_name.into(),
@@ -112,6 +132,8 @@ impl EmulatorConfig {
             region: "us-east-1".to_owned(),
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             graceful_delete: false,
+            bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+            min_request_timeout: DEFAULT_MIN_REQUEST_TIMEOUT,
         }
     }
 
@@ -182,6 +204,10 @@ impl Emulator {
             ),
             address,
             graceful_delete: config.graceful_delete,
+            watch: watch::WatchSettings {
+                bookmark_interval: config.bookmark_interval.max(Duration::from_millis(1)),
+                min_request_timeout: config.min_request_timeout,
+            },
         });
         let acceptor = tls
             .as_ref()

@@ -6,11 +6,13 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
@@ -35,11 +37,49 @@ use crate::pods::{self, Subresource};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Change, Store};
+use crate::watch::{self, EventStream, WatchCut, WatchSettings, query_bool};
 
 /// The apiserver's default request body limit (3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
-type Resp = Response<Full<Bytes>>;
+/// A response body: a whole JSON document, or a watch's event stream.
+pub(crate) enum ApiBody {
+    Full(Full<Bytes>),
+    Watch(EventStream),
+}
+
+impl Body for ApiBody {
+    type Data = Bytes;
+    type Error = WatchCut;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, WatchCut>>> {
+        match self.get_mut() {
+            ApiBody::Full(full) => Pin::new(full)
+                .poll_frame(cx)
+                .map_err(|never| match never {}),
+            ApiBody::Watch(stream) => Pin::new(stream).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ApiBody::Full(full) => full.is_end_stream(),
+            ApiBody::Watch(stream) => stream.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ApiBody::Full(full) => full.size_hint(),
+            ApiBody::Watch(stream) => stream.size_hint(),
+        }
+    }
+}
+
+type Resp = Response<ApiBody>;
 
 /// Everything a request handler needs.
 pub(crate) struct AppState {
@@ -49,6 +89,7 @@ pub(crate) struct AppState {
     pub address: SocketAddr,
     /// Honour grace periods on DELETE (see `EmulatorConfig::graceful_delete`).
     pub graceful_delete: bool,
+    pub watch: WatchSettings,
 }
 
 /// Accepts connections until the task is aborted; dropping this future
@@ -142,7 +183,7 @@ pub(crate) async fn handle(
 }
 
 fn response(status: u16, content_type: &'static str, body: Vec<u8>) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let mut resp = Response::new(ApiBody::Full(Full::new(Bytes::from(body))));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -333,7 +374,9 @@ fn api_resources() -> APIResourceList {
                 namespaced: true,
                 short_names: Some(vec!["po".to_owned()]),
                 singular_name: "pod".to_owned(),
-                verbs: verbs(&["create", "delete", "get", "list", "patch", "update"]),
+                verbs: verbs(&[
+                    "create", "delete", "get", "list", "patch", "update", "watch",
+                ]),
                 ..APIResource::default()
             },
             APIResource {
@@ -368,24 +411,31 @@ struct PodListBody {
     items: Vec<Value>,
 }
 
-fn is_true(value: Option<&String>) -> bool {
-    value.is_some_and(|v| v == "true" || v == "1")
-}
-
 fn list_pods(
     state: &AppState,
     namespace: Option<&str>,
     query: &HashMap<String, String>,
 ) -> Result<Resp, ApiError> {
-    if is_true(query.get("watch")) {
-        return Err(ApiError::bad_request(
-            "watch is not supported by kube-emulator",
-        ));
-    }
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if query.get("watch").is_some_and(|w| query_bool(w)) {
+        let stream = watch::watch_pods(
+            &state.store,
+            state.watch,
+            state.faults.take_watch_faults(),
+            namespace,
+            labels,
+            fields,
+            query,
+        )?;
+        let mut resp = Response::new(ApiBody::Watch(stream));
+        let headers = resp.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        return Ok(resp);
+    }
     let limit = match query.get("limit").filter(|l| !l.is_empty()) {
         None => None,
         Some(l) => Some(l.parse::<i64>().map_err(|_| {
@@ -662,7 +712,6 @@ fn delete_pod(
     let pod = result.ok_or_else(|| ApiError::pod_not_found(name))?;
     json_response(200, &pod)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -628,7 +628,7 @@ mod tests {
     #[test]
     fn every_write_path_logs_events() {
         let store = Store::new();
-        let (rv0, _, mut updates) = store.watch_current();
+        let (rv0, _, updates) = store.watch_current();
         store.put_pod(pod("default", "a")).unwrap();
         assert!(updates.has_changed().unwrap());
         store
