@@ -1,13 +1,43 @@
 //! A local emulator of the Kubernetes API server's `core/v1` pod endpoints,
 //! as an EKS cluster exposes them: EKS bearer tokens (SigV4-presigned STS
 //! `GetCallerIdentity` URLs) verified by signature, LIST with label/field
-//! selectors and consistent `limit`/`continue` paging, real `Status` error
-//! bodies, optimistic concurrency, and pod status patches.
+//! selectors and consistent `limit`/`continue` paging, WATCH, real `Status`
+//! error bodies, optimistic concurrency and preconditions, pod status
+//! patches, and (optionally) graceful deletion.
 //!
 //! No real API server can run where tgsync is tested, and tgsync will run
 //! against a real one; so this emulator follows documented Kubernetes
 //! behaviour rather than convenient shortcuts, and tests can also make it
 //! misbehave on purpose ([`Faults`]).
+//!
+//! # Watch
+//!
+//! `GET …/pods?watch=true` streams `{"type","object"}` lines in a chunked
+//! HTTP 200 body as the apiserver's watch cache does:
+//!
+//! - `resourceVersion` unset or `0`: ADDED for the current matching pods,
+//!   then every change. `resourceVersion=N`: every change after N, replayed
+//!   from the [`Store`]'s bounded history, then live; if N was compacted
+//!   away ([`Store::compact`], [`Store::set_history_limit`]) the stream is
+//!   one ERROR event with a 410 `Expired` Status, as a real watch fails.
+//! - Selectors per event: a pod that starts matching is ADDED, one that
+//!   stops matching is DELETED (with its previous state).
+//! - `allowWatchBookmarks`: BOOKMARKs every
+//!   [`EmulatorConfig::bookmark_interval`] and when the watch times out;
+//!   `timeoutSeconds`, else [`EmulatorConfig::min_request_timeout`] to twice
+//!   that, ends the stream cleanly; `sendInitialEvents` closes the initial
+//!   ADDED events with a bookmark annotated [`INITIAL_EVENTS_END_ANNOTATION`].
+//! - Every write, over HTTP or through the [`Store`] (including
+//!   [`Store::put_pods`] and [`Store::set_terminating`]), is an event.
+//! - [`Faults::cut_watch_after`] breaks a stream mid-way and
+//!   [`Faults::expire_next_watch`] forces the 410 ERROR event.
+//!
+//! # Deletion
+//!
+//! By default a DELETE removes the pod at once. With
+//! [`EmulatorConfig::graceful_delete`] a scheduled, running pod is first
+//! marked terminating (watchers see MODIFIED) and stays until the test,
+//! playing the kubelet, calls [`Store::finish_deletion`] (DELETED).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube_emulator::Error> {
