@@ -424,7 +424,7 @@ fn list_pods(
         let stream = watch::watch_pods(
             &state.store,
             state.watch,
-            state.faults.take_watch_faults(),
+            &state.faults,
             namespace,
             labels,
             fields,

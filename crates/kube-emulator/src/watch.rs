@@ -40,7 +40,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, Sleep};
 
-use crate::faults::WatchFaults;
+use crate::faults::Faults;
 use crate::paging::invalid_list_options;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -304,11 +304,12 @@ enum Start {
 }
 
 /// Answers a WATCH: validates it (errors before streaming are HTTP
-/// errors), decides where it starts, and spawns the task that streams it.
+/// errors), takes the armed watch faults, decides where it starts, and
+/// spawns the task that streams it.
 pub(crate) fn watch_pods(
     store: &Store,
     settings: WatchSettings,
-    faults: WatchFaults,
+    faults: &Faults,
     namespace: Option<&str>,
     labels: LabelSelector,
     fields: FieldSelector,
@@ -322,6 +323,8 @@ pub(crate) fn watch_pods(
         fields,
     };
     let timeout = options.timeout(settings);
+    // Only a watch that passed validation consumes the faults.
+    let faults = faults.take_watch_faults();
     let (start, updates) = if faults.expire {
         let (revision, _, updates) = store.watch_current();
         (

@@ -328,6 +328,11 @@ async fn too_old_resource_version_gets_an_expired_error_event() {
 
     // The injected fault expires the next watch, whatever it asks for.
     emulator.faults().expire_next_watch();
+    // A watch refused before streaming does not use the fault up.
+    let refused = client
+        .get("/api/v1/pods?watch=1&resourceVersionMatch=NotOlderThan")
+        .await;
+    assert_eq!(refused.status, 422);
     let mut forced = client.watch("/api/v1/pods?watch=1").await;
     let (events, end) = forced.until_end(SOON).await;
     assert_eq!(end, WatchEnd::Clean);
