@@ -4,17 +4,18 @@
 //! continued range read at the revision in the continue token) and a token
 //! whose snapshot was dropped expires with 410.
 //!
-//! Every write also appends one event per changed pod to an event log that
-//! covers the same revisions as the snapshot history (like the apiserver's
-//! watch cache window), and announces the new revision to watchers, so a
+//! Every write also makes one batch of events (one per changed pod), kept
+//! in a log that covers the same revisions as the snapshot history (like
+//! the apiserver's watch cache window) and broadcast to live watchers, so a
 //! watch can replay every change after a resourceVersion and then follow
-//! live writes without a gap.
+//! live writes without a gap. Compaction and the history limit only bound
+//! where a new watch may start; live watchers are fed by the broadcast.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 use crate::clock;
 
@@ -26,6 +27,10 @@ pub(crate) type Snapshot = Arc<BTreeMap<PodKey, Arc<Pod>>>;
 
 /// How many past revisions are kept for continued LISTs by default.
 pub const DEFAULT_HISTORY_LIMIT: usize = 1000;
+
+/// How many writes a live watcher may fall behind before it is closed (the
+/// cacher closes watchers that cannot keep up; clients then re-watch).
+const WATCH_BACKLOG: usize = 4096;
 
 /// Why a store call was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +74,16 @@ pub(crate) struct StoreEvent {
     pub prev: Option<Arc<Pod>>,
 }
 
+/// The events of one write.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub revision: u64,
+    pub events: Vec<StoreEvent>,
+}
+
+/// Tells a live watcher of every write after it subscribed.
+pub(crate) type Updates = broadcast::Receiver<Arc<Batch>>;
+
 /// A watch asked for changes after a revision the event log no longer
 /// covers; `oldest` is the oldest revision a watch can still start from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,10 +108,10 @@ struct Inner {
     /// State after each retained revision, keyed by that revision.
     history: BTreeMap<u64, Snapshot>,
     history_limit: usize,
-    /// Every change after the oldest retained snapshot, oldest first.
-    events: VecDeque<StoreEvent>,
-    /// Announces each new revision to the watchers.
-    notify: watch::Sender<u64>,
+    /// Every write after the oldest retained snapshot, oldest first.
+    log: VecDeque<Arc<Batch>>,
+    /// Hands each write to the live watchers.
+    updates: broadcast::Sender<Arc<Batch>>,
 }
 
 impl Inner {
@@ -104,9 +119,14 @@ impl Inner {
         let snapshot = Arc::new(next);
         self.current = Arc::clone(&snapshot);
         self.history.insert(self.revision, snapshot);
-        self.events.extend(events);
+        let batch = Arc::new(Batch {
+            revision: self.revision,
+            events,
+        });
+        self.log.push_back(Arc::clone(&batch));
         self.trim();
-        self.notify.send_replace(self.revision);
+        // No receiver (no live watcher) is fine.
+        let _ = self.updates.send(batch);
     }
 
     /// The oldest revision a watch can start after: the log holds every
@@ -121,8 +141,8 @@ impl Inner {
             self.history.pop_first();
         }
         let oldest = self.oldest();
-        while self.events.front().is_some_and(|e| e.revision <= oldest) {
-            self.events.pop_front();
+        while self.log.front().is_some_and(|b| b.revision <= oldest) {
+            self.log.pop_front();
         }
     }
 
@@ -132,8 +152,12 @@ impl Inner {
         if after < oldest {
             return Err(Expired { oldest });
         }
-        let first = self.events.partition_point(|e| e.revision <= after);
-        Ok(self.events.range(first..).cloned().collect())
+        let first = self.log.partition_point(|b| b.revision <= after);
+        Ok(self
+            .log
+            .range(first..)
+            .flat_map(|b| b.events.iter().cloned())
+            .collect())
     }
 }
 
@@ -229,8 +253,8 @@ impl Store {
                 current: empty,
                 history,
                 history_limit: DEFAULT_HISTORY_LIMIT,
-                events: VecDeque::new(),
-                notify: watch::Sender::new(1),
+                log: VecDeque::new(),
+                updates: broadcast::Sender::new(WATCH_BACKLOG),
             })),
         }
     }
@@ -419,30 +443,31 @@ impl Store {
         self.lock().oldest()
     }
 
-    /// The current revision and pods, and a receiver told of every later
-    /// revision, taken atomically so no write falls between the state and
-    /// the subscription.
-    pub(crate) fn watch_current(&self) -> (u64, Snapshot, watch::Receiver<u64>) {
+    /// The current revision and pods, and a receiver of every later write,
+    /// taken atomically so no write falls between the state and the
+    /// subscription.
+    pub(crate) fn watch_current(&self) -> (u64, Snapshot, Updates) {
         let inner = self.lock();
         (
             inner.revision,
             Arc::clone(&inner.current),
-            inner.notify.subscribe(),
+            inner.updates.subscribe(),
         )
     }
 
     /// Every change after `after` plus the current revision, and a receiver
-    /// told of every later revision, taken atomically.
+    /// of every later write, taken atomically.
     pub(crate) fn watch_after(
         &self,
         after: u64,
-    ) -> Result<(Vec<StoreEvent>, u64, watch::Receiver<u64>), Expired> {
+    ) -> Result<(Vec<StoreEvent>, u64, Updates), Expired> {
         let inner = self.lock();
         let events = inner.events_after(after)?;
-        Ok((events, inner.revision, inner.notify.subscribe()))
+        Ok((events, inner.revision, inner.updates.subscribe()))
     }
 
     /// Every change after `after`, and the current revision.
+    #[cfg(test)]
     pub(crate) fn events_after(&self, after: u64) -> Result<(Vec<StoreEvent>, u64), Expired> {
         let inner = self.lock();
         let events = inner.events_after(after)?;
@@ -628,9 +653,10 @@ mod tests {
     #[test]
     fn every_write_path_logs_events() {
         let store = Store::new();
-        let (rv0, _, updates) = store.watch_current();
+        let (rv0, _, mut updates) = store.watch_current();
         store.put_pod(pod("default", "a")).unwrap();
-        assert!(updates.has_changed().unwrap());
+        let batch = updates.try_recv().unwrap();
+        assert_eq!((batch.revision, batch.events.len()), (rv0 + 1, 1));
         store
             .put_pods([pod("default", "a"), pod("ns", "b")])
             .unwrap();

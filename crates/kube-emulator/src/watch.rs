@@ -37,14 +37,15 @@ use hyper::body::{Body, Bytes, Frame, SizeHint};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, Sleep};
 
 use crate::faults::Faults;
 use crate::paging::invalid_list_options;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{EventKind, Expired, Snapshot, Store, StoreEvent};
+use crate::store::{Batch, EventKind, Expired, Snapshot, Store, StoreEvent, Updates};
 
 /// The annotation of the bookmark that ends the initial events of a
 /// `sendInitialEvents=true` watch (`metav1.InitialEventsAnnotationKey`).
@@ -336,7 +337,6 @@ pub(crate) fn watch_pods(
     };
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let watcher = Watcher {
-        store: store.clone(),
         filter,
         tx,
         allow_bookmarks: options.allow_bookmarks,
@@ -350,11 +350,7 @@ pub(crate) fn watch_pods(
     Ok(EventStream { rx, cut: None })
 }
 
-fn choose_start(
-    store: &Store,
-    options: &WatchOptions,
-    requested: u64,
-) -> (Start, watch::Receiver<u64>) {
+fn choose_start(store: &Store, options: &WatchOptions, requested: u64) -> (Start, Updates) {
     let from_state = |end_bookmark: bool| {
         let (revision, snapshot, updates) = store.watch_current();
         (
@@ -409,7 +405,6 @@ fn choose_start(
 struct Stop;
 
 struct Watcher {
-    store: Store,
     filter: Filter,
     tx: mpsc::Sender<Message>,
     allow_bookmarks: bool,
@@ -422,17 +417,13 @@ struct Watcher {
 }
 
 impl Watcher {
-    async fn run(mut self, start: Start, updates: watch::Receiver<u64>) {
+    async fn run(mut self, start: Start, updates: Updates) {
         if self.stream(start, updates).await.is_ok() {
             tracing::debug!(events = self.sent, "watch ended");
         }
     }
 
-    async fn stream(
-        &mut self,
-        start: Start,
-        mut updates: watch::Receiver<u64>,
-    ) -> Result<(), Stop> {
+    async fn stream(&mut self, start: Start, mut updates: Updates) -> Result<(), Stop> {
         if self.cut_after == Some(0) {
             return self.cut().await;
         }
@@ -479,44 +470,51 @@ impl Watcher {
                     if self.allow_bookmarks {
                         // The cacher sends a last bookmark just before the
                         // deadline, so the client resumes from close to now.
-                        self.catch_up().await?;
+                        self.drain(&mut updates).await?;
                         self.bookmark().await?;
                     }
                     return Ok(());
                 }
-                changed = updates.changed() => {
-                    if changed.is_err() {
-                        return Ok(());
-                    }
-                    self.catch_up().await?;
-                }
+                batch = updates.recv() => match batch {
+                    Ok(batch) => self.apply(&batch).await?,
+                    Err(RecvError::Lagged(missed)) => return Self::lagged(missed),
+                    Err(RecvError::Closed) => return Ok(()),
+                },
                 _ = ticker.tick(), if self.allow_bookmarks => {
-                    self.catch_up().await?;
+                    self.drain(&mut updates).await?;
                     self.bookmark().await?;
                 }
             }
         }
     }
 
-    /// Streams every change since the last one looked at.
-    async fn catch_up(&mut self) -> Result<(), Stop> {
-        match self.store.events_after(self.seen) {
-            Ok((events, revision)) => {
-                self.emit_events(&events).await?;
-                self.seen = self.seen.max(revision);
-                Ok(())
-            }
-            Err(Expired { oldest }) => {
-                // A watcher that fell out of the window: the cacher closes
-                // such a watcher, and its client resumes with a new watch.
-                tracing::warn!(
-                    seen = self.seen,
-                    oldest,
-                    "watcher fell behind the retained history; closing it"
-                );
-                Err(Stop)
+    /// Streams the writes already announced, so a bookmark that follows
+    /// covers every change up to its resourceVersion.
+    async fn drain(&mut self, updates: &mut Updates) -> Result<(), Stop> {
+        loop {
+            match updates.try_recv() {
+                Ok(batch) => self.apply(&batch).await?,
+                Err(TryRecvError::Lagged(missed)) => return Self::lagged(missed),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return Ok(()),
             }
         }
+    }
+
+    /// A watcher that fell too far behind: the cacher closes such a
+    /// watcher (the stream ends), and its client resumes with a new watch.
+    fn lagged(missed: u64) -> Result<(), Stop> {
+        tracing::warn!(missed, "watcher fell too far behind; closing it");
+        Err(Stop)
+    }
+
+    async fn apply(&mut self, batch: &Batch) -> Result<(), Stop> {
+        // Writes up to `seen` were in the replay, or are before a
+        // resourceVersion the client has not reached yet.
+        if batch.revision > self.seen {
+            self.emit_events(&batch.events).await?;
+            self.seen = batch.revision;
+        }
+        Ok(())
     }
 
     async fn emit_events(&mut self, events: &[StoreEvent]) -> Result<(), Stop> {

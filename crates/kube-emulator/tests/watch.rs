@@ -344,6 +344,30 @@ async fn too_old_resource_version_gets_an_expired_error_event() {
 }
 
 #[tokio::test]
+async fn live_watches_outlive_compaction() {
+    let emulator = start().await;
+    let store = emulator.store();
+    store.set_history_limit(1);
+    let client = Client::new(&emulator);
+    let mut watch = client
+        .watch(&format!(
+            "/api/v1/pods?watch=1&resourceVersion={}",
+            store.resource_version()
+        ))
+        .await;
+    for i in 0..5 {
+        store
+            .put_pod(pod("default", &format!("p{i}"), "web", None))
+            .unwrap();
+        store.compact();
+    }
+    for i in 0..5 {
+        assert_eq!(summary(&watch.next(SOON).await).1, format!("default/p{i}"));
+    }
+    assert_eq!(watch.next_within(QUIET).await, Ok(None));
+}
+
+#[tokio::test]
 async fn selector_transitions_are_added_and_deleted() {
     let emulator = start().await;
     let store = emulator.store();
