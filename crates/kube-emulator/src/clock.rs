@@ -18,6 +18,12 @@ pub(crate) fn k8s_time_after(offset_secs: i64) -> Time {
     Time(Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
+/// `time` moved by `offset_secs` seconds (whole seconds, as stored).
+pub(crate) fn shift(time: &Time, offset_secs: i64) -> Time {
+    let secs = time.0.as_second().saturating_add(offset_secs);
+    Time(Timestamp::from_second(secs).unwrap_or(time.0))
+}
+
 /// `Time` for now.
 pub(crate) fn k8s_now() -> Time {
     k8s_time_after(0)

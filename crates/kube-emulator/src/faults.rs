@@ -31,6 +31,25 @@ impl RequestRecord {
             .split_once('?')
             .map_or(self.path_and_query.as_str(), |(p, _)| p)
     }
+
+    /// Whether this was a WATCH: a GET whose `watch` parameter is true to
+    /// the apiserver (present and neither `0` nor `false`). The log records
+    /// a watch once, when its response starts streaming.
+    pub fn is_watch(&self) -> bool {
+        self.method == "GET"
+            && self
+                .query_param("watch")
+                .is_some_and(|w| !(w == "0" || w.eq_ignore_ascii_case("false")))
+    }
+}
+
+/// The faults the next WATCH request takes on (each one-shot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WatchFaults {
+    /// Abort the stream after this many events.
+    pub cut_after: Option<usize>,
+    /// Answer with the 410 Expired ERROR event, whatever the resourceVersion.
+    pub expire: bool,
 }
 
 #[derive(Default)]
@@ -41,6 +60,7 @@ struct FaultState {
     pages_seen: usize,
     expire_continue: bool,
     fail_all: Option<u16>,
+    watch: WatchFaults,
     log: Vec<RequestRecord>,
 }
 
@@ -57,6 +77,7 @@ impl std::fmt::Debug for Faults {
             .field("list_page", &s.list_page)
             .field("expire_continue", &s.expire_continue)
             .field("fail_all", &s.fail_all)
+            .field("watch", &s.watch)
             .field("requests", &s.log.len())
             .finish()
     }
@@ -90,6 +111,21 @@ impl Faults {
         self.lock().fail_all = Some(status);
     }
 
+    /// Makes the next WATCH stream break after `events` events (0: before
+    /// the first): the connection is dropped without the final chunk, so the
+    /// client sees an incomplete chunked body, as when an apiserver or a load
+    /// balancer in front of it goes away mid-watch. One-shot.
+    pub fn cut_watch_after(&self, events: usize) {
+        self.lock().watch.cut_after = Some(events);
+    }
+
+    /// Makes the next WATCH answer as if its resourceVersion had been
+    /// compacted away: HTTP 200 with a single ERROR event carrying a 410
+    /// `Expired` Status, then the end of the stream. One-shot.
+    pub fn expire_next_watch(&self) {
+        self.lock().watch.expire = true;
+    }
+
     /// Removes every injected fault (the request log is kept).
     pub fn clear(&self) {
         let mut s = self.lock();
@@ -97,6 +133,7 @@ impl Faults {
         s.pages_seen = 0;
         s.expire_continue = false;
         s.fail_all = None;
+        s.watch = WatchFaults::default();
     }
 
     /// Every request answered so far, oldest first.
@@ -129,6 +166,11 @@ impl Faults {
         } else {
             None
         }
+    }
+
+    /// The faults armed for the next WATCH (consumes them).
+    pub(crate) fn take_watch_faults(&self) -> WatchFaults {
+        std::mem::take(&mut self.lock().watch)
     }
 
     /// Whether this continued LIST must fail with 410 (consumes the fault).
@@ -176,6 +218,25 @@ mod tests {
     }
 
     #[test]
+    fn watch_faults_are_one_shot_and_cleared() {
+        let f = Faults::default();
+        assert_eq!(f.take_watch_faults(), WatchFaults::default());
+        f.cut_watch_after(3);
+        f.expire_next_watch();
+        assert_eq!(
+            f.take_watch_faults(),
+            WatchFaults {
+                cut_after: Some(3),
+                expire: true
+            }
+        );
+        assert_eq!(f.take_watch_faults(), WatchFaults::default());
+        f.cut_watch_after(0);
+        f.clear();
+        assert_eq!(f.take_watch_faults(), WatchFaults::default());
+    }
+
+    #[test]
     fn records_expose_query_params() {
         let r = RequestRecord {
             method: "GET".into(),
@@ -186,5 +247,11 @@ mod tests {
         assert_eq!(r.query_param("labelSelector").as_deref(), Some("app=web"));
         assert_eq!(r.query_param("resourceVersion"), None);
         assert_eq!(r.path(), "/api/v1/pods");
+        assert!(!r.is_watch());
+        let w = RequestRecord {
+            path_and_query: "/api/v1/pods?watch=true&resourceVersion=7".into(),
+            ..r
+        };
+        assert!(w.is_watch());
     }
 }

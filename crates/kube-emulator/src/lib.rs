@@ -1,13 +1,43 @@
 //! A local emulator of the Kubernetes API server's `core/v1` pod endpoints,
 //! as an EKS cluster exposes them: EKS bearer tokens (SigV4-presigned STS
 //! `GetCallerIdentity` URLs) verified by signature, LIST with label/field
-//! selectors and consistent `limit`/`continue` paging, real `Status` error
-//! bodies, optimistic concurrency, and pod status patches.
+//! selectors and consistent `limit`/`continue` paging, WATCH, real `Status`
+//! error bodies, optimistic concurrency and preconditions, pod status
+//! patches, and (optionally) graceful deletion.
 //!
 //! No real API server can run where tgsync is tested, and tgsync will run
 //! against a real one; so this emulator follows documented Kubernetes
 //! behaviour rather than convenient shortcuts, and tests can also make it
 //! misbehave on purpose ([`Faults`]).
+//!
+//! # Watch
+//!
+//! `GET …/pods?watch=true` streams `{"type","object"}` lines in a chunked
+//! HTTP 200 body as the apiserver's watch cache does:
+//!
+//! - `resourceVersion` unset or `0`: ADDED for the current matching pods,
+//!   then every change. `resourceVersion=N`: every change after N, replayed
+//!   from the [`Store`]'s bounded history, then live; if N was compacted
+//!   away ([`Store::compact`], [`Store::set_history_limit`]) the stream is
+//!   one ERROR event with a 410 `Expired` Status, as a real watch fails.
+//! - Selectors per event: a pod that starts matching is ADDED, one that
+//!   stops matching is DELETED (with its previous state).
+//! - `allowWatchBookmarks`: BOOKMARKs every
+//!   [`EmulatorConfig::bookmark_interval`] and when the watch times out;
+//!   `timeoutSeconds`, else [`EmulatorConfig::min_request_timeout`] to twice
+//!   that, ends the stream cleanly; `sendInitialEvents` closes the initial
+//!   ADDED events with a bookmark annotated [`INITIAL_EVENTS_END_ANNOTATION`].
+//! - Every write, over HTTP or through the [`Store`] (including
+//!   [`Store::put_pods`] and [`Store::set_terminating`]), is an event.
+//! - [`Faults::cut_watch_after`] breaks a stream mid-way and
+//!   [`Faults::expire_next_watch`] forces the 410 ERROR event.
+//!
+//! # Deletion
+//!
+//! By default a DELETE removes the pod at once. With
+//! [`EmulatorConfig::graceful_delete`] a scheduled, running pod is first
+//! marked terminating (watchers see MODIFIED) and stays until the test,
+//! playing the kubelet, calls [`Store::finish_deletion`] (DELETED).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube_emulator::Error> {
@@ -31,9 +61,11 @@ mod server;
 mod status;
 mod store;
 mod tls;
+mod watch;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -44,6 +76,16 @@ pub use faults::{Faults, RequestRecord};
 pub use selector::{FieldSelector, LabelSelector, Operator, Requirement, SelectorError};
 pub use status::EXPIRED_CONTINUE_MESSAGE;
 pub use store::{DEFAULT_HISTORY_LIMIT, Store, StoreError};
+pub use watch::INITIAL_EVENTS_END_ANNOTATION;
+
+/// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK by
+/// default: far more often than the apiserver's roughly once a minute, so
+/// tests see bookmarks without waiting.
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The apiserver's default `--min-request-timeout` (1800 s): a watch without
+/// `timeoutSeconds` ends after a random time between this and twice this.
+pub const DEFAULT_MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// The AWS documentation's example access key id, accepted by default so a
 /// test can sign tokens without configuring credentials.
@@ -85,11 +127,29 @@ pub struct EmulatorConfig {
     pub region: String,
     /// Where to listen; port 0 picks a free port.
     pub listen: SocketAddr,
+    /// Delete pods the way a real cluster does (false keeps the old
+    /// immediate removal, which most tests assume): a DELETE of a scheduled
+    /// pod (`spec.nodeName` set) that has not terminated marks it
+    /// terminating — `metadata.deletionTimestamp` = now + grace period and
+    /// `metadata.deletionGracePeriodSeconds` — and answers 200 with it; the
+    /// pod stays until the kubelet removes it ([`Store::finish_deletion`]).
+    /// The grace period is `gracePeriodSeconds` of the DeleteOptions (body
+    /// or query), else `spec.terminationGracePeriodSeconds`; 0 deletes at
+    /// once, and a shorter one shortens an ongoing termination.
+    pub graceful_delete: bool,
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// A watch without `timeoutSeconds` ends cleanly after a random time in
+    /// `[min_request_timeout, 2 × min_request_timeout)`, as the apiserver's
+    /// watches do; shorten it to exercise a client's re-watch.
+    pub min_request_timeout: Duration,
 }
 
 impl EmulatorConfig {
-    /// HTTPS on `127.0.0.1:0`, region `us-east-1`, default STS hosts, and
-    /// the AWS documentation example key pair as the only credentials.
+    /// HTTPS on `127.0.0.1:0`, region `us-east-1`, default STS hosts, the
+    /// AWS documentation example key pair as the only credentials,
+    /// immediate deletes, bookmarks every [`DEFAULT_BOOKMARK_INTERVAL`] and
+    /// the apiserver's [`DEFAULT_MIN_REQUEST_TIMEOUT`].
     pub fn new(cluster_name: impl Into<String>) -> Self {
         Self {
             cluster_name: cluster_name.into(),
@@ -101,6 +161,9 @@ impl EmulatorConfig {
             allowed_sts_hosts: Vec::new(),
             region: "us-east-1".to_owned(),
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            graceful_delete: false,
+            bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+            min_request_timeout: DEFAULT_MIN_REQUEST_TIMEOUT,
         }
     }
 
@@ -170,6 +233,11 @@ impl Emulator {
                 &config.effective_sts_hosts(),
             ),
             address,
+            graceful_delete: config.graceful_delete,
+            watch: watch::WatchSettings {
+                bookmark_interval: config.bookmark_interval.max(Duration::from_millis(1)),
+                min_request_timeout: config.min_request_timeout,
+            },
         });
         let acceptor = tls
             .as_ref()

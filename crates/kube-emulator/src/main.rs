@@ -6,6 +6,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_emulator::{
@@ -33,6 +34,13 @@ OPTIONS (each also read from the environment variable shown; flags win):
   --ca-out PATH              write the CA certificate (PEM) here     [KUBE_EMULATOR_CA_OUT]
   --seed FILE                preload pods: a JSON PodList, array of Pods or one Pod
                                                                      [KUBE_EMULATOR_SEED]
+  --graceful-delete | --no-graceful-delete
+                             DELETE marks scheduled pods terminating
+                             (grace period) instead of removing them
+                                                                     [KUBE_EMULATOR_GRACEFUL_DELETE=true|false, default false]
+  --bookmark-interval SECS   watch bookmark period                   [KUBE_EMULATOR_BOOKMARK_INTERVAL, default 5]
+  --min-request-timeout SECS watches without timeoutSeconds end after
+                             SECS to 2×SECS                          [KUBE_EMULATOR_MIN_REQUEST_TIMEOUT, default 1800]
   --log LEVEL                error|warn|info|debug|trace             [KUBE_EMULATOR_LOG, default info]
   -h, --help                 show this help
 ";
@@ -48,6 +56,9 @@ struct Options {
     region: String,
     ca_out: Option<PathBuf>,
     seed: Option<PathBuf>,
+    graceful_delete: bool,
+    bookmark_interval: Duration,
+    min_request_timeout: Duration,
     log: String,
 }
 
@@ -61,6 +72,16 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
         "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(format!("{name}: expected true or false, got {value:?}")),
     }
+}
+
+/// A positive number of seconds (fractions allowed).
+fn parse_seconds(name: &str, value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{name}: expected a positive number of seconds, got {value:?}"))
 }
 
 fn parse_credential(value: &str) -> Result<(String, String), String> {
@@ -103,6 +124,18 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
     let mut ca_out = env("KUBE_EMULATOR_CA_OUT").map(PathBuf::from);
     let mut seed = env("KUBE_EMULATOR_SEED").map(PathBuf::from);
     let mut log = env("KUBE_EMULATOR_LOG").unwrap_or_else(|| "info".to_owned());
+    let mut graceful_delete = match env("KUBE_EMULATOR_GRACEFUL_DELETE") {
+        Some(v) => parse_bool("KUBE_EMULATOR_GRACEFUL_DELETE", &v)?,
+        None => false,
+    };
+    let mut bookmark_interval = env("KUBE_EMULATOR_BOOKMARK_INTERVAL")
+        .map(|v| parse_seconds("KUBE_EMULATOR_BOOKMARK_INTERVAL", &v))
+        .transpose()?
+        .unwrap_or(kube_emulator::DEFAULT_BOOKMARK_INTERVAL);
+    let mut min_request_timeout = env("KUBE_EMULATOR_MIN_REQUEST_TIMEOUT")
+        .map(|v| parse_seconds("KUBE_EMULATOR_MIN_REQUEST_TIMEOUT", &v))
+        .transpose()?
+        .unwrap_or(kube_emulator::DEFAULT_MIN_REQUEST_TIMEOUT);
 
     let mut flag_credentials = Vec::new();
     let mut flag_hosts = Vec::new();
@@ -134,6 +167,14 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             "--region" => region = value()?,
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
             "--seed" => seed = Some(PathBuf::from(value()?)),
+            "--graceful-delete" => graceful_delete = true,
+            "--no-graceful-delete" => graceful_delete = false,
+            "--bookmark-interval" => {
+                bookmark_interval = parse_seconds("--bookmark-interval", &value()?)?;
+            }
+            "--min-request-timeout" => {
+                min_request_timeout = parse_seconds("--min-request-timeout", &value()?)?;
+            }
             "--log" => log = value()?,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
@@ -166,6 +207,9 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         region,
         ca_out,
         seed,
+        graceful_delete,
+        bookmark_interval,
+        min_request_timeout,
         log,
     }))
 }
@@ -246,6 +290,9 @@ async fn run(options: Options) -> Result<(), String> {
     config.allowed_sts_hosts = options.allowed_sts_hosts;
     config.region = options.region;
     config.listen = SocketAddr::new(options.address, options.port);
+    config.graceful_delete = options.graceful_delete;
+    config.bookmark_interval = options.bookmark_interval;
+    config.min_request_timeout = options.min_request_timeout;
     let emulator = Emulator::start_with_store(config, store)
         .await
         .map_err(|e| e.to_string())?;
@@ -302,5 +349,31 @@ fn main() -> ExitCode {
             eprintln!("kube-emulator: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn watch_and_delete_flags() {
+        let options = parse_options(&args(&[
+            "--graceful-delete",
+            "--bookmark-interval",
+            "0.5",
+            "--min-request-timeout=60",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert!(options.graceful_delete);
+        assert_eq!(options.bookmark_interval, Duration::from_millis(500));
+        assert_eq!(options.min_request_timeout, Duration::from_secs(60));
+        assert!(parse_options(&args(&["--bookmark-interval", "0"])).is_err());
+        assert!(parse_options(&args(&["--min-request-timeout", "soon"])).is_err());
     }
 }

@@ -115,7 +115,8 @@ fn relative_key(namespace: Option<&str>, pod_ns: &str, pod_name: &str) -> String
     }
 }
 
-fn invalid_list_options(message: &str) -> ApiError {
+/// 422 for `ListOptions` the apiserver's validation refuses.
+pub(crate) fn invalid_list_options(message: &str) -> ApiError {
     ApiError {
         code: 422,
         reason: "Invalid",

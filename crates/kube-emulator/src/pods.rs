@@ -391,6 +391,31 @@ fn is_terminal(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
+/// The storage precondition of a PUT: a body naming a `metadata.uid` makes
+/// the update conditional on it (`rest.defaultUpdatedObjectInfo.Preconditions`),
+/// and etcd3's `GuaranteedUpdate` refuses another pod with this 409, worded
+/// as `storage.Preconditions.Check` and `storeerr.InterpretUpdateError` do.
+pub(crate) fn check_uid_precondition(
+    old: &Pod,
+    new: &Pod,
+    namespace: &str,
+) -> Result<(), ApiError> {
+    let Some(uid) = new.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    let stored = old.metadata.uid.as_deref().unwrap_or_default();
+    if uid == stored {
+        return Ok(());
+    }
+    let name = old.metadata.name.as_deref().unwrap_or_default();
+    Err(ApiError::conflict_with(
+        name,
+        &format!(
+            "StorageError: invalid object, Code: 4, Key: /registry/pods/{namespace}/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {stored}"
+        ),
+    ))
+}
+
 /// Applies an update to `old` the way the registry's update strategy for
 /// `subresource` does, with optimistic concurrency on
 /// `metadata.resourceVersion` (an empty one means an unconditional update).
@@ -410,15 +435,19 @@ pub(crate) fn prepare_update(
     {
         return Err(ApiError::conflict(&name));
     }
+    // A patch carrying another `metadata.uid` reaches `rest.BeforeUpdate`,
+    // whose `ValidateObjectMetaUpdate` refuses the change: 422, not 409 (a
+    // patch has no storage precondition; a PUT's UID is checked earlier by
+    // `check_uid_precondition`).
     if let Some(uid) = new.metadata.uid.as_deref().filter(|u| !u.is_empty())
         && Some(uid) != old.metadata.uid.as_deref()
     {
-        return Err(ApiError::conflict_with(
+        return Err(ApiError::invalid(
             &name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                old.metadata.uid.as_deref().unwrap_or_default()
-            ),
+            vec![(
+                "metadata.uid".to_owned(),
+                format!("Invalid value: {uid:?}: field is immutable"),
+            )],
         ));
     }
     let meta = &mut new.metadata;
@@ -608,6 +637,39 @@ mod tests {
             prepare_update(&old, unconditional, Subresource::Main),
             Ok(Change::Keep)
         ));
+    }
+
+    #[test]
+    fn uid_changes_are_refused_as_the_apiserver_does() {
+        let old = stored();
+        let mut other = old.clone();
+        other.metadata.uid = Some("uid-2".into());
+        // A patch that names another UID: 422 from ValidateObjectMetaUpdate.
+        let err = prepare_update(&old, other.clone(), Subresource::Status).unwrap_err();
+        assert_eq!((err.code, err.reason), (422, "Invalid"));
+        assert_eq!(
+            err.message,
+            "Pod \"web-1\" is invalid: metadata.uid: Invalid value: \"uid-2\": field is immutable"
+        );
+        // A stale resourceVersion is checked first: 409.
+        other.metadata.resource_version = Some("6".into());
+        assert_eq!(
+            prepare_update(&old, other.clone(), Subresource::Status)
+                .unwrap_err()
+                .code,
+            409
+        );
+        // A PUT's UID is a storage precondition: 409 Conflict.
+        let err = check_uid_precondition(&old, &other, "default").unwrap_err();
+        assert_eq!((err.code, err.reason), (409, "Conflict"));
+        assert_eq!(
+            err.message,
+            "Operation cannot be fulfilled on pods \"web-1\": StorageError: invalid object, Code: 4, Key: /registry/pods/default/web-1, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: uid-2, UID in object meta: uid-1"
+        );
+        assert!(check_uid_precondition(&old, &old, "default").is_ok());
+        let mut no_uid = old.clone();
+        no_uid.metadata.uid = None;
+        assert!(check_uid_precondition(&old, &no_uid, "default").is_ok());
     }
 
     #[test]

@@ -6,11 +6,13 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
@@ -27,6 +29,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::auth::Verifier;
+use crate::clock;
 use crate::faults::{Faults, RequestRecord};
 use crate::paging::{self, ListRequest};
 use crate::patch;
@@ -34,11 +37,49 @@ use crate::pods::{self, Subresource};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Change, Store};
+use crate::watch::{self, EventStream, WatchCut, WatchSettings, query_bool};
 
 /// The apiserver's default request body limit (3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
-type Resp = Response<Full<Bytes>>;
+/// A response body: a whole JSON document, or a watch's event stream.
+pub(crate) enum ApiBody {
+    Full(Full<Bytes>),
+    Watch(EventStream),
+}
+
+impl Body for ApiBody {
+    type Data = Bytes;
+    type Error = WatchCut;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, WatchCut>>> {
+        match self.get_mut() {
+            ApiBody::Full(full) => Pin::new(full)
+                .poll_frame(cx)
+                .map_err(|never| match never {}),
+            ApiBody::Watch(stream) => Pin::new(stream).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ApiBody::Full(full) => full.is_end_stream(),
+            ApiBody::Watch(stream) => stream.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ApiBody::Full(full) => full.size_hint(),
+            ApiBody::Watch(stream) => stream.size_hint(),
+        }
+    }
+}
+
+type Resp = Response<ApiBody>;
 
 /// Everything a request handler needs.
 pub(crate) struct AppState {
@@ -46,6 +87,9 @@ pub(crate) struct AppState {
     pub faults: Faults,
     pub verifier: Verifier,
     pub address: SocketAddr,
+    /// Honour grace periods on DELETE (see `EmulatorConfig::graceful_delete`).
+    pub graceful_delete: bool,
+    pub watch: WatchSettings,
 }
 
 /// Accepts connections until the task is aborted; dropping this future
@@ -139,7 +183,7 @@ pub(crate) async fn handle(
 }
 
 fn response(status: u16, content_type: &'static str, body: Vec<u8>) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let mut resp = Response::new(ApiBody::Full(Full::new(Bytes::from(body))));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -272,7 +316,7 @@ async fn respond(
         }
         (Route::Pod(ns, name), Method::DELETE) => {
             let body = read_body(req).await?;
-            delete_pod(state, ns, name, &body)
+            delete_pod(state, ns, name, &body, &query)
         }
         _ => Err(ApiError::method_not_allowed()),
     }
@@ -330,7 +374,9 @@ fn api_resources() -> APIResourceList {
                 namespaced: true,
                 short_names: Some(vec!["po".to_owned()]),
                 singular_name: "pod".to_owned(),
-                verbs: verbs(&["create", "delete", "get", "list", "patch", "update"]),
+                verbs: verbs(&[
+                    "create", "delete", "get", "list", "patch", "update", "watch",
+                ]),
                 ..APIResource::default()
             },
             APIResource {
@@ -365,24 +411,31 @@ struct PodListBody {
     items: Vec<Value>,
 }
 
-fn is_true(value: Option<&String>) -> bool {
-    value.is_some_and(|v| v == "true" || v == "1")
-}
-
 fn list_pods(
     state: &AppState,
     namespace: Option<&str>,
     query: &HashMap<String, String>,
 ) -> Result<Resp, ApiError> {
-    if is_true(query.get("watch")) {
-        return Err(ApiError::bad_request(
-            "watch is not supported by kube-emulator",
-        ));
-    }
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if query.get("watch").is_some_and(|w| query_bool(w)) {
+        let stream = watch::watch_pods(
+            &state.store,
+            state.watch,
+            &state.faults,
+            namespace,
+            labels,
+            fields,
+            query,
+        )?;
+        let mut resp = Response::new(ApiBody::Watch(stream));
+        let headers = resp.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        return Ok(resp);
+    }
     let limit = match query.get("limit").filter(|l| !l.is_empty()) {
         None => None,
         Some(l) => Some(l.parse::<i64>().map_err(|_| {
@@ -456,6 +509,7 @@ fn replace_pod(
     pods::check_identity(&mut pod, namespace, Some(name))?;
     let stored = state.store.modify(namespace, name, |old| {
         let old = old.ok_or_else(|| ApiError::pod_not_found(name))?;
+        pods::check_uid_precondition(old, &pod, namespace)?;
         pods::prepare_update(old, pod, sub)
     })?;
     let stored = stored.ok_or_else(|| ApiError::pod_not_found(name))?;
@@ -515,45 +569,208 @@ fn patch_pod(
     json_response(200, &stored)
 }
 
+/// What a DELETE asked for: `DeleteOptions` from the body, or from the
+/// query when the body is empty (`handlers/delete.go`).
+struct DeleteRequest {
+    grace_period_seconds: Option<i64>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl DeleteRequest {
+    fn parse(body: &[u8], query: &HashMap<String, String>) -> Result<Self, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            let grace_period_seconds = match query.get("gracePeriodSeconds") {
+                None => None,
+                Some(g) => Some(g.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "strconv.ParseInt: parsing {g:?}: invalid syntax"
+                    ))
+                })?),
+            };
+            return Ok(Self {
+                grace_period_seconds,
+                uid: None,
+                resource_version: None,
+            });
+        }
+        let options: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        let precondition = |field: &str| {
+            options
+                .get("preconditions")
+                .and_then(|p| p.get(field))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let grace_period_seconds = match options.get("gracePeriodSeconds") {
+            None | Some(Value::Null) => None,
+            Some(g) => Some(g.as_i64().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "error decoding DeleteOptions: gracePeriodSeconds must be an integer, got {g}"
+                ))
+            })?),
+        };
+        Ok(Self {
+            grace_period_seconds,
+            uid: precondition("uid"),
+            resource_version: precondition("resourceVersion"),
+        })
+    }
+}
+
+/// `rest.BeforeDelete` with the pod strategy's `CheckGracefulDelete`:
+/// whether this DELETE removes the pod now, marks it terminating, shortens
+/// its grace period, or leaves an ongoing graceful deletion alone.
+fn graceful_delete(old: &Pod, grace_period_seconds: Option<i64>) -> Change {
+    // Negative grace periods count as one second on the delete path.
+    let requested = grace_period_seconds.map(|g| if g < 0 { 1 } else { g });
+    if let Some(deletion_timestamp) = &old.metadata.deletion_timestamp {
+        let current = old.metadata.deletion_grace_period_seconds.unwrap_or(0);
+        if current == 0 {
+            return Change::Delete;
+        }
+        return match requested {
+            // Only a shorter grace period may be given.
+            Some(period) if period < current => {
+                if period == 0 {
+                    return Change::Delete;
+                }
+                let mut pod = old.clone();
+                pod.metadata.deletion_timestamp =
+                    Some(clock::shift(deletion_timestamp, period - current));
+                pod.metadata.deletion_grace_period_seconds = Some(period);
+                Change::Put(Box::new(pod))
+            }
+            _ => Change::Keep,
+        };
+    }
+    let spec = old.spec.as_ref();
+    let mut period = requested
+        .or_else(|| spec.and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(0);
+    // An unscheduled pod, or one that has already terminated, goes at once.
+    if spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_none_or(str::is_empty)
+    {
+        period = 0;
+    }
+    if matches!(
+        old.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        period = 0;
+    }
+    if period < 0 {
+        period = 1;
+    }
+    if period == 0 {
+        return Change::Delete;
+    }
+    let mut pod = old.clone();
+    pod.metadata.deletion_timestamp = Some(clock::k8s_time_after(period));
+    pod.metadata.deletion_grace_period_seconds = Some(period);
+    if let Some(generation) = pod.metadata.generation.filter(|g| *g > 0) {
+        pod.metadata.generation = Some(generation + 1);
+    }
+    Change::Put(Box::new(pod))
+}
+
 fn delete_pod(
     state: &AppState,
     namespace: &str,
     name: &str,
     body: &[u8],
+    query: &HashMap<String, String>,
 ) -> Result<Resp, ApiError> {
-    let options: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
-    };
-    let precondition = |field: &str| {
-        options
-            .get("preconditions")
-            .and_then(|p| p.get(field))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    let want_uid = precondition("uid");
-    let want_rv = precondition("resourceVersion");
-    let deleted = state.store.modify(namespace, name, |old| {
+    let request = DeleteRequest::parse(body, query)?;
+    let result = state.store.modify(namespace, name, |old| {
         let old = old.ok_or_else(|| ApiError::pod_not_found(name))?;
         let uid = old.metadata.uid.clone().unwrap_or_default();
         let rv = old.metadata.resource_version.clone().unwrap_or_default();
-        if let Some(want) = want_uid.as_ref().filter(|w| **w != uid) {
-            return Err(ApiError::conflict_with(
+        // `rest.BeforeDelete` checks the preconditions first, in its words.
+        if let Some(want) = request.uid.as_ref().filter(|w| **w != uid) {
+            return Err(ApiError::delete_precondition_failed(
                 name,
-                &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+                &format!("the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
             ));
         }
-        if let Some(want) = want_rv.as_ref().filter(|w| **w != rv) {
-            return Err(ApiError::conflict_with(
+        if let Some(want) = request.resource_version.as_ref().filter(|w| **w != rv) {
+            return Err(ApiError::delete_precondition_failed(
                 name,
-                &format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
+                &format!("the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rv}). The object might have been modified"),
             ));
         }
-        Ok(Change::Delete)
+        if state.graceful_delete {
+            Ok(graceful_delete(old, request.grace_period_seconds))
+        } else {
+            Ok(Change::Delete)
+        }
     })?;
-    let deleted = deleted.ok_or_else(|| ApiError::pod_not_found(name))?;
-    json_response(200, &deleted)
+    // The removed pod, or the pod as it now is while it terminates.
+    let pod = result.ok_or_else(|| ApiError::pod_not_found(name))?;
+    json_response(200, &pod)
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(node: Option<&str>, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "default", "generation": 1},
+            "spec": {"containers": [{"name": "app", "image": "nginx"}],
+                     "nodeName": node, "terminationGracePeriodSeconds": 30},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    fn terminating(change: Change) -> Pod {
+        match change {
+            Change::Put(pod) => *pod,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn graceful_delete_follows_before_delete() {
+        let running = pod(Some("node-1"), "Running");
+        let marked = terminating(graceful_delete(&running, None));
+        assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(30));
+        assert_eq!(marked.metadata.generation, Some(2));
+        let at = marked.metadata.deletion_timestamp.clone().unwrap();
+
+        // An explicit grace period wins; negative counts as one second.
+        let quick = terminating(graceful_delete(&running, Some(5)));
+        assert_eq!(quick.metadata.deletion_grace_period_seconds, Some(5));
+        let negative = terminating(graceful_delete(&running, Some(-3)));
+        assert_eq!(negative.metadata.deletion_grace_period_seconds, Some(1));
+
+        // Zero, unscheduled and finished pods go at once.
+        assert!(matches!(graceful_delete(&running, Some(0)), Change::Delete));
+        assert!(matches!(
+            graceful_delete(&pod(None, "Pending"), None),
+            Change::Delete
+        ));
+        assert!(matches!(
+            graceful_delete(&pod(Some("node-1"), "Succeeded"), None),
+            Change::Delete
+        ));
+
+        // While terminating: a longer or equal period changes nothing, a
+        // shorter one moves the deadline earlier, zero deletes.
+        assert!(matches!(graceful_delete(&marked, None), Change::Keep));
+        assert!(matches!(graceful_delete(&marked, Some(60)), Change::Keep));
+        let shorter = terminating(graceful_delete(&marked, Some(10)));
+        assert_eq!(shorter.metadata.deletion_grace_period_seconds, Some(10));
+        assert_eq!(
+            shorter.metadata.deletion_timestamp,
+            Some(clock::shift(&at, -20))
+        );
+        assert!(matches!(graceful_delete(&marked, Some(0)), Change::Delete));
+        let mut zero = marked.clone();
+        zero.metadata.deletion_grace_period_seconds = Some(0);
+        assert!(matches!(graceful_delete(&zero, None), Change::Delete));
+    }
 }

@@ -127,6 +127,34 @@ impl ApiError {
         }
     }
 
+    /// 410 Expired for a watch from a resourceVersion older than the
+    /// retained history (`watch_cache.go` `getAllEventsSinceLocked`), sent as
+    /// the object of an ERROR watch event.
+    pub fn watch_expired(requested: u64, oldest: u64) -> Self {
+        Self::new(
+            410,
+            "Expired",
+            format!("too old resource version: {requested} ({oldest})"),
+        )
+    }
+
+    /// 409 Conflict as `rest.BeforeDelete` words a failed delete
+    /// precondition: it qualifies the resource by its kind (`Pod`).
+    pub fn delete_precondition_failed(name: &str, cause: &str) -> Self {
+        Self {
+            details: Some(Box::new(StatusDetails {
+                name: Some(name.to_owned()),
+                kind: Some("Pod".to_owned()),
+                ..StatusDetails::default()
+            })),
+            ..Self::new(
+                409,
+                "Conflict",
+                format!("Operation cannot be fulfilled on Pod \"{name}\": {cause}"),
+            )
+        }
+    }
+
     /// 410 Expired for an exact-resourceVersion list of a compacted revision.
     pub fn resource_version_expired() -> Self {
         Self::new(

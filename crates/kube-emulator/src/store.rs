@@ -3,11 +3,19 @@
 //! LISTs are served from the snapshot of the first page (as etcd serves a
 //! continued range read at the revision in the continue token) and a token
 //! whose snapshot was dropped expires with 410.
+//!
+//! Every write also makes one batch of events (one per changed pod), kept
+//! in a log that covers the same revisions as the snapshot history (like
+//! the apiserver's watch cache window) and broadcast to live watchers, so a
+//! watch can replay every change after a resourceVersion and then follow
+//! live writes without a gap. Compaction and the history limit only bound
+//! where a new watch may start; live watchers are fed by the broadcast.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::broadcast;
 
 use crate::clock;
 
@@ -19,6 +27,10 @@ pub(crate) type Snapshot = Arc<BTreeMap<PodKey, Arc<Pod>>>;
 
 /// How many past revisions are kept for continued LISTs by default.
 pub const DEFAULT_HISTORY_LIMIT: usize = 1000;
+
+/// How many writes a live watcher may fall behind before it is closed (the
+/// cacher closes watchers that cannot keep up; clients then re-watch).
+const WATCH_BACKLOG: usize = 4096;
 
 /// Why a store call was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +47,48 @@ pub(crate) enum SnapshotError {
     Compacted,
     /// The revision has not happened yet.
     Future { current: u64 },
+}
+
+/// What a write did to one pod, as a watch event type before selector
+/// filtering (the watch turns it into ADDED/MODIFIED/DELETED per watcher).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    /// The pod did not exist before this write.
+    Added,
+    /// The pod existed and was replaced.
+    Modified,
+    /// The pod was removed.
+    Deleted,
+}
+
+/// One change of one pod, kept in the store's event log.
+#[derive(Clone, Debug)]
+pub(crate) struct StoreEvent {
+    /// The revision of the write (shared by every pod of a bulk write).
+    pub revision: u64,
+    pub kind: EventKind,
+    /// The pod after the write; for a deletion, its last state carrying the
+    /// deletion's resourceVersion.
+    pub object: Arc<Pod>,
+    /// The pod before the write (`None` when it was added).
+    pub prev: Option<Arc<Pod>>,
+}
+
+/// The events of one write.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub revision: u64,
+    pub events: Vec<StoreEvent>,
+}
+
+/// Tells a live watcher of every write after it subscribed.
+pub(crate) type Updates = broadcast::Receiver<Arc<Batch>>;
+
+/// A watch asked for changes after a revision the event log no longer
+/// covers; `oldest` is the oldest revision a watch can still start from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Expired {
+    pub oldest: u64,
 }
 
 /// What a write closure decided to do with the pod it was shown.
@@ -54,16 +108,56 @@ struct Inner {
     /// State after each retained revision, keyed by that revision.
     history: BTreeMap<u64, Snapshot>,
     history_limit: usize,
+    /// Every write after the oldest retained snapshot, oldest first.
+    log: VecDeque<Arc<Batch>>,
+    /// Hands each write to the live watchers.
+    updates: broadcast::Sender<Arc<Batch>>,
 }
 
 impl Inner {
-    fn commit(&mut self, next: BTreeMap<PodKey, Arc<Pod>>) {
+    fn commit(&mut self, next: BTreeMap<PodKey, Arc<Pod>>, events: Vec<StoreEvent>) {
         let snapshot = Arc::new(next);
         self.current = Arc::clone(&snapshot);
         self.history.insert(self.revision, snapshot);
+        let batch = Arc::new(Batch {
+            revision: self.revision,
+            events,
+        });
+        self.log.push_back(Arc::clone(&batch));
+        self.trim();
+        // No receiver (no live watcher) is fine.
+        let _ = self.updates.send(batch);
+    }
+
+    /// The oldest revision a watch can start after: the log holds every
+    /// change newer than the oldest retained snapshot.
+    fn oldest(&self) -> u64 {
+        self.history.keys().next().copied().unwrap_or(self.revision)
+    }
+
+    /// Drops snapshots over the limit and the events they no longer anchor.
+    fn trim(&mut self) {
         while self.history.len() > self.history_limit.max(1) {
             self.history.pop_first();
         }
+        let oldest = self.oldest();
+        while self.log.front().is_some_and(|b| b.revision <= oldest) {
+            self.log.pop_front();
+        }
+    }
+
+    /// Every event with a revision above `after` (`after` must be covered).
+    fn events_after(&self, after: u64) -> Result<Vec<StoreEvent>, Expired> {
+        let oldest = self.oldest();
+        if after < oldest {
+            return Err(Expired { oldest });
+        }
+        let first = self.log.partition_point(|b| b.revision <= after);
+        Ok(self
+            .log
+            .range(first..)
+            .flat_map(|b| b.events.iter().cloned())
+            .collect())
     }
 }
 
@@ -159,6 +253,8 @@ impl Store {
                 current: empty,
                 history,
                 history_limit: DEFAULT_HISTORY_LIMIT,
+                log: VecDeque::new(),
+                updates: broadcast::Sender::new(WATCH_BACKLOG),
             })),
         }
     }
@@ -200,12 +296,26 @@ impl Store {
         let mut next = BTreeMap::clone(&inner.current);
         let count = pods.len();
         inner.revision += 1;
+        let revision = inner.revision;
+        let mut events = Vec::with_capacity(count);
         for (mut pod, key) in pods.into_iter().zip(keys) {
-            keep_identity(&mut pod, next.get(&key).map(|p| &**p));
-            stamp(&mut pod, &key, inner.revision);
-            next.insert(key, Arc::new(pod));
+            let prev = next.get(&key).cloned();
+            keep_identity(&mut pod, prev.as_deref());
+            stamp(&mut pod, &key, revision);
+            let pod = Arc::new(pod);
+            events.push(StoreEvent {
+                revision,
+                kind: if prev.is_some() {
+                    EventKind::Modified
+                } else {
+                    EventKind::Added
+                },
+                object: Arc::clone(&pod),
+                prev,
+            });
+            next.insert(key, pod);
         }
-        inner.commit(next);
+        inner.commit(next, events);
         Ok(count)
     }
 
@@ -258,6 +368,29 @@ impl Store {
         .flatten()
     }
 
+    /// Removes a terminating pod, as the kubelet does once its containers
+    /// have stopped (its final DELETE with a zero grace period). Watchers see
+    /// DELETED. Returns the removed pod (carrying the deletion's
+    /// resourceVersion), or `None` if the pod is absent or not terminating
+    /// (no `metadata.deletionTimestamp`).
+    pub fn finish_deletion(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let mut removed = false;
+        let pod = self
+            .modify(namespace, name, |old| {
+                Ok::<_, std::convert::Infallible>(match old {
+                    Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
+                        removed = true;
+                        Change::Delete
+                    }
+                    _ => Change::Keep,
+                })
+            })
+            .ok()
+            .flatten();
+        // `Keep` hands back the untouched pod: only a removal counts.
+        pod.filter(|_| removed)
+    }
+
     /// Applies `f` to a stored pod and writes the result (one resourceVersion
     /// bump). Returns the pod as stored, or `None` if there is no such pod.
     pub fn update_pod(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Pod)) -> Option<Pod> {
@@ -287,20 +420,58 @@ impl Store {
     }
 
     /// Drops every retained snapshot but the current one, as an etcd
-    /// compaction does: continue tokens issued before now then get 410.
+    /// compaction does: continue tokens issued before now then get 410, and
+    /// so do watches from any older resourceVersion.
     pub fn compact(&self) {
         let mut inner = self.lock();
         let revision = inner.revision;
         inner.history.retain(|rv, _| *rv == revision);
+        inner.trim();
     }
 
-    /// Sets how many past revisions are kept for continued LISTs.
+    /// Sets how many past revisions are kept for continued LISTs and for
+    /// watches that resume from a resourceVersion.
     pub fn set_history_limit(&self, limit: usize) {
         let mut inner = self.lock();
         inner.history_limit = limit.max(1);
-        while inner.history.len() > inner.history_limit {
-            inner.history.pop_first();
-        }
+        inner.trim();
+    }
+
+    /// The oldest resourceVersion a watch can still resume from: a watch
+    /// from an older one gets a 410 Expired ERROR event.
+    pub fn oldest_watchable_resource_version(&self) -> u64 {
+        self.lock().oldest()
+    }
+
+    /// The current revision and pods, and a receiver of every later write,
+    /// taken atomically so no write falls between the state and the
+    /// subscription.
+    pub(crate) fn watch_current(&self) -> (u64, Snapshot, Updates) {
+        let inner = self.lock();
+        (
+            inner.revision,
+            Arc::clone(&inner.current),
+            inner.updates.subscribe(),
+        )
+    }
+
+    /// Every change after `after` plus the current revision, and a receiver
+    /// of every later write, taken atomically.
+    pub(crate) fn watch_after(
+        &self,
+        after: u64,
+    ) -> Result<(Vec<StoreEvent>, u64, Updates), Expired> {
+        let inner = self.lock();
+        let events = inner.events_after(after)?;
+        Ok((events, inner.revision, inner.updates.subscribe()))
+    }
+
+    /// Every change after `after`, and the current revision.
+    #[cfg(test)]
+    pub(crate) fn events_after(&self, after: u64) -> Result<(Vec<StoreEvent>, u64), Expired> {
+        let inner = self.lock();
+        let events = inner.events_after(after)?;
+        Ok((events, inner.revision))
     }
 
     /// The current revision and pods.
@@ -353,19 +524,38 @@ impl Store {
             Change::Delete => {
                 let Some(old) = old else { return Ok(None) };
                 inner.revision += 1;
+                let revision = inner.revision;
                 let mut next = BTreeMap::clone(&inner.current);
                 next.remove(&key);
-                inner.commit(next);
                 let mut removed = Pod::clone(&old);
-                removed.metadata.resource_version = Some(inner.revision.to_string());
+                removed.metadata.resource_version = Some(revision.to_string());
+                let event = StoreEvent {
+                    revision,
+                    kind: EventKind::Deleted,
+                    object: Arc::new(removed.clone()),
+                    prev: Some(old),
+                };
+                inner.commit(next, vec![event]);
                 Ok(Some(removed))
             }
             Change::Put(mut pod) => {
                 inner.revision += 1;
-                stamp(&mut pod, &key, inner.revision);
+                let revision = inner.revision;
+                stamp(&mut pod, &key, revision);
+                let stored = Arc::new(Pod::clone(&pod));
+                let event = StoreEvent {
+                    revision,
+                    kind: if old.is_some() {
+                        EventKind::Modified
+                    } else {
+                        EventKind::Added
+                    },
+                    object: Arc::clone(&stored),
+                    prev: old,
+                };
                 let mut next = BTreeMap::clone(&inner.current);
-                next.insert(key, Arc::new(Pod::clone(&pod)));
-                inner.commit(next);
+                next.insert(key, stored);
+                inner.commit(next, vec![event]);
                 Ok(Some(*pod))
             }
         }
@@ -445,6 +635,105 @@ mod tests {
         let rv = store.resource_version();
         assert!(store.snapshot_at(rv - 1).is_ok());
         assert_eq!(store.snapshot_at(rv - 2), Err(SnapshotError::Compacted));
+    }
+
+    fn kinds(events: &[StoreEvent]) -> Vec<(u64, EventKind, String)> {
+        events
+            .iter()
+            .map(|e| {
+                (
+                    e.revision,
+                    e.kind,
+                    e.object.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_write_path_logs_events() {
+        let store = Store::new();
+        let (rv0, _, mut updates) = store.watch_current();
+        store.put_pod(pod("default", "a")).unwrap();
+        let batch = updates.try_recv().unwrap();
+        assert_eq!((batch.revision, batch.events.len()), (rv0 + 1, 1));
+        store
+            .put_pods([pod("default", "a"), pod("ns", "b")])
+            .unwrap();
+        store.update_pod("ns", "b", |p| {
+            p.metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());
+        });
+        store.set_terminating("ns", "b").unwrap();
+        assert!(
+            store.finish_deletion("default", "a").is_none(),
+            "not terminating"
+        );
+        let removed = store.finish_deletion("ns", "b").unwrap();
+        store.delete_pod("default", "a").unwrap();
+        assert!(store.finish_deletion("ns", "b").is_none(), "already gone");
+
+        let (events, current) = store.events_after(rv0).unwrap();
+        assert_eq!(current, rv0 + 6);
+        assert_eq!(
+            kinds(&events),
+            [
+                (rv0 + 1, EventKind::Added, "a".to_owned()),
+                (rv0 + 2, EventKind::Modified, "a".to_owned()),
+                (rv0 + 2, EventKind::Added, "b".to_owned()),
+                (rv0 + 3, EventKind::Modified, "b".to_owned()),
+                (rv0 + 4, EventKind::Modified, "b".to_owned()),
+                (rv0 + 5, EventKind::Deleted, "b".to_owned()),
+                (rv0 + 6, EventKind::Deleted, "a".to_owned()),
+            ]
+        );
+        // A deletion carries the last state with the deletion's revision.
+        let deleted = &events[5];
+        assert_eq!(
+            deleted.object.metadata.resource_version,
+            Some((rv0 + 5).to_string())
+        );
+        assert_eq!(
+            removed.metadata.resource_version,
+            Some((rv0 + 5).to_string())
+        );
+        assert!(deleted.object.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            deleted.prev.as_ref().unwrap().metadata.resource_version,
+            Some((rv0 + 4).to_string())
+        );
+        // Events after a revision are exactly the later ones.
+        let (later, _) = store.events_after(rv0 + 4).unwrap();
+        assert_eq!(later.len(), 2);
+        let (none, _) = store.events_after(rv0 + 6).unwrap();
+        assert!(none.is_empty());
+        // Writes that change nothing log nothing.
+        assert!(store.delete_pod("default", "zzz").is_none());
+        assert_eq!(store.resource_version(), rv0 + 6);
+    }
+
+    #[test]
+    fn event_log_follows_the_history_window() {
+        let store = Store::new();
+        store.set_history_limit(3);
+        for i in 0..6 {
+            store.put_pod(pod("default", &format!("p{i}"))).unwrap();
+        }
+        let rv = store.resource_version();
+        let oldest = store.oldest_watchable_resource_version();
+        assert_eq!(oldest, rv - 2);
+        assert_eq!(store.events_after(oldest).unwrap().0.len(), 2);
+        assert_eq!(
+            store.events_after(oldest - 1).unwrap_err(),
+            Expired { oldest }
+        );
+        let (events, _, _) = store.watch_after(oldest).unwrap();
+        assert_eq!(events.len(), 2);
+        store.compact();
+        assert_eq!(store.oldest_watchable_resource_version(), rv);
+        assert!(store.events_after(rv - 1).is_err());
+        assert!(store.events_after(rv).unwrap().0.is_empty());
+        // A revision in the future is not expired: nothing has happened yet.
+        assert!(store.events_after(rv + 10).unwrap().0.is_empty());
     }
 
     #[test]

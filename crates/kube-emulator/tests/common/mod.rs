@@ -236,3 +236,126 @@ impl<'a> Client<'a> {
         self.send(Method::GET, path, None, None).await
     }
 }
+
+/// An open WATCH: the response head, and its body read event by event.
+pub struct WatchStream {
+    pub status: u16,
+    pub headers: HeaderMap,
+    body: hyper::body::Incoming,
+    buffer: Vec<u8>,
+}
+
+/// How a watch stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The final chunk arrived: the server ended the stream on purpose.
+    Clean,
+    /// The body broke off (no final chunk): the connection was lost.
+    Broken(String),
+}
+
+impl WatchStream {
+    /// The next event, `Err` when the stream ended, or `Ok(None)` when
+    /// nothing arrived within `wait`.
+    pub async fn next_within(
+        &mut self,
+        wait: std::time::Duration,
+    ) -> Result<Option<Value>, WatchEnd> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                let value = serde_json::from_slice(&line).unwrap_or_else(|e| {
+                    panic!(
+                        "event is not JSON ({e}): {}",
+                        String::from_utf8_lossy(&line)
+                    )
+                });
+                return Ok(Some(value));
+            }
+            let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Err(_elapsed) => return Ok(None),
+                Ok(None) => {
+                    assert!(
+                        self.buffer.is_empty(),
+                        "stream ended inside an event: {}",
+                        String::from_utf8_lossy(&self.buffer)
+                    );
+                    return Err(WatchEnd::Clean);
+                }
+                Ok(Some(Err(e))) => return Err(WatchEnd::Broken(e.to_string())),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+
+    /// The next event, which must come within `wait`.
+    pub async fn next(&mut self, wait: std::time::Duration) -> Value {
+        match self.next_within(wait).await {
+            Ok(Some(event)) => event,
+            Ok(None) => panic!("no event within {wait:?}"),
+            Err(end) => panic!("stream ended ({end:?}) while an event was expected"),
+        }
+    }
+
+    /// Reads until the stream ends (it must within `wait`), returning the
+    /// events read and how it ended.
+    pub async fn until_end(&mut self, wait: std::time::Duration) -> (Vec<Value>, WatchEnd) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut events = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_within(left).await {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => panic!("the stream did not end within {wait:?}; read {events:?}"),
+                Err(end) => return (events, end),
+            }
+        }
+    }
+}
+
+impl Client<'_> {
+    /// Starts a GET that streams (a WATCH) and returns once the response
+    /// head has arrived.
+    pub async fn watch(&self, path: &str) -> WatchStream {
+        let stream = TcpStream::connect(self.emulator.address())
+            .await
+            .expect("connect");
+        let mut builder = Request::builder().method(Method::GET).uri(path).header(
+            "host",
+            format!("127.0.0.1:{}", self.emulator.address().port()),
+        );
+        if let Some(token) = &self.token {
+            builder = builder.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder.body(Full::new(Bytes::new())).expect("request");
+        let response = if self.emulator.url().starts_with("https://") {
+            let ca = self.emulator.ca_pem().expect("CA");
+            let connector = TlsConnector::from(tls_config(ca));
+            let name = ServerName::try_from("127.0.0.1".to_owned()).expect("server name");
+            let tls = connector.connect(name, stream).await.expect("TLS");
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .expect("HTTP handshake");
+            tokio::spawn(conn);
+            sender.send_request(request).await.expect("response")
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("HTTP handshake");
+            tokio::spawn(conn);
+            sender.send_request(request).await.expect("response")
+        };
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        WatchStream {
+            status,
+            headers,
+            body: response.into_body(),
+            buffer: Vec::new(),
+        }
+    }
+}
