@@ -1,13 +1,16 @@
-//! Benchmark (not a test): resync of 50 bound groups × 20 ready pods while a proxy in
-//! front of moto answers 30 % of the ELBv2 and DynamoDB calls itself (half throttling,
-//! half HTTP 500, with the services' real error bodies), mutations held to 5/s burst 5.
+//! Benchmark (not a test): scheduled resyncs of 50 bound groups × 20 ready pods while a
+//! proxy in front of moto answers 40 % of the ELBv2 and DynamoDB requests with
+//! throttling and 10 % with HTTP 500 (half of those after moto applied the call, its
+//! answer lost), with the services' real error bodies; mutations held to 5/s burst 5,
+//! Describe calls to 8/s evenly spaced.
 //!
 //! Run: `cargo bench --locked --bench throttling` (moto from `TGSYNC_TEST_AWS_ENDPOINT`,
-//! or started by `tests/support/moto.rs`). Reports the runs it takes to converge (the
+//! or started by `tests/support/moto.rs`); `TGSYNC_TRIALS` (default 20) trials with
+//! seeds from `TGSYNC_CHAOS_SEED` on. Per trial: the runs it takes to converge (the
 //! manual clock is moved past the product's backoff between runs, standing in for the
-//! minute between scheduled runs), the calls per operation (forwarded vs injected), and
-//! the achieved rate and largest burst of RegisterTargets / DeregisterTargets attempts
-//! as the proxy saw them, against the configured rate.
+//! minute between scheduled runs), the largest 1-s and 5-s windows of Describe and of
+//! mutating requests as the proxy saw them (every attempt, retries included), and the
+//! longest streak of runs any group was reported `leaseHeld`.
 
 #[path = "../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
@@ -17,185 +20,155 @@ mod moto;
 mod world;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chaos_proxy::{
-    Chaos, Fleet, Record, Service, call_ends, is_mutation, max_in_window, mutation_times, tally,
-    worst_excess,
+    Chaos, Fleet, Mix, Service, describe_rate, is_describe, max_in_window, mutation_times,
+    times_of,
 };
 use tgsync::aws::MutationRate;
 
 const GROUPS: usize = 50;
 const PODS: usize = 20;
 const MAX_RUNS: usize = 10;
-const FAULT_SHARE: f64 = 0.30;
+const THROTTLE_SHARE: f64 = 0.40;
+const ERROR_SHARE: f64 = 0.10;
+const AFTER_APPLY: f64 = 0.5;
 /// Seed of the fault decisions unless `TGSYNC_CHAOS_SEED` names another.
 const DEFAULT_SEED: u64 = 20_261_121;
 const RATE: u32 = 5;
 const BURST: u32 = 5;
-/// Transit jitter allowed between the limiter and the proxy when checking the bound.
-const TRANSIT_SLACK: Duration = Duration::from_millis(100);
 
-/// Attempts per second over the busy period (first to last). A busy period under 1 s is
-/// all burst, and a rate over it would read as an excess that is not there.
-fn per_second(times: &[Instant]) -> String {
-    match (times.first(), times.last()) {
-        (Some(a), Some(b)) if *b - *a >= Duration::from_secs(1) => {
-            format!("{:.2}/s", times.len() as f64 / (*b - *a).as_secs_f64())
+/// What one trial came to.
+struct Trial {
+    seed: u64,
+    runs: Option<usize>,
+    describe_1s: usize,
+    describe_5s: usize,
+    mutation_1s: usize,
+    mutation_5s: usize,
+    lease_held_runs: usize,
+    foreign_lost: usize,
+    requests: usize,
+    faulted: usize,
+}
+
+/// One trial: a fresh fleet, the fault mix, scheduled runs until it converges.
+async fn trial(seed: u64, rate: MutationRate, mix: Mix, verbose: bool) -> Trial {
+    let chaos = Chaos {
+        fault_share: 0.0,
+        seed,
+    };
+    let fleet = Fleet::build(GROUPS, PODS, chaos, rate).await;
+    fleet.proxy.set_mix(mix);
+    let mut converged = None;
+    let mut foreign_lost = 0;
+    // Consecutive runs each group was reported leaseHeld, and the longest such streak.
+    let mut streaks: BTreeMap<String, usize> = BTreeMap::new();
+    let mut longest = 0;
+    for run in 1..=MAX_RUNS {
+        let report = fleet.world.resync().await;
+        for g in &report.groups {
+            let streak = streaks.entry(g.target_group_arn.clone()).or_default();
+            if g.outcome == tgsync::report::Outcome::LeaseHeld {
+                *streak += 1;
+                longest = longest.max(*streak);
+            } else {
+                *streak = 0;
+            }
         }
-        _ => "all within one burst".to_owned(),
+        if verbose {
+            let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+            for g in &report.groups {
+                *outcomes.entry(format!("{:?}", g.outcome)).or_default() += 1;
+            }
+            println!("  seed {seed} run {run}: outcomes {outcomes:?}");
+        }
+        let check = fleet.check().await;
+        foreign_lost += check.foreign_lost.len();
+        if check.diverged.is_empty() {
+            converged = Some(run);
+            break;
+        }
+        fleet.advance_past_backoff(&report);
     }
-}
-
-/// The worst token-bucket excess of `times`, in words.
-fn excess(times: &[Instant], slack: Duration) -> String {
-    match worst_excess(times, f64::from(RATE), f64::from(BURST), slack) {
-        None => "within burst + rate × window".to_owned(),
-        Some(e) => format!(
-            "{} in {:.0} ms > {:.1} allowed ({:.2}/s over that window)",
-            e.count,
-            e.length.as_secs_f64() * 1e3,
-            e.allowed,
-            e.count as f64 / e.length.as_secs_f64().max(1e-3)
-        ),
+    let records = fleet.proxy.records();
+    let describes = times_of(&records, is_describe, false);
+    let mutations = mutation_times(&records, false);
+    Trial {
+        seed,
+        runs: converged,
+        describe_1s: max_in_window(&describes, Duration::from_secs(1)),
+        describe_5s: max_in_window(&describes, Duration::from_secs(5)),
+        mutation_1s: max_in_window(&mutations, Duration::from_secs(1)),
+        mutation_5s: max_in_window(&mutations, Duration::from_secs(5)),
+        lease_held_runs: longest,
+        foreign_lost,
+        requests: records.iter().filter(|r| r.service != Service::Other).count(),
+        faulted: records.iter().filter(|r| r.fate.injected()).count(),
     }
-}
-
-/// Mutation attempts of a slice of the log: count, faulted ones, busy period, attempts
-/// per second over it, the most in any 1 s window, and the worst token-bucket excess.
-/// Mutations run with the SDK's retries off and are retried by the adapter, which waits
-/// on the limiter before every attempt, so every attempt is a first SDK attempt here.
-fn mutation_stats(records: &[Record]) -> String {
-    let all = mutation_times(records, false);
-    if all.is_empty() {
-        return "no mutation attempts".to_owned();
-    }
-    let faulted = records
-        .iter()
-        .filter(|r| is_mutation(r) && r.fate.injected())
-        .count();
-    let sdk_retries = all.len() - mutation_times(records, true).len();
-    format!(
-        "{} attempts ({faulted} faulted and retried by the adapter, {sdk_retries} SDK retries) over {:.2} s busy\n\
-         \x20   {}, largest 1 s window {}, bound: {} (no transit slack: {})",
-        all.len(),
-        (all[all.len() - 1] - all[0]).as_secs_f64(),
-        per_second(&all),
-        max_in_window(&all, Duration::from_secs(1)),
-        excess(&all, TRANSIT_SLACK),
-        excess(&all, Duration::ZERO),
-    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rate = MutationRate::new(RATE, Some(BURST)).expect("valid rate");
-    let chaos = Chaos {
-        fault_share: FAULT_SHARE,
-        seed: std::env::var("TGSYNC_CHAOS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(DEFAULT_SEED),
+    let describes = describe_rate();
+    let trials: u64 = std::env::var("TGSYNC_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let base = std::env::var("TGSYNC_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(DEFAULT_SEED);
+    let mix = Mix {
+        throttle: THROTTLE_SHARE,
+        error: ERROR_SHARE,
+        after_apply: AFTER_APPLY,
     };
-    let setup = Instant::now();
-    let fleet = Fleet::build(GROUPS, PODS, chaos, rate).await;
     println!(
-        "setup: {GROUPS} groups x {PODS} pods, {} foreign and {} stale targets, in {:.1} s",
-        fleet.groups.iter().map(|g| g.foreign.len()).sum::<usize>(),
-        fleet.groups.iter().map(|g| g.stale.len()).sum::<usize>(),
-        setup.elapsed().as_secs_f64()
+        "{trials} trials of {GROUPS} groups x {PODS} pods; faults on ELBv2 and DynamoDB: {:.0} % throttling, \
+         {:.0} % HTTP 500 (half of them after the call was applied); mutations {RATE}/s burst {BURST}, \
+         Describe calls {}/s burst {}; at most {MAX_RUNS} runs per trial\n",
+        THROTTLE_SHARE * 100.0,
+        ERROR_SHARE * 100.0,
+        describes.per_second(),
+        describes.burst()
     );
-    println!(
-        "faults: {:.0} % of ELBv2 and DynamoDB requests (half Throttling 400, half 500), seed {}; \
-         mutations limited to {RATE}/s burst {BURST}",
-        chaos.fault_share * 100.0,
-        chaos.seed
-    );
-    let mut converged = None;
-    for run in 1..=MAX_RUNS {
-        let mark = fleet.proxy.records().len();
-        let started = Instant::now();
-        let report = fleet.world.resync().await;
-        let wall = started.elapsed();
-        let records = fleet.proxy.records();
-        let new = &records[mark..];
-        let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
-        for g in &report.groups {
-            *outcomes.entry(format!("{:?}", g.outcome)).or_default() += 1;
-        }
-        println!(
-            "run {run}: {:.1} s, {} requests ({} faulted), outcomes {outcomes:?}, run errors {:?}",
-            wall.as_secs_f64(),
-            new.len(),
-            new.iter().filter(|r| r.fate.injected()).count(),
-            report.errors
-        );
-        for g in report.groups.iter().filter(|g| g.error.is_some()) {
-            println!(
-                "  {:?} {}: {}",
-                g.outcome,
-                g.name,
-                g.error.as_deref().unwrap_or("")
-            );
-        }
-        println!("  mutations: {}", mutation_stats(new));
-        let check = fleet.check().await;
-        if !check.foreign_lost.is_empty() {
-            println!("  FOREIGN TARGETS REMOVED: {:?}", check.foreign_lost);
-        }
-        if check.diverged.is_empty() {
-            converged = Some(run);
-            break;
-        }
-        println!("  {} group(s) not yet converged", check.diverged.len());
-        fleet.advance_past_backoff(&report);
-    }
-    match converged {
-        Some(runs) => println!("converged after {runs} run(s)"),
-        None => println!("NOT converged after {MAX_RUNS} runs"),
-    }
-
-    let records = fleet.proxy.records();
-    let elb = fleet.world.engine.groups.api_calls();
-    let ddb = fleet.world.engine.state.api_calls();
-    println!("\n| API | calls by tgsync | attempts seen | forwarded | throttled (400) | 500 |");
+    println!("| seed | runs to converge | Describe max 1 s / 5 s | mutations max 1 s / 5 s | longest leaseHeld (runs) | requests (faulted) |");
     println!("|---|---|---|---|---|---|");
-    for ((service, op), [fwd, thr, err]) in tally(&records) {
-        let logical = match service {
-            Service::Elbv2 => elb.get(op.as_str()).map(u64::to_string),
-            Service::DynamoDb => ddb.get(op.as_str()).map(u64::to_string),
-            Service::Other => None,
-        };
+    let verbose = std::env::var_os("TGSYNC_VERBOSE").is_some();
+    let mut all = Vec::new();
+    for n in 0..trials {
+        let t = trial(base + n, rate, mix, verbose).await;
         println!(
-            "| {service}:{op} | {} | {} | {fwd} | {thr} | {err} |",
-            logical.unwrap_or_else(|| "–".to_owned()),
-            fwd + thr + err
+            "| {} | {} | {} / {} | {} / {} | {} | {} ({}) |",
+            t.seed,
+            t.runs.map_or_else(|| format!("not within {MAX_RUNS}"), |r| r.to_string()),
+            t.describe_1s,
+            t.describe_5s,
+            t.mutation_1s,
+            t.mutation_5s,
+            t.lease_held_runs,
+            t.requests,
+            t.faulted
         );
+        all.push(t);
     }
-    let mut attempts: BTreeMap<u32, usize> = BTreeMap::new();
-    for r in records.iter().filter(|r| r.service != Service::Other) {
-        *attempts.entry(r.attempt.unwrap_or(0)).or_default() += 1;
-    }
-    println!("\nELBv2 + DynamoDB requests by SDK attempt number: {attempts:?}");
-    // Mutation attempts are separate SDK calls (the adapter retries them), so how calls
-    // ended is told for the other operations, whose retries are the SDK's.
-    let others: Vec<Record> = records
-        .iter()
-        .filter(|r| !is_mutation(r))
-        .cloned()
-        .collect();
-    let ends = call_ends(&others, tgsync::aws::MAX_ATTEMPTS);
+    let worst_runs = all.iter().map(|t| t.runs.unwrap_or(usize::MAX)).max().unwrap_or(0);
     println!(
-        "calls other than Register/DeregisterTargets: {} succeeded, {} answered with an error by moto, {} gave up after {} faulted attempts, \
-         {} stopped retrying early {:?}, {} retried after moto answered {:?}",
-        ends.succeeded,
-        ends.moto_errors,
-        ends.exhausted,
-        tgsync::aws::MAX_ATTEMPTS,
-        ends.stopped_early.len(),
-        ends.stopped_early,
-        ends.retried_after_forwarding.len(),
-        ends.retried_after_forwarding,
+        "\nsummary: runs to converge max {} (trials within 3 runs: {}/{}); Describe largest 1 s window {} (5 s: {}) \
+         against {}/s; mutations largest 1 s window {} (5 s: {}) against {RATE}/s burst {BURST}; \
+         longest leaseHeld streak {} run(s); foreign targets removed {}",
+        if worst_runs == usize::MAX { format!("> {MAX_RUNS}") } else { worst_runs.to_string() },
+        all.iter().filter(|t| t.runs.is_some_and(|r| r <= 3)).count(),
+        all.len(),
+        all.iter().map(|t| t.describe_1s).max().unwrap_or(0),
+        all.iter().map(|t| t.describe_5s).max().unwrap_or(0),
+        describes.per_second(),
+        all.iter().map(|t| t.mutation_1s).max().unwrap_or(0),
+        all.iter().map(|t| t.mutation_5s).max().unwrap_or(0),
+        all.iter().map(|t| t.lease_held_runs).max().unwrap_or(0),
+        all.iter().map(|t| t.foreign_lost).sum::<usize>(),
     );
-    println!("all runs, mutations: {}", mutation_stats(&records));
 }

@@ -77,7 +77,7 @@ impl App {
         let pods = KubePods::new(Arc::new(access)).with_page_size(settings.page_size);
         let rate = MutationRate::new(settings.mutations_per_second, None)
             .map_err(|e| AppError::Rate(e.to_string()))?;
-        let describes = MutationRate::new(settings.describes_per_second, None)
+        let describes = MutationRate::new(settings.describes_per_second, Some(1))
             .map_err(|e| AppError::Rate(e.to_string()))?;
         let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describes);
         let state = DynamoState::from_sdk_config(sdk, &settings.table_name, &settings.cluster_name);

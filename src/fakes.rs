@@ -51,15 +51,16 @@ impl Chaos {
 pub struct Delay(Mutex<Option<(ManualClock, u64)>>);
 
 impl Delay {
-    /// Makes every call take `ms` on `clock`.
+    /// Makes every call take `ms` on `clock` (0: no delay).
     fn set(&self, clock: &ManualClock, ms: u64) {
-        *lock(&self.0) = Some((clock.clone(), ms));
+        *lock(&self.0) = (ms > 0).then(|| (clock.clone(), ms));
     }
 
     async fn wait(&self) {
         let delay = lock(&self.0).clone();
         if let Some((clock, ms)) = delay {
-            tokio::task::yield_now().await;
+            // A little real time too, so timers (the lease heartbeat) run meanwhile.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             clock.advance(ms);
         }
     }
@@ -237,6 +238,7 @@ pub struct FakeElb {
     fail_mutations: AtomicBool,
     read_lag: Mutex<ReadLag>,
     refused: Mutex<BTreeMap<Target, String>>,
+    slow_mutation: Delay,
 }
 
 impl FakeElb {
@@ -302,6 +304,12 @@ impl FakeElb {
                 None => group.tags.remove(key),
             };
         }
+    }
+
+    /// Makes every Register/DeregisterTargets take `ms` on `clock` (a throttled ELBv2);
+    /// 0 makes them instant again.
+    pub fn slow_mutations(&self, clock: &ManualClock, ms: u64) {
+        self.slow_mutation.set(clock, ms);
     }
 
     /// Makes RegisterTargets refuse `target` with `reason` (the others of the call still
@@ -394,6 +402,7 @@ impl TargetGroupApi for FakeElb {
 
     async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
         self.chaos.pause().await;
+        self.slow_mutation.wait().await;
         {
             let mut lag = lock(&self.read_lag);
             let reads = lag.0;
@@ -433,6 +442,7 @@ impl TargetGroupApi for FakeElb {
 
     async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
         self.chaos.pause().await;
+        self.slow_mutation.wait().await;
         self.mutate("DeregisterTargets", arn, |group| {
             for t in targets {
                 if let Some(state) = group.get_mut(t) {

@@ -19,8 +19,8 @@ mod world;
 use std::time::Duration;
 
 use chaos_proxy::{
-    Chaos, Fate, Fleet, Record, Service, call_ends, is_mutation, mutation_times, tally,
-    worst_excess,
+    Chaos, Fate, Fleet, Record, Service, call_ends, describe_rate, is_describe, is_mutation,
+    max_in_window, mutation_times, tally, times_of, worst_excess,
 };
 use tgsync::aws::MutationRate;
 use tgsync::report::Outcome;
@@ -162,6 +162,51 @@ async fn fleet_converges_within_three_runs_with_30_percent_faults() {
     assert!(
         records.iter().any(|r| is_mutation(r) && r.fate.injected()),
         "no RegisterTargets/DeregisterTargets attempt was faulted"
+    );
+}
+
+/// Every ELBv2 Describe attempt — first tries and retries alike — waits for the
+/// client-side bucket (8/s, burst 8): the SDK's own retries would not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_describe_attempt_stays_within_the_client_rate_limit() {
+    let rate = describe_rate();
+    let fleet = Fleet::build(GROUPS, PODS, CHAOS, self::rate()).await;
+    let _ = converge(&fleet).await;
+    let records = fleet.proxy.records();
+    let times = times_of(&records, is_describe, false);
+    let faulted = records
+        .iter()
+        .filter(|r| is_describe(r) && r.fate.injected())
+        .count();
+    println!(
+        "{} Describe attempts ({faulted} faulted); largest 1-s window {}, 5-s window {}, against {}/s burst {}",
+        times.len(),
+        max_in_window(&times, Duration::from_secs(1)),
+        max_in_window(&times, Duration::from_secs(5)),
+        rate.per_second(),
+        rate.burst()
+    );
+    assert!(faulted > 0, "no Describe attempt was faulted");
+    let (per_second, burst) = (f64::from(rate.per_second()), f64::from(rate.burst()));
+    if let Some(excess) = worst_excess(&times, per_second, burst, TRANSIT_SLACK) {
+        panic!(
+            "{} Describe attempts left the client within {:?} (starting {:?} after the first); \
+             a bucket of {}/s burst {} allows {:.1} there",
+            excess.count,
+            excess.length,
+            excess.from,
+            rate.per_second(),
+            rate.burst(),
+            excess.allowed
+        );
+    }
+    // Every attempt is a first attempt to the SDK: tgsync retries, through the bucket.
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.service == Service::Elbv2)
+            .all(|r| r.attempt.is_none_or(|a| a <= 1)),
+        "the SDK retried an ELBv2 call on its own"
     );
 }
 

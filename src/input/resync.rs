@@ -1,11 +1,30 @@
 //! The resync function's input: the EventBridge scheduled event, or a manual payload
-//! `{"dryRun": bool, "targetGroups": [arn…], "force": bool}` (all optional).
+//! `{"dryRun": bool, "targetGroups": [arn…], "force": bool}` (all optional; `{}` is a
+//! full resync).
+//!
+//! Strict on purpose: a payload of any other shape — JSON `null` (an invoke without a
+//! payload), a scheduled event with fields EventBridge does not send (an input
+//! transformer, or someone adding `"dryRun": true` to it) — is refused with a message,
+//! never read as "run everything for real".
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::InputError;
 use crate::reconcile::RunOptions;
+
+/// The top-level fields of an EventBridge scheduled event.
+const SCHEDULED_EVENT_FIELDS: [&str; 9] = [
+    "version",
+    "id",
+    "detail-type",
+    "source",
+    "account",
+    "time",
+    "region",
+    "resources",
+    "detail",
+];
 
 /// A manual resync request. Unknown fields are refused: a misspelt `dryrun` must not
 /// silently become a real run.
@@ -27,7 +46,9 @@ impl ResyncRequest {
     /// Reads the invocation payload.
     pub fn parse(payload: &Value) -> Result<Self, InputError> {
         match payload {
-            Value::Null => Ok(Self::default()),
+            Value::Null => Err(InputError::Malformed(
+                "the payload is empty (JSON null); invoke with {} for a full resync, or {\"dryRun\": true} to see the plan".into(),
+            )),
             Value::Object(map) if map.contains_key("detail-type") => {
                 let source = map
                     .get("source")
@@ -37,13 +58,22 @@ impl ResyncRequest {
                     .get("detail-type")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                if source == "aws.events" && kind == "Scheduled Event" {
-                    Ok(Self::default())
-                } else {
-                    Err(InputError::Malformed(format!(
+                if source != "aws.events" || kind != "Scheduled Event" {
+                    return Err(InputError::Malformed(format!(
                         "an EventBridge event of source {source:?} and detail-type {kind:?} is not a schedule; resync takes the scheduled event or {{\"dryRun\", \"targetGroups\", \"force\"}}"
-                    )))
+                    )));
                 }
+                if let Some(extra) = map.keys().find(|k| !SCHEDULED_EVENT_FIELDS.contains(&k.as_str())) {
+                    return Err(InputError::Malformed(format!(
+                        "the scheduled event has a field EventBridge does not send ({extra:?}); a manual run takes {{\"dryRun\", \"targetGroups\", \"force\"}} on its own"
+                    )));
+                }
+                if map.get("detail").is_some_and(|d| d.as_object().is_none_or(|d| !d.is_empty())) {
+                    return Err(InputError::Malformed(
+                        "the scheduled event's detail is not {} (an input transformer?); resync refuses to guess what it asks for".into(),
+                    ));
+                }
+                Ok(Self::default())
             }
             Value::Object(_) => {
                 let req: Self = serde_json::from_value(payload.clone()).map_err(|e| {
@@ -109,6 +139,8 @@ mod tests {
             ResyncRequest::parse(&json!({})).unwrap(),
             ResyncRequest::default()
         );
+        let err = ResyncRequest::parse(&Value::Null).unwrap_err().to_string();
+        assert!(err.contains("{}"), "null is refused with the fix: {err}");
         assert!(ResyncRequest::parse(&json!({"force": true})).unwrap().force);
     }
 
@@ -121,6 +153,9 @@ mod tests {
             json!([1, 2]),
             json!("resync"),
             json!({"detail-type": "Object Created", "source": "aws.s3"}),
+            json!(null),
+            json!({"detail-type": "Scheduled Event", "source": "aws.events", "dryRun": true}),
+            json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {"force": true}}),
         ] {
             assert!(ResyncRequest::parse(&bad).is_err(), "{bad}");
         }

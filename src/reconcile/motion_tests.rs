@@ -355,3 +355,67 @@ async fn a_gate_is_never_opened_on_a_namesake() {
 }
 
 use crate::pods::PodSource as _;
+
+/// A holder that cannot renew its lease (the state table throttles every renewal) stops
+/// before its next write once the lease runs low: no further ELBv2 call, no ledger write.
+#[tokio::test]
+async fn a_holder_whose_renewals_fail_makes_no_further_write() {
+    let (e, clock) = engine();
+    let mut settings = super::tests::no_waiting();
+    // Renew (and fail) all the time; 6 s per ELBv2 call on the manual clock, so the
+    // 15 s lease runs low during the second RegisterTargets.
+    settings.lease.renew_every = Duration::from_millis(5);
+    let e = e.with_settings(settings);
+    for i in 0..450u32 {
+        e.pods.put(
+            web(&format!("web-{i}"), &format!("10.0.{}.{}", 10 + i / 200, i % 200)).build(),
+        );
+    }
+    e.groups.slow_mutations(&clock, 6_000);
+    e.state.set_failing_renewals(true);
+    let (writes_before, _) = e.state.calls();
+    let r = e.resync(&RunOptions::default()).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed, "{r:#?}");
+    assert!(g.error.as_deref().unwrap_or("").contains("lease"), "{r:#?}");
+    let calls = e.groups.calls();
+    assert_eq!(calls.get("RegisterTargets"), Some(&2), "{calls:?}");
+    assert_eq!(g.registered.len(), 400);
+    // Writes: the lease, two write-ahead ledger writes, the failed renewals; nothing
+    // after the lease ran low (no third write-ahead, no release).
+    let stored = e.state.stored(TG);
+    assert_eq!(stored.ledger.len(), 400, "the ledger stops with the calls");
+    assert!(stored.lease.is_some(), "the lost lease is left to expire, not released");
+    let (writes_after, _) = e.state.calls();
+    let renewals = writes_after - writes_before - 3;
+    assert!(renewals > 0, "the heartbeat tried to renew");
+    // Once the lease expired, the next run finishes the job.
+    e.state.set_failing_renewals(false);
+    e.groups.slow_mutations(&clock, 0);
+    clock.advance(30_000);
+    let r = e.resync(&RunOptions::default()).await;
+    assert_eq!(r.group(TG).unwrap().registered.len(), 50, "{r:#?}");
+    assert_eq!(e.groups.live_targets(TG).len(), 450);
+}
+
+/// A pod LIST that fails close to the deadline is reported as the API's error, not as
+/// a deferral.
+#[tokio::test]
+async fn a_list_that_fails_near_the_deadline_reports_its_error() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    e.pods.slow_lists(&clock, 25_000);
+    e.pods.set_failing(true);
+    let opts = RunOptions {
+        deadline: Some(clock.now().plus(Duration::from_secs(40))),
+        use_checkpoint: true,
+        ..RunOptions::default()
+    };
+    let r = e.resync(&opts).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed, "{r:#?}");
+    assert!(
+        g.error.as_deref().unwrap_or("").contains("503"),
+        "the API's error: {r:#?}"
+    );
+}

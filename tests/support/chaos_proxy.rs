@@ -66,12 +66,14 @@ pub enum Fate {
     Refused,
     /// Applied by moto, answered with an internal error (HTTP 500): see [`Rules`].
     AnswerLost,
+    /// Held, never answered: see [`Rules`].
+    Stalled,
 }
 
 impl Fate {
-    /// Whether the proxy answered itself.
+    /// Whether the proxy answered itself (or replaced moto's answer).
     pub fn injected(self) -> bool {
-        self != Self::Forwarded
+        matches!(self, Self::Throttled | Self::ServerError | Self::AnswerLost)
     }
 }
 
@@ -110,17 +112,47 @@ pub struct Chaos {
     pub seed: u64,
 }
 
+/// A fault mix other than [`Chaos`]'s even split: shares of throttling and of 500s, and
+/// the share of the 500s that come after moto applied the call (its answer lost).
+#[derive(Debug, Clone, Copy)]
+pub struct Mix {
+    /// Share of ELBv2 and DynamoDB requests answered with throttling (HTTP 400).
+    pub throttle: f64,
+    /// Share answered with an internal error (HTTP 500).
+    pub error: f64,
+    /// Of those 500s, the share forwarded to moto first (applied, answer lost).
+    pub after_apply: f64,
+}
+
 /// The fault decisions: a seeded roll per request, faults alternating between
-/// throttling and internal errors so exactly half of them are each.
+/// throttling and internal errors so exactly half of them are each (or by a [`Mix`]).
 struct Decider {
     rng: fastrand::Rng,
     share: f64,
     injected: u64,
+    mix: Option<Mix>,
 }
 
 impl Decider {
     fn decide(&mut self, service: Service) -> Fate {
-        if service == Service::Other || self.rng.f64() >= self.share {
+        if service == Service::Other {
+            return Fate::Forwarded;
+        }
+        if let Some(mix) = self.mix {
+            let roll = self.rng.f64();
+            return if roll < mix.throttle {
+                Fate::Throttled
+            } else if roll < mix.throttle + mix.error {
+                if self.rng.f64() < mix.after_apply {
+                    Fate::AnswerLost
+                } else {
+                    Fate::ServerError
+                }
+            } else {
+                Fate::Forwarded
+            };
+        }
+        if self.rng.f64() >= self.share {
             return Fate::Forwarded;
         }
         self.injected += 1;
@@ -142,6 +174,9 @@ pub struct Rules {
     /// Target IPs ELBv2 refuses whatever their zone, with the message to answer (a
     /// stand-in for any per-target refusal, e.g. an address ELBv2 does not accept).
     pub refuse: Vec<(String, String)>,
+    /// One-shot: the next request of this operation (any, when empty) whose body contains
+    /// the text is held and never answered (a call in flight when its caller is killed).
+    pub stall: Vec<(String, String)>,
     /// One-shot: the next request of this operation (any, when empty) whose body contains the text is
     /// applied by moto, and its answer is replaced by an HTTP 500 (a response lost after
     /// the write landed, as a dropped connection or a timeout does).
@@ -192,6 +227,7 @@ impl ChaosProxy {
                 rng: fastrand::Rng::with_seed(chaos.seed),
                 share: chaos.fault_share,
                 injected: 0,
+                mix: None,
             }),
             log: Mutex::new(Vec::new()),
             request_ids: std::sync::atomic::AtomicU64::new(0),
@@ -220,6 +256,11 @@ impl ChaosProxy {
     /// Changes the share of faulted requests from now on (0.0 turns faults off).
     pub fn set_fault_share(&self, share: f64) {
         lock(&self.shared.decider).share = share;
+    }
+
+    /// Replaces the even split by `mix` from now on.
+    pub fn set_mix(&self, mix: Mix) {
+        lock(&self.shared.decider).mix = Some(mix);
     }
 
     /// Changes the rules from now on.
@@ -370,6 +411,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
             Verdict::Pass => lock(&shared.decider).decide(service),
             Verdict::Refuse(_) => Fate::Refused,
             Verdict::LoseAnswer => Fate::AnswerLost,
+            Verdict::Stall => Fate::Stalled,
         };
         let attempt = request.header("amz-sdk-request").and_then(attempt_number);
         let invocation = request.header("amz-sdk-invocation-id").map(str::to_owned);
@@ -390,6 +432,10 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
             });
             log.len() - 1
         };
+        if fate == Fate::Stalled {
+            // Logged above; the caller waits until it gives up or is killed.
+            std::future::pending::<()>().await;
+        }
         let (status, headers, body) = match (fate, verdict) {
             (_, Verdict::Refuse(message)) => {
                 let id = shared
@@ -506,11 +552,20 @@ enum Verdict {
     Refuse(String),
     /// Forward, then answer 500.
     LoseAnswer,
+    /// Never answer.
+    Stall,
 }
 
 impl Rules {
     fn judge(&mut self, service: Service, operation: &str, body: &[u8]) -> Verdict {
         let text = String::from_utf8_lossy(body);
+        let matches = |(op, needle): &(String, String)| {
+            (op.is_empty() || op == operation) && text.contains(needle.as_str())
+        };
+        if let Some(i) = self.stall.iter().position(matches) {
+            self.stall.remove(i);
+            return Verdict::Stall;
+        }
         if let Some(i) = self.lose_answer.iter().position(|(op, needle)| {
             (op.is_empty() || op == operation) && text.contains(needle.as_str())
         }) {
@@ -693,9 +748,9 @@ pub fn tally(records: &[Record]) -> BTreeMap<(Service, String), [u64; 3]> {
     let mut out: BTreeMap<(Service, String), [u64; 3]> = BTreeMap::new();
     for r in records {
         let slot = match r.fate {
-            Fate::Forwarded | Fate::Refused | Fate::AnswerLost => 0,
+            Fate::Forwarded | Fate::Refused | Fate::Stalled => 0,
             Fate::Throttled => 1,
-            Fate::ServerError => 2,
+            Fate::ServerError | Fate::AnswerLost => 2,
         };
         out.entry((r.service, r.operation.clone())).or_default()[slot] += 1;
     }
@@ -765,13 +820,29 @@ pub fn is_mutation(r: &Record) -> bool {
         )
 }
 
+/// Whether a record is an ELBv2 Describe call (DescribeTargetGroups, DescribeTags,
+/// DescribeTargetHealth): the calls of the account's shared Describe bucket.
+pub fn is_describe(r: &Record) -> bool {
+    r.service == Service::Elbv2 && r.operation.starts_with("Describe")
+}
+
 /// Arrival times (sorted) of the RegisterTargets / DeregisterTargets attempts in
-/// `records`: every attempt, or only first attempts (the ones that waited on the
-/// client's limiter; SDK retries carry `attempt=2` and up).
+/// `records`: every attempt, or only first attempts (SDK retries carry `attempt=2` and
+/// up; tgsync's own retries of ELBv2 calls each count as a first attempt).
 pub fn mutation_times(records: &[Record], first_attempts_only: bool) -> Vec<Instant> {
+    times_of(records, is_mutation, first_attempts_only)
+}
+
+/// Arrival times (sorted) of the records `pick` selects, every attempt or only first
+/// attempts.
+pub fn times_of(
+    records: &[Record],
+    pick: impl Fn(&Record) -> bool,
+    first_attempts_only: bool,
+) -> Vec<Instant> {
     let mut times: Vec<Instant> = records
         .iter()
-        .filter(|r| is_mutation(r))
+        .filter(|r| pick(r))
         .filter(|r| !first_attempts_only || r.attempt.is_none_or(|a| a <= 1))
         .map(|r| r.at)
         .collect();
@@ -843,6 +914,11 @@ pub fn max_in_window(times: &[Instant], window: Duration) -> usize {
 // ---------------------------------------------------------------------------------------
 // An engine whose AWS calls go through the proxy.
 
+/// The production default for Describe calls: 8 per second, evenly spaced (burst 1).
+pub fn describe_rate() -> tgsync::aws::MutationRate {
+    tgsync::aws::MutationRate::new(8, Some(1)).expect("a valid rate")
+}
+
 /// tgsync's SDK configuration (retries, timeouts) pointed at the proxy.
 pub async fn sdk_config(proxy: &ChaosProxy) -> aws_config::SdkConfig {
     crate::moto::sdk_config_for(proxy.url()).await
@@ -871,7 +947,7 @@ pub fn engine(
         },
     );
     let pods = KubePods::new(Arc::new(access)).with_page_size(100);
-    let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate);
+    let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describe_rate());
     let state = DynamoState::from_sdk_config(sdk, world.table.as_str(), world.cluster.as_str());
     tgsync::reconcile::Engine::new(
         world.cluster.as_str(),

@@ -317,13 +317,33 @@ impl Creds {
     }
 }
 
-/// The production adapters, pointed at moto and the emulator.
+/// The production adapters, pointed at moto and the emulator, on the world's manual
+/// clock.
 pub fn build_engine(
     cluster: &str,
     sdk: &aws_config::SdkConfig,
     emulator: &Emulator,
     table: &str,
     clock: &ManualClock,
+    credentials: SharedCredentialsProvider,
+) -> LiveEngine {
+    build_engine_on(
+        cluster,
+        sdk,
+        emulator,
+        table,
+        Arc::new(clock.clone()),
+        credentials,
+    )
+}
+
+/// [`build_engine`] on any clock (the system clock, to meet a real process's leases).
+pub fn build_engine_on(
+    cluster: &str,
+    sdk: &aws_config::SdkConfig,
+    emulator: &Emulator,
+    table: &str,
+    clock: Arc<dyn tgsync::clock::Clock>,
     credentials: SharedCredentialsProvider,
 ) -> LiveEngine {
     let access = ClusterAccess::new(
@@ -340,5 +360,5 @@ pub fn build_engine(
     let pods = KubePods::new(Arc::new(access)).with_page_size(100);
     let groups = Elbv2TargetGroups::from_sdk_config(sdk, MutationRate::new(50, None).unwrap());
     let state = DynamoState::from_sdk_config(sdk, table, cluster);
-    Engine::new(cluster, pods, groups, state, Arc::new(clock.clone())).with_seed(1)
+    Engine::new(cluster, pods, groups, state, clock).with_seed(1)
 }

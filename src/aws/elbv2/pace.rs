@@ -45,14 +45,15 @@ impl Pace {
         Duration::from_millis(self.penalty_ms.load(Ordering::Relaxed))
     }
 
-    /// Waits until an attempt may go out.
+    /// Waits until an attempt may go out: the adaptive wait first, then the bucket, so
+    /// the request leaves right when the bucket grants it (never bunched behind a wait).
     async fn slot(&self) {
-        if let Some(limiter) = &self.limiter {
-            limiter.until_ready().await;
-        }
         let penalty = self.penalty_ms.load(Ordering::Relaxed);
         if penalty > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(penalty / 2..=penalty))).await;
+        }
+        if let Some(limiter) = &self.limiter {
+            limiter.until_ready().await;
         }
     }
 

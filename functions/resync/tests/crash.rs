@@ -1,0 +1,127 @@
+//! The built `tgsync-resync` binary killed (SIGKILL) in the middle of a pass, holding a
+//! group's lease, against moto (through a proxy that holds the binary's RegisterTargets
+//! call so the kill lands mid-pass) and the Kubernetes API emulator. A pod of that group
+//! then terminates: its event must take the group over from the dead holder and
+//! deregister the pod within one lease duration (15 s; the waiter polls every second),
+//! not after the dead holder's invocation deadline.
+
+#[path = "../../../tests/support/chaos_proxy.rs"]
+mod chaos_proxy;
+#[path = "../../../tests/support/moto.rs"]
+mod moto;
+#[path = "../../../tests/support/runtime_api.rs"]
+mod runtime_api;
+#[path = "../../../tests/support/world.rs"]
+mod world;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chaos_proxy::{Chaos, ChaosProxy, Fate};
+use runtime_api::RuntimeApi;
+use serde_json::{Value, json};
+use tgsync::clock::SystemClock;
+use tgsync::testkit::PodBuilder;
+use world::World;
+
+/// The stated bound: one lease duration, a poll, and the pass itself.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn web(name: &str, ip: &str) -> PodBuilder {
+    PodBuilder::new("shop", name).label("app", "web").ip(ip)
+}
+
+fn event(file: &str) -> Value {
+    let path = format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).expect("event file")).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
+    let w = World::new().await;
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(web("web-1", "10.0.1.1").build());
+    w.put_pod(web("web-2", "10.0.1.2").build());
+    w.resync().await;
+    assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
+    // A new pod gives the binary something to register; its call is held.
+    w.put_pod(web("web-3", "10.0.1.3").build());
+    let proxy = ChaosProxy::start(
+        moto::endpoint(),
+        Chaos {
+            fault_share: 0.0,
+            seed: 1,
+        },
+    )
+    .await;
+    proxy.set_rules(|r| r.stall = vec![("RegisterTargets".into(), String::new())]);
+    let runtime = RuntimeApi::start().await;
+    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
+    std::fs::write(&ca, w.emulator.ca_pem().expect("TLS emulator")).expect("CA file");
+    let mut function = Command::new(env!("CARGO_BIN_EXE_tgsync-resync"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_LAMBDA_RUNTIME_API", runtime.address())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "tgsync-resync")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_REGION", moto::REGION)
+        .env("AWS_ENDPOINT_URL", proxy.url())
+        // The EKS token names moto's STS, which the emulator trusts.
+        .env("AWS_ENDPOINT_URL_STS", moto::endpoint())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_SESSION_TOKEN", "testing")
+        .env("TGSYNC_CLUSTER_NAME", &w.cluster)
+        .env("TGSYNC_TABLE_NAME", &w.table)
+        .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
+        .env("TGSYNC_CLUSTER_CA_FILE", &ca)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("function binary starts");
+    runtime.invoke(event("scheduled.json"), Duration::from_secs(120));
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        while !proxy.records().iter().any(|r| r.fate == Fate::Stalled) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if held.is_err() {
+        let _ = function.kill();
+        panic!("the binary never reached RegisterTargets");
+    }
+    function.kill().expect("SIGKILL");
+    let _ = function.wait();
+    let killed = Instant::now();
+    assert!(w.lease_recorded(&arn).await, "the dead holder's lease is left");
+
+    // web-1 terminates; its Killing event goes to pod-events, on the real clock.
+    w.emulator.store().set_terminating("shop", "web-1");
+    let engine = world::build_engine_on(
+        &w.cluster,
+        &w.sdk,
+        &w.emulator,
+        &w.table,
+        Arc::new(SystemClock),
+        world::Creds::default().provider(),
+    )
+    .with_owner_prefix("pod-events");
+    let mut ev = event("pod-killing.json");
+    ev["detail"]["clusterName"] = json!(w.cluster);
+    ev["detail"]["involvedObject"]["name"] = json!("web-1");
+    let deadline = tgsync::core::UnixMillis(
+        tgsync::clock::Clock::now(&SystemClock).0 + 60_000,
+    );
+    let report = tgsync::handlers::pod_events::handle(&engine, &ev, Duration::ZERO, Some(deadline))
+        .await
+        .expect("handled");
+    let took = killed.elapsed();
+    eprintln!("pod event took the group over {took:.1?} after the holder was killed");
+    let group = &report["groups"][0];
+    assert_eq!(group["deregistered"], json!(["10.0.1.1:8080"]), "{report}");
+    assert!(!w.targets(&arn).await.contains(&"10.0.1.1:8080".to_owned()));
+    assert!(took <= BOUND, "took {took:?}, bound {BOUND:?}");
+    let _ = std::fs::remove_file(ca);
+}
