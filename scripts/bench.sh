@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests). Results are recorded in BENCHMARKS.md.
 #   scripts/bench.sh core        # reconcile core, 100k pods x 1,000 groups, one core
+#   scripts/bench.sh decode      # LIST decoding, 100k realistic pods: k8s-openapi vs the lean decoder, one core
 #   scripts/bench.sh api-calls   # API calls of a zero-drift resync of 100 groups (moto + emulator)
 #   scripts/bench.sh pod-events  # warm pod-events latency under cargo lambda watch (moto + emulator)
 #   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
@@ -15,6 +16,7 @@ what="${1:-all}"
 arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
 case "$what" in
   core|all) taskset -c 1 cargo bench --locked --bench core ;;&
+  decode|all) taskset -c 1 cargo bench --locked --bench decode ;;&
   api-calls|pod-events|all) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
   api-calls|all) cargo bench --locked --bench api_calls ;;&
   pod-events|all) cargo bench --locked -p tgsync-pod-events --bench latency ;;&
@@ -51,6 +53,6 @@ case "$what" in
       TGSYNC_RESYNC_BIN="$arm64/lambda/tgsync-resync/bootstrap" \
       TGSYNC_POD_EVENTS_BIN="$arm64/lambda/tgsync-pod-events/bootstrap" \
       cargo bench --locked -p tgsync-resync --bench cold_start ;;
-  core|api-calls|pod-events|scale|cold-start|all) ;;
-  *) echo "usage: $0 [core|api-calls|pod-events|scale|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
+  core|decode|api-calls|pod-events|scale|cold-start|all) ;;
+  *) echo "usage: $0 [core|decode|api-calls|pod-events|scale|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
 esac

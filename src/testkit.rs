@@ -4,9 +4,18 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodIP, PodReadinessGate, PodSpec, PodStatus,
+    ConfigMapVolumeSource, Container, ContainerPort, ContainerState, ContainerStateRunning,
+    ContainerStatus, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, HostIP,
+    ObjectFieldSelector, Pod, PodCondition, PodIP, PodReadinessGate, PodSpec, PodStatus, Probe,
+    ResourceRequirements, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
 
 use crate::core::{AddressFamily, GroupFacts};
 use crate::groups::TargetGroup;
@@ -119,10 +128,290 @@ impl PodBuilder {
         self
     }
 
+    /// Fills in the rest of what a LIST returns for a pod of a typical Deployment, so
+    /// benchmarks decode what a real cluster sends (about 4.5 KB of JSON rather than a few
+    /// hundred bytes): three `managedFields` entries, an owner reference, annotations, a
+    /// second container (the `app` container keeps its ports and gains a `metrics` port,
+    /// ten env vars, resources, a mount and a probe), volumes, and a
+    /// kubelet-reported status with container statuses. tgsync reads none of it; the
+    /// facts of the pod stay what the other builder calls set. Values vary with the
+    /// pod's name, as in a real list.
+    pub fn realistic(mut self) -> Self {
+        let name = self.pod.metadata.name.clone().unwrap_or_default();
+        let seed = fnv(&name);
+        let hex = |salt: u64| format!("{:016x}", fnv_step(seed ^ salt));
+        let app = self
+            .pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .cloned()
+            .unwrap_or_else(|| "web".to_owned());
+        let hash = hex(1)[..10].to_owned();
+        let replica_set = format!("{app}-{hash}");
+        let created = 1_790_000_000 + (seed % 86_400) as i64;
+        let time = |offset: i64| {
+            Time(Timestamp::from_second(created + offset).unwrap_or(Timestamp::UNIX_EPOCH))
+        };
+        let registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
+        let images = [
+            format!("{registry}/{app}:1.42.{}", seed % 7),
+            "public.ecr.aws/aws-observability/aws-for-fluent-bit:2.32.2".to_owned(),
+        ];
+        let node = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+
+        let meta = &mut self.pod.metadata;
+        meta.generate_name = Some(format!("{replica_set}-"));
+        meta.resource_version = Some((40_000_000 + seed % 1_000_000).to_string());
+        meta.creation_timestamp = Some(time(0));
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .entry("pod-template-hash".to_owned())
+            .or_insert_with(|| hash.clone());
+        let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in [
+            ("kubectl.kubernetes.io/restartedAt", "2026-09-14T08:12:44Z"),
+            ("prometheus.io/scrape", "true"),
+        ] {
+            annotations
+                .entry(k.to_owned())
+                .or_insert_with(|| v.to_owned());
+        }
+        let owner_uid = format!("{}-{}-4{}", &hex(3)[..8], &hex(4)[..4], &hex(5)[..3]);
+        meta.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: replica_set,
+            uid: owner_uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        let fields = |manager: &str, subresource: Option<&str>, at: i64, v: serde_json::Value| {
+            ManagedFieldsEntry {
+                api_version: Some("v1".into()),
+                fields_type: Some("FieldsV1".into()),
+                fields_v1: Some(FieldsV1(v)),
+                manager: Some(manager.into()),
+                operation: Some("Update".into()),
+                subresource: subresource.map(str::to_owned),
+                time: Some(time(at)),
+            }
+        };
+        meta.managed_fields = Some(vec![
+            fields(
+                "kube-controller-manager",
+                None,
+                0,
+                json!({
+                    "f:metadata": {
+                        "f:generateName": {},
+                        "f:labels": { ".": {}, "f:app": {}, "f:pod-template-hash": {} },
+                        "f:ownerReferences": { ".": {}, format!("k:{{\"uid\":\"{owner_uid}\"}}"): {} }
+                    },
+                    "f:spec": {
+                        "f:containers": { "k:{\"name\":\"app\"}": { ".": {}, "f:env": {}, "f:image": {} } }
+                    }
+                }),
+            ),
+            fields(
+                "kubelet",
+                Some("status"),
+                9,
+                json!({
+                    "f:status": {
+                        "f:conditions": { "k:{\"type\":\"Ready\"}": { ".": {}, "f:status": {}, "f:type": {} } },
+                        "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {}, "f:podIP": {}, "f:startTime": {}
+                    }
+                }),
+            ),
+            fields(
+                "kubectl-annotate",
+                None,
+                60,
+                json!({ "f:metadata": { "f:annotations": { "f:prometheus.io/scrape": {} } } }),
+            ),
+        ]);
+
+        let env = |pairs: &[(&str, &str)]| -> Vec<EnvVar> {
+            pairs
+                .iter()
+                .map(|(k, v)| EnvVar {
+                    name: (*k).to_owned(),
+                    value: Some((*v).to_owned()),
+                    value_from: None,
+                })
+                .collect()
+        };
+        let resources = |cpu: &str, memory: &str| ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".to_owned(),
+                Quantity(memory.to_owned()),
+            )])),
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity(cpu.to_owned())),
+                ("memory".to_owned(), Quantity(memory.to_owned())),
+            ])),
+            ..Default::default()
+        };
+        let mount = |name: &str, path: &str| VolumeMount {
+            name: name.to_owned(),
+            mount_path: path.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        };
+        let probe = |path: &str, period: i32| Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some(path.to_owned()),
+                port: IntOrString::String("http".into()),
+                scheme: Some("HTTP".into()),
+                ..Default::default()
+            }),
+            period_seconds: Some(period),
+            failure_threshold: Some(3),
+            ..Default::default()
+        };
+        let spec = self.pod.spec.get_or_insert_with(Default::default);
+        if let Some(main) = spec.containers.first_mut() {
+            main.image = Some(images[0].clone());
+            main.ports.get_or_insert_with(Vec::new).push(ContainerPort {
+                name: Some("metrics".into()),
+                container_port: 9090,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            });
+            let mut vars = env(&[
+                ("LOG_LEVEL", "info"),
+                ("HTTP_PORT", "8080"),
+                ("METRICS_PORT", "9090"),
+                ("DB_HOST", "orders-db.shop.svc"),
+                ("DB_POOL_SIZE", "20"),
+                ("CACHE_URL", "redis://cache:6379/0"),
+                ("OTEL_SERVICE_NAME", &app),
+                ("AWS_REGION", "us-east-1"),
+                ("GOMAXPROCS", "2"),
+            ]);
+            vars.push(EnvVar {
+                name: "POD_NAME".into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: Some("v1".into()),
+                        field_path: "metadata.name".into(),
+                    }),
+                    ..Default::default()
+                }),
+            });
+            main.env = Some(vars);
+            main.resources = Some(resources("250m", "512Mi"));
+            main.volume_mounts = Some(vec![mount("config", "/etc/app")]);
+            main.readiness_probe = Some(probe("/ready", 5));
+            main.image_pull_policy = Some("IfNotPresent".into());
+        }
+        spec.containers.push(Container {
+            name: "log-router".into(),
+            image: Some(images[1].clone()),
+            env: Some(env(&[
+                ("FLB_LOG_LEVEL", "warn"),
+                ("LOG_GROUP", "/eks/prod"),
+            ])),
+            resources: Some(resources("50m", "64Mi")),
+            volume_mounts: Some(vec![mount("logs", "/var/log/app")]),
+            image_pull_policy: Some("IfNotPresent".into()),
+            ..Default::default()
+        });
+        spec.volumes = Some(vec![
+            Volume {
+                name: "config".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: format!("{app}-config"),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "logs".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        ]);
+        spec.restart_policy = Some("Always".into());
+        spec.termination_grace_period_seconds = Some(30);
+        spec.dns_policy = Some("ClusterFirst".into());
+        spec.service_account_name = Some(app.clone());
+        spec.scheduler_name = Some("default-scheduler".into());
+        spec.priority = Some(0);
+
+        let host_ip = node
+            .strip_prefix("ip-")
+            .and_then(|n| n.split('.').next())
+            .map(|n| n.replace('-', "."))
+            .unwrap_or_else(|| "10.0.0.10".to_owned());
+        let statuses = ["app", "log-router"]
+            .iter()
+            .zip(&images)
+            .enumerate()
+            .map(|(i, (container, image))| {
+                let salt = 10 * i as u64;
+                let digest = format!(
+                    "{}{}{}{}",
+                    hex(salt),
+                    hex(salt + 1),
+                    hex(salt + 2),
+                    hex(salt + 3)
+                );
+                let repository = image.split(':').next().unwrap_or(image);
+                ContainerStatus {
+                    name: (*container).to_owned(),
+                    image: image.clone(),
+                    image_id: format!("{repository}@sha256:{digest}"),
+                    container_id: Some(format!("containerd://{}{}", hex(salt + 4), hex(salt + 5))),
+                    ready: true,
+                    started: Some(true),
+                    restart_count: 0,
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(time(3 + i as i64)),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let status = self.pod.status.get_or_insert_with(Default::default);
+        status.host_ip = Some(host_ip.clone());
+        status.host_ips = Some(vec![HostIP { ip: host_ip }]);
+        status.start_time = Some(time(0));
+        status.qos_class = Some("Burstable".into());
+        status.container_statuses = Some(statuses);
+        for c in status.conditions.iter_mut().flatten() {
+            c.last_transition_time = Some(time(if c.type_ == "PodScheduled" { 0 } else { 9 }));
+        }
+        self
+    }
+
     /// The pod.
     pub fn build(self) -> Pod {
         self.pod
     }
+}
+
+/// FNV-1a of `s`: a stable seed for the values [`PodBuilder::realistic`] varies by pod.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// One more mixing step, for several values from one seed.
+fn fnv_step(h: u64) -> u64 {
+    (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
 }
 
 /// Marks a pod terminating in place (as `kubectl delete` does before the pod is gone).

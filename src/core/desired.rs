@@ -320,6 +320,39 @@ mod tests {
     }
 
     #[test]
+    fn named_ports_of_native_sidecars_resolve_but_not_those_of_init_containers() {
+        let b = binding("shop", "app=web", PortSpec::Name("proxy".into()));
+        assert_eq!(
+            target_of_fixture("native-sidecar", &b).as_deref(),
+            Some("10.0.1.16:15001")
+        );
+        // The app container's `http` comes before the sidecar's `http`.
+        let b = binding("shop", "app=web", PortSpec::Name("http".into()));
+        assert_eq!(
+            target_of_fixture("native-sidecar", &b).as_deref(),
+            Some("10.0.1.16:8080")
+        );
+        // `setup` belongs to a plain init container, which has exited by then.
+        let b = binding("shop", "app=web", PortSpec::Name("setup".into()));
+        assert_eq!(
+            reason_of("native-sidecar", &b),
+            Some(SkipReason::PortNotFound {
+                port: "setup".into()
+            })
+        );
+        let facts = PodFacts::from_pod(fixture("native-sidecar"));
+        assert_eq!(
+            facts.named_ports,
+            [
+                ("http".to_owned(), 8080),
+                ("metrics".to_owned(), 9090),
+                ("proxy".to_owned(), 15001),
+                ("http".to_owned(), 15080),
+            ]
+        );
+    }
+
+    #[test]
     fn unselected_pods_are_ignored_silently() {
         let other_ns = binding("billing", "app=web", PortSpec::Number(80));
         let facts = PodFacts::from_pod(fixture("running"));

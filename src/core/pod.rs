@@ -19,6 +19,9 @@ pub const EXCLUDE_ANNOTATION: &str = "tgsync/exclude";
 /// Readiness gate a pod declares to be registered before it is Ready and held unready
 /// until its target is healthy in the NLB.
 pub const READINESS_GATE: &str = "tgsync/target-health";
+/// `restartPolicy` of an init container that makes it a native sidecar (Kubernetes 1.29+):
+/// it keeps running beside the app containers, so its named ports can be targets.
+pub const SIDECAR_RESTART_POLICY: &str = "Always";
 
 /// Which pod a target came from; it goes into ledger rows and reports.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -61,7 +64,8 @@ pub struct PodFacts {
     /// `Some(current)` when the pod declares the [`READINESS_GATE`]; `current` is whether
     /// that condition is already True.
     pub gate: Option<bool>,
-    /// Named container ports (name → number) across all containers.
+    /// Named container ports (name → number): those of the regular containers, then those
+    /// of native sidecars (init containers with `restartPolicy: Always`), in spec order.
     pub named_ports: Vec<(String, u16)>,
     /// `spec.hostNetwork`: the pod's IP is its node's.
     pub host_network: bool,
@@ -111,9 +115,18 @@ impl PodFacts {
                 .flatten()
                 .any(|g| g.condition_type == READINESS_GATE);
             host_network = spec.host_network.unwrap_or(false);
+            // Regular containers first, then native sidecars: init containers with
+            // `restartPolicy: Always` keep running beside the app and can serve traffic
+            // (a mesh proxy, an auth sidecar). Plain init containers have exited by then.
+            let sidecars = spec
+                .init_containers
+                .iter_mut()
+                .flatten()
+                .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
             named_ports = spec
                 .containers
                 .iter_mut()
+                .chain(sidecars)
                 .flat_map(|c| c.ports.iter_mut().flatten())
                 .filter_map(|p| Some((p.name.take()?, u16::try_from(p.container_port).ok()?)))
                 .collect();
@@ -151,7 +164,8 @@ impl PodFacts {
         }
     }
 
-    /// The number behind a named container port, if any container declares it.
+    /// The number behind a named container port, if any container (or native sidecar)
+    /// declares it; the first declaration wins.
     pub fn named_port(&self, name: &str) -> Option<u16> {
         self.named_ports
             .iter()

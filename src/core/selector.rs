@@ -56,6 +56,28 @@ impl Labels {
     }
 }
 
+impl Labels {
+    /// Labels from the entries of a JSON object in document order, giving exactly what
+    /// decoding the object into a `BTreeMap` and converting it would (what k8s-openapi
+    /// does): sorted by key, and for a key given twice the later value wins. Lets a lean
+    /// decoder skip the map; the API server sends labels sorted, so usually nothing moves.
+    pub fn from_object_entries(mut entries: Vec<(String, String)>) -> Self {
+        if entries.windows(2).all(|w| w[0].0 < w[1].0) {
+            return Self(entries);
+        }
+        // Stable: entries with the same key stay in document order, and the last one is kept.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut unique: Vec<(String, String)> = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match unique.last_mut() {
+                Some(last) if last.0 == entry.0 => *last = entry,
+                _ => unique.push(entry),
+            }
+        }
+        Self(unique)
+    }
+}
+
 impl From<BTreeMap<String, String>> for Labels {
     fn from(map: BTreeMap<String, String>) -> Self {
         Self(map.into_iter().collect())
@@ -258,6 +280,28 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn object_entries_give_what_a_btreemap_gives() {
+        let cases: [&[(&str, &str)]; 4] = [
+            &[],
+            &[("app", "web"), ("tier", "front")],
+            &[("tier", "front"), ("app", "web"), ("app", "api")],
+            &[("b", "1"), ("a", "2"), ("b", "0"), ("a", "1"), ("c", "")],
+        ];
+        for entries in cases {
+            let owned: Vec<(String, String)> = entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let map: BTreeMap<String, String> = owned.iter().cloned().collect();
+            assert_eq!(
+                Labels::from_object_entries(owned),
+                Labels::from(map),
+                "{entries:?}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::selector::Selector;
 use super::target::AddressFamily;
 
 /// Every fixture name, so tests can sweep them all.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     "running",
     "pending",
     "terminating",
@@ -19,6 +19,7 @@ pub const ALL: [&str; 11] = [
     "host-network",
     "missing-ip",
     "succeeded",
+    "native-sidecar",
 ];
 
 macro_rules! pod_json {
@@ -40,6 +41,7 @@ pub fn fixture(name: &str) -> Pod {
         "host-network" => pod_json!("host-network"),
         "missing-ip" => pod_json!("missing-ip"),
         "succeeded" => pod_json!("succeeded"),
+        "native-sidecar" => pod_json!("native-sidecar"),
         other => panic!("no fixture {other}"),
     };
     serde_json::from_str(json).expect("fixture is a valid Pod")

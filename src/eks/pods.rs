@@ -1,14 +1,17 @@
 //! [`PodSource`] over the Kubernetes API of an EKS cluster: paginated, consistent LISTs
-//! converted page by page into [`PodFacts`], and single-pod GETs.
+//! decoded page by page straight into [`PodFacts`] (see [`super::decode`]), and
+//! single-pod GETs.
 
 use std::sync::Arc;
 
+use futures::AsyncReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::ListParams;
-use kube::core::{ObjectList, Status};
+use kube::core::{Request, Status};
+use kube::{Api, Resource as _};
 
 use super::access::ClusterAccess;
+use super::decode::{PodListPage, decode_pod_list};
 use crate::core::{PodFacts, Selector};
 use crate::pods::{PodSource, PodsError};
 
@@ -31,7 +34,8 @@ pub struct KubePods {
 
 /// What one attempt at a whole LIST ended with.
 enum Attempt {
-    Done(Vec<PodFacts>),
+    /// Every page, and the `resourceVersion` of the last one.
+    Done(Vec<PodFacts>, String),
     /// The continue token expired mid-list; start over.
     Expired,
     /// The API server refused the token (HTTP 401): mint a new one and start over once.
@@ -65,10 +69,60 @@ impl KubePods {
         &self.access
     }
 
+    /// Every pod of `namespace` matching `selector`, like [`PodSource::list`], and the
+    /// `resourceVersion` of the LIST's last page (empty if the server sent none): the
+    /// version the listing is consistent at, from which a watch can continue without
+    /// missing a change.
+    pub async fn list_with_version(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+    ) -> Result<(Vec<PodFacts>, String), PodsError> {
+        let labels = selector.map(Selector::to_query).filter(|q| !q.is_empty());
+        let mut restarts = 0;
+        let mut reauthenticated = false;
+        loop {
+            let client = self.access.client().await?;
+            match self
+                .list_once(&client, namespace, labels.as_deref())
+                .await?
+            {
+                Attempt::Done(facts, version) => {
+                    tracing::debug!(
+                        cluster = %self.access.cluster(), namespace, pods = facts.len(), restarts,
+                        resource_version = %version, "listed pods"
+                    );
+                    return Ok((facts, version));
+                }
+                Attempt::Unauthorized(_) if !reauthenticated => {
+                    reauthenticated = true;
+                    self.reauthenticate().await;
+                }
+                Attempt::Unauthorized(error) => {
+                    return Err(PodsError::List {
+                        namespace: namespace.to_owned(),
+                        reason: self.explain(&error, namespace).await,
+                    });
+                }
+                Attempt::Expired if restarts < MAX_RESTARTS => restarts += 1,
+                Attempt::Expired => {
+                    return Err(PodsError::Incomplete {
+                        namespace: namespace.to_owned(),
+                        reason: format!(
+                            "the continue token expired {} times in a row (HTTP 410); the \
+                             API server compacts faster than the list completes",
+                            restarts + 1
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
     /// One pass over all pages; `Expired` when a continue token is gone.
     async fn list_once(
         &self,
-        api: &Api<Pod>,
+        client: &kube::Client,
         namespace: &str,
         labels: Option<&str>,
     ) -> Result<Attempt, PodsError> {
@@ -76,6 +130,10 @@ impl KubePods {
             namespace: namespace.to_owned(),
             reason,
         };
+        // The request `Api::<Pod>::namespaced(..).list(..)` would send.
+        let request = Request::new(Pod::url_path(&(), Some(namespace)));
+        // One buffer for every page body: after the first page it no longer grows.
+        let mut body = Vec::new();
         let mut facts = Vec::new();
         let mut continue_token: Option<String> = None;
         let mut empty_pages = 0;
@@ -89,8 +147,8 @@ impl KubePods {
             if let Some(token) = &continue_token {
                 params = params.continue_token(token);
             }
-            let page = match api.list(&params).await {
-                Ok(page) => page,
+            match fetch_page(client, &request, &params, &mut body).await {
+                Ok(()) => {}
                 Err(kube::Error::Api(status)) if status.code == 410 && continue_token.is_some() => {
                     tracing::warn!(
                         cluster = %self.access.cluster(), namespace, pages,
@@ -106,25 +164,34 @@ impl KubePods {
                         reason: self.explain(&error, namespace).await,
                     });
                 }
-            };
+            }
             pages += 1;
-            let ObjectList {
-                metadata,
-                mut items,
-                ..
-            } = page;
-            let count = items.len();
+            let PodListPage {
+                pods,
+                resource_version,
+                continue_token: next,
+                remaining_item_count,
+            } = decode_pod_list(pages, &body).map_err(|error| PodsError::List {
+                namespace: namespace.to_owned(),
+                reason: format!(
+                    "the Kubernetes API of cluster `{}` answered unexpectedly: {}",
+                    self.access.cluster(),
+                    error_chain(&error)
+                ),
+            })?;
+            let count = pods.len();
             facts.reserve(count);
-            facts.extend(items.iter_mut().map(PodFacts::take_from));
-            drop(items);
-            let remaining = metadata.remaining_item_count.unwrap_or(0);
-            match metadata.continue_.filter(|t| !t.is_empty()) {
+            facts.extend(pods);
+            let remaining = remaining_item_count.unwrap_or(0);
+            match next.filter(|t| !t.is_empty()) {
                 None if remaining > 0 => {
                     return Err(incomplete(format!(
                         "page {pages} reported {remaining} more pods but no continue token"
                     )));
                 }
-                None => return Ok(Attempt::Done(facts)),
+                None => {
+                    return Ok(Attempt::Done(facts, resource_version.unwrap_or_default()));
+                }
                 Some(next) => {
                     empty_pages = if count == 0 { empty_pages + 1 } else { 0 };
                     if empty_pages >= MAX_EMPTY_PAGES {
@@ -174,6 +241,38 @@ impl KubePods {
     }
 }
 
+/// Reads one LIST page into `body` (cleared first) through kube's raw request API, which
+/// still turns an error answer into `kube::Error::Api(Status)` as `Api::list` did, but
+/// hands the body over as bytes for [`decode_pod_list`] instead of typed `Pod`s.
+async fn fetch_page(
+    client: &kube::Client,
+    request: &Request,
+    params: &ListParams,
+    body: &mut Vec<u8>,
+) -> Result<(), kube::Error> {
+    let mut http = request.list(params).map_err(kube::Error::BuildRequest)?;
+    // The same marker `Api::list` sets, for layers that label requests by verb.
+    http.extensions_mut().insert("list");
+    let reader = client.request_stream(http).await?;
+    let mut reader = std::pin::pin!(reader);
+    body.clear();
+    reader.read_to_end(body).await.map_err(body_error)?;
+    Ok(())
+}
+
+/// The kube error behind a failed body read (`request_stream` wraps it in an I/O error),
+/// so a connection dropped mid-page is a transport failure as it was under `Api::list`.
+fn body_error(error: std::io::Error) -> kube::Error {
+    if !error.get_ref().is_some_and(|e| e.is::<kube::Error>()) {
+        return kube::Error::ReadEvents(error);
+    }
+    match error.into_inner().map(|e| e.downcast::<kube::Error>()) {
+        Some(Ok(inner)) => *inner,
+        Some(Err(other)) => kube::Error::ReadEvents(std::io::Error::other(other)),
+        None => kube::Error::ReadEvents(std::io::Error::other("unreadable response body")),
+    }
+}
+
 /// The reason for an error answer of the API server, with what to check for the two an
 /// operator can fix (401: the access entry; 403: the RBAC).
 fn api_failure(cluster: &str, namespace: &str, status: &Status) -> String {
@@ -214,43 +313,9 @@ impl PodSource for KubePods {
         namespace: &str,
         selector: Option<&Selector>,
     ) -> Result<Vec<PodFacts>, PodsError> {
-        let labels = selector.map(Selector::to_query).filter(|q| !q.is_empty());
-        let mut restarts = 0;
-        let mut reauthenticated = false;
-        loop {
-            let client = self.access.client().await?;
-            let api: Api<Pod> = Api::namespaced(client, namespace);
-            match self.list_once(&api, namespace, labels.as_deref()).await? {
-                Attempt::Done(facts) => {
-                    tracing::debug!(
-                        cluster = %self.access.cluster(), namespace, pods = facts.len(), restarts,
-                        "listed pods"
-                    );
-                    return Ok(facts);
-                }
-                Attempt::Unauthorized(_) if !reauthenticated => {
-                    reauthenticated = true;
-                    self.reauthenticate().await;
-                }
-                Attempt::Unauthorized(error) => {
-                    return Err(PodsError::List {
-                        namespace: namespace.to_owned(),
-                        reason: self.explain(&error, namespace).await,
-                    });
-                }
-                Attempt::Expired if restarts < MAX_RESTARTS => restarts += 1,
-                Attempt::Expired => {
-                    return Err(PodsError::Incomplete {
-                        namespace: namespace.to_owned(),
-                        reason: format!(
-                            "the continue token expired {} times in a row (HTTP 410); the \
-                             API server compacts faster than the list completes",
-                            restarts + 1
-                        ),
-                    });
-                }
-            }
-        }
+        self.list_with_version(namespace, selector)
+            .await
+            .map(|(facts, _)| facts)
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, PodsError> {
@@ -578,6 +643,116 @@ mod tests {
             .list("shop", None)
             .await
             .unwrap_err();
+        let PodsError::List { reason, .. } = &err else {
+            panic!("expected a list error, got {err:?}");
+        };
+        assert!(
+            reason.contains("cannot reach the Kubernetes API"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn list_with_version_gives_the_resource_version_of_the_last_page() {
+        let versioned = |reply: Reply, version: &str| {
+            let mut body: serde_json::Value = serde_json::from_str(&reply.1).unwrap();
+            body["metadata"]["resourceVersion"] = json!(version);
+            (reply.0, body.to_string())
+        };
+        let server = Scripted::start(vec![
+            versioned(page(&["a", "b"], Some("t1"), None), "41"),
+            versioned(page(&["c"], None, None), "43"),
+            page(&["d"], None, None),
+        ])
+        .await;
+        let pods = pods_over(&server);
+        let (facts, version) = pods.list_with_version("shop", None).await.unwrap();
+        assert_eq!(names(&facts), ["a", "b", "c"]);
+        assert_eq!(version, "43");
+        let (facts, version) = pods.list_with_version("shop", None).await.unwrap();
+        assert_eq!(names(&facts), ["d"]);
+        assert_eq!(version, "42");
+    }
+
+    #[tokio::test]
+    async fn realistic_pods_are_read_as_take_from_reads_them() {
+        let built: Vec<Pod> = (0..5)
+            .map(|i| {
+                crate::testkit::PodBuilder::new("shop", &format!("web-{i}"))
+                    .label("app", "web")
+                    .ip(&format!("10.0.0.{i}"))
+                    .ready(i != 2)
+                    .realistic()
+                    .build()
+            })
+            .collect();
+        let body = json!({ "kind": "PodList", "apiVersion": "v1",
+                           "metadata": { "resourceVersion": "7" }, "items": built });
+        let server = Scripted::start(vec![(200, body.to_string())]).await;
+        let (facts, version) = pods_over(&server)
+            .list_with_version("shop", None)
+            .await
+            .unwrap();
+        let expected: Vec<PodFacts> = built.into_iter().map(PodFacts::from_pod).collect();
+        assert_eq!(facts, expected);
+        assert_eq!(version, "7");
+    }
+
+    #[tokio::test]
+    async fn a_page_that_is_not_a_pod_list_is_a_list_error_naming_the_page() {
+        let server = Scripted::start(vec![
+            (
+                200,
+                r#"{"kind":"Status","apiVersion":"v1","code":200}"#.to_owned(),
+            ),
+            page(&["a", "b"], Some("t1"), None),
+            (200, r#"{"items":[{"metadata":{"name":"c"}}"#.to_owned()),
+        ])
+        .await;
+        let pods = pods_over(&server);
+        let err = pods.list("shop", None).await.unwrap_err();
+        let PodsError::List { reason, .. } = &err else {
+            panic!("expected a list error, got {err:?}");
+        };
+        assert!(
+            reason.contains("answered unexpectedly")
+                && reason.contains("page 1")
+                && reason.contains("missing field `items`"),
+            "{reason}"
+        );
+        let err = pods.list("shop", None).await.unwrap_err().to_string();
+        assert!(
+            err.contains("page 2") && err.contains("EOF while parsing"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_a_transport_failure() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head).await.unwrap();
+            let partial = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                           content-length: 1000\r\n\r\n{\"items\":[";
+            stream.write_all(partial.as_bytes()).await.unwrap();
+            stream.shutdown().await.unwrap();
+        });
+        let access = test_server::access(
+            CLOSED,
+            Overrides {
+                endpoint: Some(url),
+                ca_pem: None,
+            },
+        );
+        let err = KubePods::new(Arc::new(access))
+            .list("shop", None)
+            .await
+            .unwrap_err();
+        server.await.unwrap();
         let PodsError::List { reason, .. } = &err else {
             panic!("expected a list error, got {err:?}");
         };
