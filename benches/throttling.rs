@@ -1,4 +1,4 @@
-//! Benchmark (not a test): scheduled resyncs of 50 bound groups × 20 ready pods while a
+//! Benchmark (not a test): scheduled resyncs of 20 bound groups × 10 ready pods while a
 //! proxy in front of moto answers 40 % of the ELBv2 and DynamoDB requests with
 //! throttling and 10 % with HTTP 500 (half of those after moto applied the call, its
 //! answer lost), with the services' real error bodies; mutations held to 5/s burst 5,
@@ -28,8 +28,8 @@ use chaos_proxy::{
 };
 use tgsync::aws::MutationRate;
 
-const GROUPS: usize = 50;
-const PODS: usize = 20;
+const GROUPS: usize = 20;
+const PODS: usize = 10;
 const MAX_RUNS: usize = 10;
 const THROTTLE_SHARE: f64 = 0.40;
 const ERROR_SHARE: f64 = 0.10;

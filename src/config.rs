@@ -38,6 +38,10 @@ pub struct Settings {
     /// `TGSYNC_SCHEDULE_SECONDS` (default 60): the resync schedule's period, as the
     /// template sets it; with the rate above, how many groups one run re-verifies.
     pub schedule: Duration,
+    /// `TGSYNC_WATCH_SECONDS` (default 0 = off; the template sets it just under the
+    /// schedule's period): how long after it started a scheduled resync keeps watching
+    /// the bound namespaces and reconciling groups as their pods change.
+    pub watch: Duration,
 }
 
 /// A setting that is missing or wrong. The message names the variable and the fix.
@@ -142,6 +146,7 @@ impl Settings {
                 100.0,
             )?,
             schedule: Duration::from_secs(number(&get, "TGSYNC_SCHEDULE_SECONDS", 60, 60, 86_400)?),
+            watch: Duration::from_secs(number(&get, "TGSYNC_WATCH_SECONDS", 0, 0, 900)?),
         })
     }
 }

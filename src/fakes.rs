@@ -85,27 +85,61 @@ pub struct FakePods {
     slow_list: Delay,
     slow_get: Delay,
     before_gate: Mutex<Option<PodHook>>,
+    changes: Mutex<Changes>,
+}
+
+/// Every change since the fake started, for watches: the revision counter, the log of
+/// (revision, pod before, pod after), and the live watchers.
+#[derive(Default)]
+struct Changes {
+    revision: u64,
+    log: Vec<(u64, Option<PodFacts>, Option<PodFacts>)>,
+    watchers: Vec<tokio::sync::mpsc::UnboundedSender<(u64, Option<PodFacts>, Option<PodFacts>)>>,
 }
 
 impl FakePods {
+    /// Records a change of one pod (`None`: absent) for watchers.
+    fn changed(&self, before: Option<&Pod>, after: Option<&Pod>) {
+        let facts = |p: Option<&Pod>| p.map(|p| PodFacts::from_pod(p.clone()));
+        let mut changes = lock(&self.changes);
+        changes.revision += 1;
+        let entry = (changes.revision, facts(before), facts(after));
+        changes.watchers.retain(|w| w.send(entry.clone()).is_ok());
+        changes.log.push(entry);
+    }
+
     /// Adds or replaces a pod.
     pub fn put(&self, pod: Pod) {
         let key = (
             pod.metadata.namespace.clone().unwrap_or_default(),
             pod.metadata.name.clone().unwrap_or_default(),
         );
-        lock(&self.pods).insert(key, pod);
+        let before = lock(&self.pods).insert(key, pod.clone());
+        self.changed(before.as_ref(), Some(&pod));
     }
 
     /// Deletes a pod (gone from the API at once).
     pub fn delete(&self, namespace: &str, name: &str) -> Option<Pod> {
-        lock(&self.pods).remove(&(namespace.to_owned(), name.to_owned()))
+        let gone = lock(&self.pods).remove(&(namespace.to_owned(), name.to_owned()));
+        if gone.is_some() {
+            self.changed(gone.as_ref(), None);
+        }
+        gone
     }
 
     /// Changes a pod in place.
     pub fn update(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Pod)) {
-        if let Some(p) = lock(&self.pods).get_mut(&(namespace.to_owned(), name.to_owned())) {
-            f(p);
+        let change = {
+            let mut pods = lock(&self.pods);
+            pods.get_mut(&(namespace.to_owned(), name.to_owned()))
+                .map(|p| {
+                    let before = p.clone();
+                    f(p);
+                    (before, p.clone())
+                })
+        };
+        if let Some((before, after)) = change {
+            self.changed(Some(&before), Some(&after));
         }
     }
 
@@ -153,7 +187,77 @@ impl std::fmt::Debug for FakePods {
     }
 }
 
+/// The watch event a change makes for a watcher of `namespace` and `selector`, as the
+/// API server's watch cache makes it: a pod entering the selection is ADDED, leaving it
+/// DELETED (with its last state), staying in it MODIFIED.
+fn watch_event(
+    namespace: &str,
+    selector: Option<&Selector>,
+    revision: u64,
+    before: Option<&PodFacts>,
+    after: Option<&PodFacts>,
+) -> Option<crate::pods::WatchEvent> {
+    use crate::pods::{WatchEvent, WatchedPod};
+    let selected = |p: &&PodFacts| {
+        p.pod.namespace == namespace && selector.is_none_or(|s| s.matches(&p.labels))
+    };
+    let watched = |p: &PodFacts| WatchedPod {
+        facts: p.clone(),
+        resource_version: Some(revision.to_string()),
+    };
+    match (before.filter(selected), after.filter(selected)) {
+        (None, Some(a)) => Some(WatchEvent::Added(watched(a))),
+        (Some(_), Some(a)) => Some(WatchEvent::Modified(watched(a))),
+        (Some(b), None) => Some(WatchEvent::Deleted(watched(b))),
+        (None, None) => None,
+    }
+}
+
 impl PodSource for FakePods {
+    async fn list_versioned(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+    ) -> Result<crate::pods::Listing, PodsError> {
+        let revision = lock(&self.changes).revision;
+        let pods = self.list(namespace, selector).await?;
+        Ok(crate::pods::Listing {
+            pods,
+            resource_version: revision.to_string(),
+        })
+    }
+
+    async fn watch(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+        resource_version: &str,
+        _timeout: std::time::Duration,
+    ) -> Result<crate::pods::WatchStream, PodsError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(PodsError::Watch {
+                namespace: namespace.to_owned(),
+                reason: "503 Service Unavailable (injected)".into(),
+            });
+        }
+        let from: u64 = resource_version.parse().unwrap_or(0);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        {
+            let mut changes = lock(&self.changes);
+            for entry in changes.log.iter().filter(|(rev, _, _)| *rev > from) {
+                let _ = tx.send(entry.clone());
+            }
+            changes.watchers.push(tx);
+        }
+        let (namespace, selector) = (namespace.to_owned(), selector.cloned());
+        let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let events = futures::StreamExt::filter_map(events, move |(rev, before, after)| {
+            let event = watch_event(&namespace, selector.as_ref(), rev, before.as_ref(), after.as_ref());
+            async move { event.map(Ok) }
+        });
+        Ok(futures::StreamExt::boxed(events))
+    }
+
     async fn list(
         &self,
         namespace: &str,

@@ -1,11 +1,69 @@
 //! The pod side of I/O: read the pods a binding selects, completely or not at all.
 
 use std::future::Future;
+use std::time::Duration;
 
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 use thiserror::Error;
 
 use crate::core::{PodFacts, Selector};
+
+/// A consistent listing and the `resourceVersion` it is consistent at: a watch started
+/// from that version misses no change.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// The pods.
+    pub pods: Vec<PodFacts>,
+    /// The LIST's `resourceVersion` (empty if the server sent none).
+    pub resource_version: String,
+}
+
+/// A pod as a watch event carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedPod {
+    /// The pod's facts, as a LIST would give them.
+    pub facts: PodFacts,
+    /// The object's `metadata.resourceVersion`, where a resumed watch continues from
+    /// (`None` if the object has none).
+    pub resource_version: Option<String>,
+}
+
+/// The `Status` an `ERROR` watch event carries (410 Gone when the watch's version is too
+/// old and the watcher must LIST again).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchStatus {
+    /// Suggested HTTP code (0 when unset).
+    pub code: u16,
+    /// Machine-readable reason, e.g. `Expired` (empty when unset).
+    pub reason: String,
+    /// Human-readable message (empty when unset).
+    pub message: String,
+}
+
+/// One event of a pod watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// `ADDED`: a pod appeared (or is replayed at the start of a watch).
+    Added(WatchedPod),
+    /// `MODIFIED`: a pod changed.
+    Modified(WatchedPod),
+    /// `DELETED`: a pod is gone (or left the watch's selection); the object is its last
+    /// state.
+    Deleted(WatchedPod),
+    /// `BOOKMARK`: no change, but the watch has seen everything up to this version.
+    Bookmark {
+        /// `object.metadata.resourceVersion`.
+        resource_version: String,
+    },
+    /// `ERROR`: the watch ended with this status.
+    Error(WatchStatus),
+}
+
+/// A live watch: events as they arrive, until the server ends the stream (a timeout, a
+/// closed connection: the caller resumes from the last version it saw). An `Err` item is
+/// a broken stream; nothing after it is read.
+pub type WatchStream = BoxStream<'static, Result<WatchEvent, PodsError>>;
 
 /// Reads pods from the cluster.
 ///
@@ -20,6 +78,24 @@ pub trait PodSource: Send + Sync {
         namespace: &str,
         selector: Option<&Selector>,
     ) -> impl Future<Output = Result<Vec<PodFacts>, PodsError>> + Send;
+
+    /// Like [`PodSource::list`], with the version the listing is consistent at.
+    fn list_versioned(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+    ) -> impl Future<Output = Result<Listing, PodsError>> + Send;
+
+    /// Watches pods of `namespace` matching `selector` from `resource_version` (with
+    /// bookmarks), the server ending the stream after `timeout`. A version too old to
+    /// resume from is [`PodsError::Expired`] here, or an `ERROR` 410 event in the stream.
+    fn watch(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+        resource_version: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<WatchStream, PodsError>> + Send;
 
     /// One pod by name; `Ok(None)` when it does not exist (HTTP 404).
     fn get(
@@ -97,6 +173,22 @@ pub enum PodsError {
         name: String,
         /// Status code and message, or the transport error.
         reason: String,
+    },
+    /// A watch could not be started or broke off.
+    #[error("watching pods in namespace `{namespace}` failed: {reason}")]
+    Watch {
+        /// Namespace being watched.
+        namespace: String,
+        /// Status code and message, or the transport error.
+        reason: String,
+    },
+    /// The version a watch was to resume from is gone (HTTP 410): LIST again.
+    #[error("the pod watch of namespace `{namespace}` cannot resume from version {resource_version} (HTTP 410 Gone); listing again")]
+    Expired {
+        /// Namespace being watched.
+        namespace: String,
+        /// The version asked for.
+        resource_version: String,
     },
     /// Reading a single pod failed.
     #[error("reading pod `{namespace}/{name}` failed: {reason}")]

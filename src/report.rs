@@ -177,6 +177,40 @@ pub struct Verification {
     pub detection_bound_seconds: u64,
 }
 
+/// What a watch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchReport {
+    /// How long it watched (ms).
+    pub watched_ms: u64,
+    /// Namespaces watched.
+    pub namespaces: usize,
+    /// Pod events received (bookmarks not counted).
+    pub events: u64,
+    /// Events that could change a group (and so asked for a pass).
+    pub relevant_events: u64,
+    /// Group passes run because of them (each an observation, and a leased pass when
+    /// something was to change).
+    pub passes: u64,
+    /// Watches resumed after the server ended the stream or the connection broke.
+    pub resumed: u64,
+    /// Fresh LISTs after a 410 Gone.
+    pub relisted: u64,
+    /// Targets registered.
+    pub registered: usize,
+    /// Targets deregistered.
+    pub deregistered: usize,
+    /// Readiness gates opened (`namespace/name`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates_opened: Vec<String>,
+    /// Group reports of the passes that changed something or failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<GroupReport>,
+    /// Errors of the watch itself (a namespace that could not be watched).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
 /// The whole run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -196,6 +230,9 @@ pub struct Report {
     /// Scheduled runs: the verification rotation and its detection bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
+    /// Watch mode: what the watch after the full diff did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchReport>,
     /// Per group, sorted by name.
     pub groups: Vec<GroupReport>,
     /// Errors not tied to one group (discovery failed, an unknown ARN requested).
@@ -222,6 +259,7 @@ impl Report {
             duration_ms: 0,
             totals: Totals::default(),
             verification: None,
+            watch: None,
             groups: Vec::new(),
             errors: Vec::new(),
             notes: Vec::new(),

@@ -163,6 +163,17 @@ pub fn desired_targets<'a>(
     out
 }
 
+/// What one pod contributes to a bound group: its target and, for a gated pod, whether
+/// its gate is open; `None` when the binding does not select it or it yields no target.
+/// Two states of a pod with the same contribution make no difference to the group (the
+/// watch loop uses this to tell which pod changes need a pass).
+pub fn contribution(pod: &PodFacts, binding: &Binding) -> Option<(Target, Option<bool>)> {
+    if pod.pod.namespace != binding.namespace || !binding.selector.matches(&pod.labels) {
+        return None;
+    }
+    target_of(pod, binding).ok().map(|t| (t, pod.gate))
+}
+
 /// The design's readiness rules, in the order an operator would want them reported.
 fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
     if pod.excluded {

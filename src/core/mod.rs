@@ -22,7 +22,7 @@ mod test_fixtures;
 pub use backoff::{BackoffPolicy, BackoffState, Gate, UnixMillis};
 pub use binding::{Binding, BindingError, GroupFacts, Mode, PortSpec};
 pub use checkpoint::{Checkpoint, Rotation};
-pub use desired::{Desired, SkipReason, desired_targets};
+pub use desired::{Desired, SkipReason, contribution, desired_targets};
 pub use index::PodIndex;
 pub use plan::{Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan};
 pub use pod::{PodFacts, PodRef};

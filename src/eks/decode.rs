@@ -45,45 +45,7 @@ pub struct PodListPage {
     pub remaining_item_count: Option<i64>,
 }
 
-/// A pod as a watch event carries it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WatchedPod {
-    /// The pod's facts, as a LIST would give them.
-    pub facts: PodFacts,
-    /// The object's `metadata.resourceVersion`, where a resumed watch continues from
-    /// (`None` if the object has none).
-    pub resource_version: Option<String>,
-}
-
-/// The `Status` an `ERROR` watch event carries (410 Gone when the watch's version is too
-/// old and the watcher must LIST again).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct WatchStatus {
-    /// Suggested HTTP code (0 when unset).
-    pub code: u16,
-    /// Machine-readable reason, e.g. `Expired` (empty when unset).
-    pub reason: String,
-    /// Human-readable message (empty when unset).
-    pub message: String,
-}
-
-/// One line of a pod watch: `{"type": "...", "object": {...}}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchEvent {
-    /// `ADDED`: a pod appeared (or is replayed at the start of a watch).
-    Added(WatchedPod),
-    /// `MODIFIED`: a pod changed.
-    Modified(WatchedPod),
-    /// `DELETED`: a pod is gone; the object is its last state.
-    Deleted(WatchedPod),
-    /// `BOOKMARK`: no change, but the watch has seen everything up to this version.
-    Bookmark {
-        /// `object.metadata.resourceVersion`.
-        resource_version: String,
-    },
-    /// `ERROR`: the watch ended with this status.
-    Error(WatchStatus),
-}
+pub use crate::pods::{WatchEvent, WatchStatus, WatchedPod};
 
 /// Why a body could not be decoded, with serde's message and the line and column.
 #[derive(Debug, Error)]

@@ -3,17 +3,18 @@
 //! single-pod GETs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::AsyncReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::api::{ListParams, WatchParams};
 use kube::core::{Request, Status};
 use kube::{Api, Resource as _};
 
 use super::access::ClusterAccess;
-use super::decode::{PodListPage, decode_pod_list};
+use super::decode::{PodListPage, decode_pod_list, decode_watch_event};
 use crate::core::{PodFacts, Selector};
-use crate::pods::{PodSource, PodsError};
+use crate::pods::{Listing, PodSource, PodsError, WatchStream};
 
 /// Default LIST page size: the apiserver's own recommendation for chunked lists, and a
 /// page of full pods stays a few MB while converting.
@@ -307,7 +308,99 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+impl KubePods {
+    /// Starts a watch, minting a new token once after a 401.
+    async fn start_watch(
+        &self,
+        namespace: &str,
+        labels: Option<&str>,
+        resource_version: &str,
+        timeout: Duration,
+    ) -> Result<WatchStream, PodsError> {
+        // Bookmarks are on by default (`allowWatchBookmarks=true`).
+        let mut params = WatchParams::default()
+            .timeout(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1));
+        if let Some(labels) = labels {
+            params = params.labels(labels);
+        }
+        let request = Request::new(Pod::url_path(&(), Some(namespace)));
+        let mut reauthenticated = false;
+        loop {
+            let client = self.access.client().await?;
+            let mut http = request
+                .watch(&params, resource_version)
+                .map_err(|e| PodsError::Watch {
+                    namespace: namespace.to_owned(),
+                    reason: format!("building the request: {e}"),
+                })?;
+            // The same marker `Api::watch` sets, for layers that label requests by verb.
+            http.extensions_mut().insert("watch");
+            match client.request_stream(http).await {
+                Ok(body) => return Ok(watch_events(namespace.to_owned(), body)),
+                Err(error) if unauthorized(&error) && !reauthenticated => {
+                    reauthenticated = true;
+                    self.reauthenticate().await;
+                }
+                Err(kube::Error::Api(status)) if status.code == 410 => {
+                    return Err(PodsError::Expired {
+                        namespace: namespace.to_owned(),
+                        resource_version: resource_version.to_owned(),
+                    });
+                }
+                Err(error) => {
+                    return Err(PodsError::Watch {
+                        namespace: namespace.to_owned(),
+                        reason: self.explain(&error, namespace).await,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The events of a watch response body, one JSON object per line. A line that cannot be
+/// decoded, or a body that breaks off, ends the stream with an error.
+fn watch_events(
+    namespace: String,
+    body: impl futures::AsyncBufRead + Send + 'static,
+) -> WatchStream {
+    let lines = futures::AsyncBufReadExt::lines(body);
+    let namespace = Arc::<str>::from(namespace);
+    futures::StreamExt::boxed(futures::StreamExt::map(lines, move |line| {
+        let broken = |reason: String| PodsError::Watch {
+            namespace: namespace.to_string(),
+            reason,
+        };
+        let line = line.map_err(|e| broken(format!("the stream broke off: {e}")))?;
+        decode_watch_event(line.as_bytes()).map_err(|e| broken(e.to_string()))
+    }))
+}
+
 impl PodSource for KubePods {
+    async fn list_versioned(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+    ) -> Result<Listing, PodsError> {
+        let (pods, resource_version) = self.list_with_version(namespace, selector).await?;
+        Ok(Listing {
+            pods,
+            resource_version,
+        })
+    }
+
+    async fn watch(
+        &self,
+        namespace: &str,
+        selector: Option<&Selector>,
+        resource_version: &str,
+        timeout: Duration,
+    ) -> Result<WatchStream, PodsError> {
+        let labels = selector.map(Selector::to_query).filter(|q| !q.is_empty());
+        self.start_watch(namespace, labels.as_deref(), resource_version, timeout)
+            .await
+    }
+
     async fn list(
         &self,
         namespace: &str,

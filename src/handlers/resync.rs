@@ -1,5 +1,7 @@
 //! The resync function: full diff of every bound group (or the requested ones).
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::HandlerError;
@@ -10,17 +12,35 @@ use crate::pods::PodSource;
 use crate::reconcile::Engine;
 use crate::state::StateStore;
 
-/// Handles one invocation: the scheduled event or a manual payload.
+/// Stop watching this long before the invocation's deadline, so the report gets out.
+pub const WATCH_END_MARGIN: Duration = Duration::from_secs(10);
+
+/// Handles one invocation: the scheduled event or a manual payload. A scheduled run
+/// keeps watching for `watch` after it started (watch mode; zero: off), always ending
+/// [`WATCH_END_MARGIN`] before the deadline.
 pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
     engine: &Engine<P, G, S>,
     payload: &Value,
     deadline: Option<UnixMillis>,
+    watch: Duration,
 ) -> Result<Value, HandlerError> {
+    let started = engine.clock.now();
     let request = ResyncRequest::parse(payload)
         .inspect_err(|e| tracing::error!(error = %e, "refusing input"))?;
     let mut opts = request.options();
     opts.deadline = deadline;
-    let report = engine.resync(&opts).await;
+    let watch_until = (request.scheduled && !watch.is_zero()).then(|| {
+        let mut until = started.plus(watch);
+        if let Some(d) = deadline.filter(|d| *d > started) {
+            let margin = u64::try_from(WATCH_END_MARGIN.as_millis()).unwrap_or(0);
+            until = until.min(UnixMillis(d.0.saturating_sub(margin)));
+        }
+        until
+    });
+    let report = match watch_until {
+        Some(until) => engine.resync_and_watch(&opts, until).await,
+        None => engine.resync(&opts).await,
+    };
     tracing::info!(
         dry_run = report.dry_run,
         groups = report.totals.groups,

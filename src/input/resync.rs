@@ -40,6 +40,9 @@ pub struct ResyncRequest {
     /// Ignore per-group backoff.
     #[serde(default)]
     pub force: bool,
+    /// The invocation is the schedule's (not a manual payload): it may watch afterwards.
+    #[serde(skip)]
+    pub scheduled: bool,
 }
 
 impl ResyncRequest {
@@ -73,7 +76,10 @@ impl ResyncRequest {
                         "the scheduled event's detail is not {} (an input transformer?); resync refuses to guess what it asks for".into(),
                     ));
                 }
-                Ok(Self::default())
+                Ok(Self {
+                    scheduled: true,
+                    ..Self::default()
+                })
             }
             Value::Object(_) => {
                 let req: Self = serde_json::from_value(payload.clone()).map_err(|e| {
@@ -126,7 +132,9 @@ mod tests {
     #[test]
     fn scheduled_event_is_a_full_resync() {
         let ev: Value = serde_json::from_str(include_str!("../../events/scheduled.json")).unwrap();
-        assert_eq!(ResyncRequest::parse(&ev).unwrap(), ResyncRequest::default());
+        let r = ResyncRequest::parse(&ev).unwrap();
+        assert!(r.scheduled);
+        assert_eq!(r.options(), ResyncRequest::default().options());
     }
 
     #[test]

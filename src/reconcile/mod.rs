@@ -12,8 +12,10 @@ mod namespace;
 mod observe;
 mod pass;
 mod pod_event;
+mod watch;
 
 pub use pod_event::{PodEvent, PodEventError};
+pub use watch::{GATE_POLL, WATCH_REQUEST};
 #[cfg(test)]
 mod motion_tests;
 #[cfg(test)]
@@ -129,6 +131,9 @@ pub(crate) struct Scope<'a> {
     /// The pod an event is about, when its labels are unknown: groups whose selector
     /// cannot be checked are reconciled only if their ledger holds it.
     focus: Option<&'a PodEvent>,
+    /// Filled with each namespace's LIST (its version and pods) when a watch follows
+    /// the run: the watch resumes from there and knows every pod's last state.
+    seed: Option<&'a Mutex<BTreeMap<String, crate::pods::Listing>>>,
 }
 
 /// The reconcile engine. Cheap to share behind an `Arc`.
@@ -246,6 +251,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
 
     /// The scheduled / manual full diff of every bound group (or the requested ones).
     pub async fn resync(&self, opts: &RunOptions) -> Report {
+        self.resync_scoped(opts, None).await.0
+    }
+
+    /// [`Engine::resync`], recording each namespace's LIST into `seed` (for a watch to
+    /// follow); also returns the bound groups.
+    async fn resync_scoped(
+        &self,
+        opts: &RunOptions,
+        seed: Option<&Mutex<BTreeMap<String, crate::pods::Listing>>>,
+    ) -> (Report, Vec<BoundGroup>) {
         let started = self.clock.now();
         let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
         let bindings = match self.bindings().await {
@@ -254,7 +269,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 report
                     .errors
                     .push(format!("discovering target groups failed: {e}"));
-                return report.finish(self.clock.now());
+                return (report.finish(self.clock.now()), Vec::new());
             }
         };
         let Bindings {
@@ -275,7 +290,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             bound.retain(|b| only.contains(&b.group.arn));
             errors.retain(|e| only.contains(&e.target_group_arn));
         }
-        let mut scope = Scope::default();
+        let mut scope = Scope {
+            seed,
+            ..Scope::default()
+        };
         if opts.use_checkpoint {
             let rotation = self.rotation(bound.len(), started);
             let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
@@ -298,8 +316,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         report.groups.append(&mut errors);
         report
             .groups
-            .extend(self.reconcile_scoped(bound, opts, &scope).await);
-        report.finish(self.clock.now())
+            .extend(self.reconcile_scoped(bound.clone(), opts, &scope).await);
+        (report.finish(self.clock.now()), bound)
     }
 
     /// Re-verifications one scheduled run may spend (at least one).

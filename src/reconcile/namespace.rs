@@ -46,8 +46,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             return groups.iter().map(deferred).collect();
         }
         let selector = Selector::common(groups.iter().map(|b| &b.binding.selector));
-        let pods = match self.pods.list(&namespace, selector.as_ref()).await {
-            Ok(pods) => pods,
+        let pods = match self.pods.list_versioned(&namespace, selector.as_ref()).await {
+            Ok(listing) => {
+                if let Some(seed) = scope.seed
+                    && let Ok(mut seed) = seed.lock()
+                {
+                    seed.insert(namespace.clone(), listing.clone());
+                }
+                listing.pods
+            }
             Err(e) => {
                 // Never act on partial data: the error is every group's outcome.
                 tracing::error!(namespace = %namespace, error = %e, "pod list failed; groups in this namespace are left untouched");

@@ -100,6 +100,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let scope = Scope {
             due: None,
             focus: Some(&focus),
+            seed: None,
         };
         report.groups = self.reconcile_scoped(in_namespace, opts, &scope).await;
         report.notes.push(format!(

@@ -10,7 +10,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     tgsync::app::serve("resync", |app, payload, deadline| async move {
-        tgsync::handlers::resync::handle(&app.engine, &payload, Some(deadline)).await
+        let watch = app.settings.watch;
+        tgsync::handlers::resync::handle(&app.engine, &payload, Some(deadline), watch).await
     })
     .await
 }

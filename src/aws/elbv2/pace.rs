@@ -12,7 +12,7 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use governor::DefaultDirectRateLimiter;
 
-use super::super::{MAX_ATTEMPTS, is_throttling_code};
+use super::super::{INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, is_throttling_code};
 use super::MutationRate;
 
 /// Largest extra wait per attempt while ELBv2 keeps throttling.
@@ -101,7 +101,10 @@ impl Pace {
             if !retryable(&err) || attempt >= MAX_ATTEMPTS {
                 return Err(err);
             }
-            let ceiling_ms = 100u64.saturating_mul(1 << (attempt - 1).min(6)).min(5_000);
+            let ceiling = INITIAL_BACKOFF
+                .saturating_mul(1 << (attempt - 1).min(16))
+                .min(MAX_BACKOFF);
+            let ceiling_ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=ceiling_ms))).await;
         }
     }

@@ -1,0 +1,371 @@
+//! Watch mode, in one place: after its full diff, the scheduled resync keeps a WATCH on
+//! the pods of every bound namespace until shortly before its next run, and reconciles a
+//! group as soon as one of its pods changes in a way that can change the group — the
+//! reaction time of an in-cluster controller, from outside the cluster.
+//!
+//! The watch is only a hint of *which* groups to look at: each is reconciled through the
+//! same observation, lease, fresh LIST and diff as everything else. It resumes from the
+//! full diff's LIST (so nothing in between is missed), resumes a stream that simply ends
+//! (a server timeout or a cut connection) from the last version seen, and on a 410 lists
+//! again and reconciles the namespace's groups; nothing is ever decided from an event
+//! alone. While a gated pod's target is registered and not yet healthy, its group's
+//! target health is read every few seconds and the gate opened as soon as the NLB says
+//! healthy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use super::{BoundGroup, Engine, RunOptions, Scope};
+use crate::core::{HealthState, PodFacts, Selector, Target, UnixMillis, contribution};
+use crate::groups::TargetGroupApi;
+use crate::pods::{Listing, PodSource, PodsError, WatchEvent};
+use crate::report::{GroupReport, Outcome, PodError, WatchReport};
+use crate::state::StateStore;
+
+/// How long one watch request asks the server to keep the stream open: under the
+/// client's 30 s read timeout, so a quiet namespace ends its stream cleanly and resumes.
+pub const WATCH_REQUEST: Duration = Duration::from_secs(25);
+/// Events arriving within this of each other are reconciled in one batch.
+const DEBOUNCE: Duration = Duration::from_millis(20);
+/// How often target health of groups with a gate waiting is read.
+pub const GATE_POLL: Duration = Duration::from_secs(2);
+/// Pause before resuming a watch that failed to start or broke off.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// What the watchers share: every watched pod's last state, the groups to reconcile,
+/// and the groups with a gate waiting for a healthy target.
+struct Shared {
+    pods: Mutex<BTreeMap<(String, String), PodFacts>>,
+    dirty: Mutex<BTreeSet<String>>,
+    gated: Mutex<BTreeSet<String>>,
+    wake: tokio::sync::Notify,
+    report: Mutex<WatchReport>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// The scheduled resync in watch mode: the full diff, then a watch of the bound
+    /// namespaces until `until` (see the module docs).
+    pub async fn resync_and_watch(
+        &self,
+        opts: &RunOptions,
+        until: UnixMillis,
+    ) -> crate::report::Report {
+        let seed = Mutex::new(BTreeMap::new());
+        let (mut report, bound) = self.resync_scoped(opts, Some(&seed)).await;
+        let seed = seed.into_inner().unwrap_or_else(|p| p.into_inner());
+        let watch = self.watch(bound, seed, opts, until).await;
+        report.watch = Some(watch);
+        report.finish(self.clock.now())
+    }
+
+    /// Watches the namespaces of `bound` from the versions in `seed` until `until`.
+    async fn watch(
+        &self,
+        bound: Vec<BoundGroup>,
+        seed: BTreeMap<String, Listing>,
+        opts: &RunOptions,
+        until: UnixMillis,
+    ) -> WatchReport {
+        let started = self.clock.now();
+        let remaining = Duration::from_millis(until.0.saturating_sub(started.0));
+        let shared = Shared {
+            pods: Mutex::new(BTreeMap::new()),
+            dirty: Mutex::new(BTreeSet::new()),
+            gated: Mutex::new(BTreeSet::new()),
+            wake: tokio::sync::Notify::new(),
+            report: Mutex::new(WatchReport::default()),
+        };
+        let mut by_namespace: BTreeMap<String, Vec<&BoundGroup>> = BTreeMap::new();
+        for b in &bound {
+            by_namespace
+                .entry(b.binding.namespace.clone())
+                .or_default()
+                .push(b);
+        }
+        let mut versions = BTreeMap::new();
+        {
+            let mut pods = lock(&shared.pods);
+            for (ns, listing) in seed {
+                for p in listing.pods {
+                    pods.insert((ns.clone(), p.pod.name.clone()), p);
+                }
+                versions.insert(ns, listing.resource_version);
+            }
+        }
+        for b in &bound {
+            if self.gate_pending(b, &shared) {
+                lock(&shared.gated).insert(b.group.arn.clone());
+            }
+        }
+        lock(&shared.report).namespaces = by_namespace.len();
+        let readers = futures::future::join_all(by_namespace.iter().map(|(ns, groups)| {
+            let version = versions.get(ns).cloned().unwrap_or_default();
+            self.read_namespace(ns, groups, version, &shared)
+        }));
+        let work = async {
+            futures::join!(
+                readers,
+                self.reconcile_dirty(&bound, &shared, opts),
+                self.poll_gates(&bound, &shared)
+            )
+        };
+        // The one exit: the watch ends when its time is up, whatever is in flight.
+        let _ = tokio::time::timeout(remaining, work).await;
+        let mut report = shared
+            .report
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        report.watched_ms = self.clock.now().0.saturating_sub(started.0);
+        report
+    }
+
+    /// Reads one namespace's watch forever (the caller's timeout ends it): applies each
+    /// event to the pod states, marks the groups it can change, and resumes or lists
+    /// again as the stream requires.
+    async fn read_namespace(
+        &self,
+        namespace: &str,
+        groups: &[&BoundGroup],
+        mut version: String,
+        shared: &Shared,
+    ) {
+        let selector = Selector::common(groups.iter().map(|b| &b.binding.selector));
+        let mut need_list = version.is_empty();
+        loop {
+            if need_list {
+                match self.pods.list_versioned(namespace, selector.as_ref()).await {
+                    Ok(listing) => {
+                        self.replace_namespace(namespace, groups, listing.pods, shared);
+                        version = listing.resource_version;
+                        need_list = false;
+                        lock(&shared.report).relisted += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(namespace, error = %e, "listing pods for the watch failed; retrying");
+                        tokio::time::sleep(RETRY).await;
+                        continue;
+                    }
+                }
+            }
+            let stream = self
+                .pods
+                .watch(namespace, selector.as_ref(), &version, WATCH_REQUEST)
+                .await;
+            let mut stream = match stream {
+                Ok(s) => s,
+                Err(PodsError::Expired { .. }) => {
+                    need_list = true;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(namespace, error = %e, "starting the watch failed; retrying");
+                    lock(&shared.report).errors.push(e.to_string());
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            };
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(WatchEvent::Bookmark { resource_version }) => version = resource_version,
+                    Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                        need_list = true;
+                        break;
+                    }
+                    Ok(WatchEvent::Error(status)) => {
+                        tracing::warn!(namespace, code = status.code, message = %status.message, "the watch ended with an error; resuming");
+                        break;
+                    }
+                    Ok(event) => {
+                        if let Some(v) = self.apply(namespace, groups, event, shared) {
+                            version = v;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::info!(namespace, error = %e, "the watch stream broke off; resuming from the last version seen");
+                        tokio::time::sleep(RETRY).await;
+                        break;
+                    }
+                }
+            }
+            lock(&shared.report).resumed += 1;
+        }
+    }
+
+    /// Applies one pod event; returns its resource version.
+    fn apply(
+        &self,
+        namespace: &str,
+        groups: &[&BoundGroup],
+        event: WatchEvent,
+        shared: &Shared,
+    ) -> Option<String> {
+        let (watched, deleted) = match event {
+            WatchEvent::Added(p) | WatchEvent::Modified(p) => (p, false),
+            WatchEvent::Deleted(p) => (p, true),
+            WatchEvent::Bookmark { .. } | WatchEvent::Error(_) => return None,
+        };
+        let key = (namespace.to_owned(), watched.facts.pod.name.clone());
+        let before = {
+            let mut pods = lock(&shared.pods);
+            if deleted {
+                pods.remove(&key)
+            } else {
+                pods.insert(key, watched.facts.clone())
+            }
+        };
+        let after = (!deleted).then_some(&watched.facts);
+        let mut marked = false;
+        for b in groups {
+            let was = before.as_ref().and_then(|p| contribution(p, &b.binding));
+            let is = after.and_then(|p| contribution(p, &b.binding));
+            // A pod never seen before may be one the full diff did not see either.
+            if was != is || (before.is_none() && is.is_some()) {
+                lock(&shared.dirty).insert(b.group.arn.clone());
+                marked = true;
+            }
+        }
+        {
+            let mut report = lock(&shared.report);
+            report.events += 1;
+            report.relevant_events += u64::from(marked);
+        }
+        if marked {
+            shared.wake.notify_one();
+        }
+        watched.resource_version
+    }
+
+    /// After a fresh LIST: the namespace's pod states are replaced and every group in it
+    /// is reconciled (what changed while the watch could not follow is unknown).
+    fn replace_namespace(
+        &self,
+        namespace: &str,
+        groups: &[&BoundGroup],
+        listed: Vec<PodFacts>,
+        shared: &Shared,
+    ) {
+        {
+            let mut pods = lock(&shared.pods);
+            pods.retain(|(ns, _), _| ns != namespace);
+            for p in listed {
+                pods.insert((namespace.to_owned(), p.pod.name.clone()), p);
+            }
+        }
+        lock(&shared.dirty).extend(groups.iter().map(|b| b.group.arn.clone()));
+        shared.wake.notify_one();
+    }
+
+    /// Reconciles the groups marked dirty, in batches, as they come.
+    async fn reconcile_dirty(&self, bound: &[BoundGroup], shared: &Shared, opts: &RunOptions) {
+        let opts = RunOptions {
+            dry_run: false,
+            force: false,
+            only: None,
+            deadline: opts.deadline,
+            use_checkpoint: false,
+        };
+        loop {
+            shared.wake.notified().await;
+            tokio::time::sleep(DEBOUNCE).await;
+            let dirty = std::mem::take(&mut *lock(&shared.dirty));
+            if dirty.is_empty() {
+                continue;
+            }
+            let groups: Vec<BoundGroup> = bound
+                .iter()
+                .filter(|b| dirty.contains(&b.group.arn))
+                .cloned()
+                .collect();
+            let reports = self
+                .reconcile_scoped(groups, &opts, &Scope::default())
+                .await;
+            let mut report = lock(&shared.report);
+            report.passes += reports.len() as u64;
+            for r in reports {
+                report.registered += r.registered.len();
+                report.deregistered += r.deregistered.len();
+                report.gates_opened.extend(r.gates_opened.iter().cloned());
+                let eventful = !r.registered.is_empty()
+                    || !r.deregistered.is_empty()
+                    || !r.gates_opened.is_empty()
+                    || matches!(r.outcome, Outcome::Failed | Outcome::BindingError);
+                if eventful {
+                    report.changes.push(r);
+                }
+            }
+            drop(report);
+            for b in bound.iter().filter(|b| dirty.contains(&b.group.arn)) {
+                if self.gate_pending(b, shared) {
+                    lock(&shared.gated).insert(b.group.arn.clone());
+                }
+            }
+        }
+    }
+
+    /// Whether a gated pod of `b` waits for its gate (as the watch last saw the pods).
+    fn gate_pending(&self, b: &BoundGroup, shared: &Shared) -> bool {
+        lock(&shared.pods).values().any(|p| {
+            matches!(contribution(p, &b.binding), Some((_, Some(false))))
+        })
+    }
+
+    /// Every [`GATE_POLL`], reads the target health of the groups with a gate waiting and
+    /// opens the gates of pods whose target is healthy (no lease: the patch carries the
+    /// pod's UID, and opening a gate changes no target).
+    async fn poll_gates(&self, bound: &[BoundGroup], shared: &Shared) {
+        loop {
+            tokio::time::sleep(GATE_POLL).await;
+            let gated = lock(&shared.gated).clone();
+            for b in bound.iter().filter(|b| gated.contains(&b.group.arn)) {
+                let waiting: Vec<(Target, PodFacts)> = lock(&shared.pods)
+                    .values()
+                    .filter_map(|p| match contribution(p, &b.binding) {
+                        Some((t, Some(false))) => Some((t, p.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                if waiting.is_empty() {
+                    lock(&shared.gated).remove(&b.group.arn);
+                    continue;
+                }
+                let Ok(health) = self.groups.health(&b.group.arn).await else {
+                    continue;
+                };
+                for (target, pod) in waiting {
+                    let healthy = health
+                        .iter()
+                        .any(|(t, s)| *t == target && *s == HealthState::Healthy);
+                    if !healthy {
+                        continue;
+                    }
+                    let name = pod.pod.to_string();
+                    match self
+                        .pods
+                        .open_gate(&pod.pod.namespace, &pod.pod.name, &pod.pod.uid)
+                        .await
+                    {
+                        Ok(()) => lock(&shared.report).gates_opened.push(name),
+                        Err(e) => {
+                            let mut r = GroupReport::new(
+                                &b.group.arn,
+                                &b.group.group_name(),
+                                Outcome::InSync,
+                            );
+                            r.pod_errors.push(PodError {
+                                pod: name,
+                                error: e.to_string(),
+                            });
+                            lock(&shared.report).changes.push(r);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
