@@ -21,63 +21,19 @@ mod moto;
 #[path = "../tests/support/world.rs"]
 mod world;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use tgsync::clock::ManualClock;
 use tgsync::core::UnixMillis;
-use tgsync::fakes::{FakeElb, FakePods, FakeState};
-use tgsync::reconcile::Engine;
-use tgsync::testkit::{PodBuilder, bound_group};
+use tgsync::testkit::{Fleet, LogCapture};
 
-const GROUPS: usize = 100;
-const NAMESPACES: usize = 5;
-const PODS_PER_GROUP: usize = 10;
+const FLEET: Fleet = Fleet {
+    groups: 100,
+    namespaces: 5,
+    pods_per_group: 10,
+};
 
-/// Everything the subscriber writes, kept in memory.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut b) = self.0.lock() {
-            b.extend_from_slice(buf);
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    /// Takes what was written so far: (log lines without EMF lines, their bytes).
-    fn take(&self) -> (Vec<String>, usize) {
-        let text = self
-            .0
-            .lock()
-            .map(|mut b| String::from_utf8_lossy(&std::mem::take(&mut *b)).into_owned())
-            .unwrap_or_default();
-        let lines: Vec<String> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.contains("\"_aws\""))
-            .map(str::to_owned)
-            .collect();
-        let bytes = lines.iter().map(|l| l.len() + 1).sum();
-        (lines, bytes)
-    }
-}
-
-fn pod(g: usize, p: usize) -> k8s_openapi::api::core::v1::Pod {
-    let i = g * PODS_PER_GROUP + p;
-    PodBuilder::new(&format!("ns-{}", g % NAMESPACES), &format!("svc-{g}-{p}"))
-        .label("app", &format!("svc-{g}"))
-        .ip(&format!("10.1.{}.{}", i / 250, 1 + i % 250))
-        .build()
-}
-
-fn report(what: &str, capture: &Capture, verbose: bool) {
-    let (lines, bytes) = capture.take();
+fn report(what: &str, capture: &LogCapture, verbose: bool) {
+    let lines = capture.take();
+    let bytes: usize = lines.iter().map(|l| l.len() + 1).sum();
     println!("{what}: {} log lines, {bytes} bytes", lines.len());
     if verbose {
         for l in &lines {
@@ -96,41 +52,27 @@ async fn main() {
         .find(|a| !a.starts_with("--"))
         .cloned()
         .unwrap_or_else(|| "info".to_owned());
-    let capture = Capture::default();
-    let writer = capture.clone();
-    tgsync::logging::init_with(Some(&level), true, move || writer.clone());
+    let capture = LogCapture::default();
+    tgsync::logging::init_with(Some(&level), true, capture.clone());
     tgsync::app::install_crypto_provider();
+    let Fleet {
+        groups,
+        namespaces,
+        pods_per_group,
+    } = FLEET;
     println!(
-        "log level `{level}`, JSON lines; {GROUPS} groups in {NAMESPACES} namespaces, {PODS_PER_GROUP} ready pods each"
+        "log level `{level}`, JSON lines; {groups} groups in {namespaces} namespaces, {pods_per_group} ready pods each"
     );
 
     // In-memory fakes: only what tgsync itself logs.
-    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
-    let elb = FakeElb::default();
-    let pods = FakePods::default();
-    for g in 0..GROUPS {
-        let arn = format!(
-            "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/svc-{g}/{g:016x}"
-        );
-        elb.add_group(bound_group(
-            &arn,
-            "demo",
-            &format!("ns-{}", g % NAMESPACES),
-            &format!("app=svc-{g}"),
-            8080,
-        ));
-        for p in 0..PODS_PER_GROUP {
-            pods.put(pod(g, p));
-        }
-    }
-    let engine = Engine::new("demo", pods, elb, FakeState::default(), Arc::new(clock));
+    let engine = FLEET.fake_engine(ManualClock::new(UnixMillis(1_800_000_000_000)));
     let payload = serde_json::json!({});
     let first = tgsync::handlers::resync::handle(&engine, &payload, None)
         .await
         .expect("first resync");
     assert_eq!(
         first["totals"]["registered"],
-        GROUPS * PODS_PER_GROUP,
+        groups * pods_per_group,
         "the first run fills every group"
     );
     engine.groups.settle();
@@ -146,18 +88,18 @@ async fn main() {
     }
     // The production adapters (AWS SDK, kube) against moto and the emulator.
     let w = world::World::new().await;
-    for g in 0..GROUPS {
-        let ns = format!("ns-{}", g % NAMESPACES);
-        w.group(&ns, &format!("app=svc-{g}"), 8080, &[]).await;
-        for p in 0..PODS_PER_GROUP {
-            w.put_pod(pod(g, p));
+    for g in 0..groups {
+        w.group(&FLEET.namespace(g), &FLEET.selector(g), 8080, &[])
+            .await;
+        for p in 0..pods_per_group {
+            w.put_pod(FLEET.pod(g, p));
         }
     }
     let _ = capture.take();
     let first = tgsync::handlers::resync::handle(&w.engine, &payload, None)
         .await
         .expect("first resync");
-    assert_eq!(first["totals"]["registered"], GROUPS * PODS_PER_GROUP);
+    assert_eq!(first["totals"]["registered"], groups * pods_per_group);
     report(
         "live (moto + emulator), first run (100 groups changed)",
         &capture,

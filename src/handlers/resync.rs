@@ -21,6 +21,7 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
     let mut opts = request.options();
     opts.deadline = deadline;
     let report = engine.resync(&opts).await;
+    super::log_groups(&report);
     tracing::info!(
         dry_run = report.dry_run,
         groups = report.totals.groups,

@@ -231,7 +231,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     read_at,
                 }),
                 Some(Err(e)) => {
-                    tracing::warn!(target_group = %group.arn, error = %e, "binding error");
+                    // DEBUG: the report carries it, and the resync handler logs one
+                    // line per failing group every run; pod-events, which rediscovers
+                    // every minute, would only repeat it.
+                    tracing::debug!(target_group = %group.arn, error = %e, "binding error");
                     out.errors.push(GroupReport::with_error(
                         &group.arn,
                         &group.group_name(),
