@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tgsync::clock::ManualClock;
 use tgsync::core::UnixMillis;
 use tgsync::fakes::{FakeElb, FakePods, FakeState};
-use tgsync::reconcile::Engine;
+use tgsync::logging::LambdaLevel;
+use tgsync::reconcile::{Engine, RunOptions};
 use tgsync::testkit::{Fleet, LogCapture};
 
 const FLEET: Fleet = Fleet {
@@ -149,4 +150,41 @@ async fn each_group_with_changes_or_errors_adds_one_line() {
             .count(),
         1
     );
+}
+
+/// The metric lines of a real run pass Lambda's filter at every level an operator can
+/// set, timestamped, with the EMF block CloudWatch extracts the metrics from.
+#[tokio::test]
+async fn metric_lines_of_a_run_pass_warn_error_and_fatal() {
+    let _turn = TURN.lock().await;
+    let engine = converged_fleet().await;
+    engine
+        .groups
+        .set_tag(&FLEET.arn(7), "tgsync/namespace", Some("Not_A_Namespace"));
+    let report = engine.resync(&RunOptions::default()).await;
+    for configured in [LambdaLevel::Warn, LambdaLevel::Error, LambdaLevel::Fatal] {
+        let level = tgsync::metrics::emf_level(Some(configured));
+        let lines = tgsync::metrics::emf_lines(&report, level);
+        assert_eq!(lines.len(), 2, "the run line and the failing group's line");
+        for l in &lines {
+            let v: Value = serde_json::from_str(l).unwrap();
+            // Lambda passes a line at or above the configured level.
+            let passes =
+                LambdaLevel::parse(v["level"].as_str().unwrap()).is_some_and(|l| l >= configured);
+            assert!(passes, "{configured}: {l}");
+            let ts = v["timestamp"].as_str().unwrap();
+            aws_smithy_types::DateTime::from_str(ts, aws_smithy_types::date_time::Format::DateTime)
+                .unwrap_or_else(|e| panic!("{ts}: {e}"));
+            assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "tgsync");
+            assert!(v["ReconcileErrors"].as_u64().unwrap() >= 1, "{l}");
+        }
+    }
+    // A dry run feeds no metric.
+    let dry = engine
+        .resync(&RunOptions {
+            dry_run: true,
+            ..RunOptions::default()
+        })
+        .await;
+    assert!(tgsync::metrics::emf_lines(&dry, LambdaLevel::Info).is_empty());
 }
