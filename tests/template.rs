@@ -752,6 +752,66 @@ fn pod_events_rule_matches_the_exporters_events_for_this_cluster_only() {
 /// What the rule delivers, the function acts on: every sample EventBridge event the rule
 /// matches parses as a pod event, and the rule drops what the parser would ignore anyway
 /// (another cluster, a malformed involvedObject).
+/// infra/kubernetes-event-exporter.yaml sends what the stack's rule and pod-events
+/// expect: the default `source` and bus, only Pod events, the reasons tgsync acts on,
+/// and no option the released exporter does not have.
+#[test]
+fn exporter_config_agrees_with_the_stack() {
+    let t = Template::load();
+    let text = read("infra/kubernetes-event-exporter.yaml");
+    let map: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
+    let config = to_json(map)["data"]["config.yaml"]
+        .as_str()
+        .expect("ConfigMap data config.yaml")
+        .to_owned();
+    assert!(
+        !config.contains("sentUpdateEvent"),
+        "sentUpdateEvent is in no release of the exporter"
+    );
+    let config = to_json(serde_norway::from_str(&config).expect("config.yaml is YAML"));
+    let receiver = as_list(&config["receivers"])
+        .into_iter()
+        .find(|r| r["eventbridge"].is_object())
+        .expect("an eventbridge receiver");
+    let eventbridge = &receiver["eventbridge"];
+    assert_eq!(
+        Some(&eventbridge["source"]),
+        t.parameter_default("EventSource")
+    );
+    assert_eq!(
+        Some(&eventbridge["eventBusName"]),
+        t.parameter_default("EventBusName")
+    );
+    assert!(
+        eventbridge.get("details").is_none(),
+        "the whole Event is the detail"
+    );
+    let routes = as_list(&config["route"]["routes"]);
+    let matches: Vec<Value> = routes.iter().flat_map(|r| as_list(&r["match"])).collect();
+    let rule = matches
+        .iter()
+        .find(|m| m["receiver"] == receiver["name"])
+        .expect("a route to the eventbridge receiver");
+    assert_eq!(rule["kind"], "^Pod$");
+    let reasons = rule["reason"].as_str().expect("reason regex");
+    for reason in [
+        "Started",
+        "Killing",
+        "Unhealthy",
+        "Preempting",
+        "Preempted",
+        "Evicted",
+        "NodeNotReady",
+    ] {
+        assert!(
+            reasons.contains(&format!("|{reason}|"))
+                || reasons.contains(&format!("({reason}|"))
+                || reasons.contains(&format!("|{reason})")),
+            "{reason} is not forwarded: {reasons}"
+        );
+    }
+}
+
 #[test]
 fn pod_events_rule_and_parser_agree_on_the_sample_events() {
     let t = Template::load();
