@@ -12,7 +12,7 @@ ensure_venv() {
   local req="$ROOT/scripts/requirements.txt" stamp="$VENV/.requirements.sha"
   local want; want="$(sha256sum "$req" | cut -d' ' -f1)"
   if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing pinned tools into $VENV (moto, cargo-lambda, cfn-lint)"
+    log "installing pinned tools into $VENV (moto, cargo-lambda, cfn-lint, aws-sam-cli)"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req"
     echo "$want" > "$stamp"

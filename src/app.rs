@@ -86,6 +86,7 @@ impl App {
                 concurrency: settings.concurrency,
                 verify_describes_per_second: settings.verify_describes_per_second,
                 schedule_period: settings.schedule,
+                binding_policy: settings.binding_policy(),
                 ..EngineSettings::default()
             })
             .with_owner_prefix(function);

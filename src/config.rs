@@ -1,10 +1,14 @@
 //! Settings from the environment, validated once, with one clear line per mistake.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use thiserror::Error;
 use url::Url;
+
+use crate::core::BindingPolicy;
+use crate::core::binding::is_namespace_name;
 
 /// Everything both functions read from their environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +46,13 @@ pub struct Settings {
     /// schedule's period): how long after it started a scheduled resync keeps watching
     /// the bound namespaces and reconciling groups as their pods change.
     pub watch: Duration,
+    /// `TGSYNC_ALLOWED_NAMESPACES` (space separated; empty or unset: any): the only
+    /// namespaces a `tgsync/namespace` tag may name. Whoever can tag a group can point
+    /// pods at it; this bounds what such a tag can reach.
+    pub allowed_namespaces: Option<BTreeSet<String>>,
+    /// `TGSYNC_ALLOW_EXCLUSIVE` (default `false`): whether a `tgsync/mode=exclusive`
+    /// tag is honoured (it removes every target tgsync did not register).
+    pub allow_exclusive: bool,
 }
 
 /// A setting that is missing or wrong. The message names the variable and the fix.
@@ -147,7 +158,54 @@ impl Settings {
             )?,
             schedule: Duration::from_secs(number(&get, "TGSYNC_SCHEDULE_SECONDS", 60, 60, 86_400)?),
             watch: Duration::from_secs(number(&get, "TGSYNC_WATCH_SECONDS", 0, 0, 900)?),
+            allowed_namespaces: namespaces(&get, "TGSYNC_ALLOWED_NAMESPACES")?,
+            allow_exclusive: boolean(&get, "TGSYNC_ALLOW_EXCLUSIVE", false)?,
         })
+    }
+
+    /// The limits on what binding tags may ask for.
+    pub fn binding_policy(&self) -> BindingPolicy {
+        BindingPolicy {
+            allowed_namespaces: self.allowed_namespaces.clone(),
+            allow_exclusive: self.allow_exclusive,
+        }
+    }
+}
+
+/// A space-separated list of namespace names; `None` when unset or empty (any).
+fn namespaces(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<Option<BTreeSet<String>>, ConfigError> {
+    let Some(v) = get(name) else {
+        return Ok(None);
+    };
+    let mut set = BTreeSet::new();
+    for ns in v.split_whitespace() {
+        if !is_namespace_name(ns) {
+            return Err(invalid(
+                name,
+                &v,
+                &format!(
+                    "`{ns}` is not a namespace name; give namespace names separated by spaces (lowercase letters, digits and `-`), or leave it empty for any namespace"
+                ),
+            ));
+        }
+        set.insert(ns.to_owned());
+    }
+    Ok(Some(set))
+}
+
+fn boolean(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(invalid(name, &v, "expected `true` or `false`")),
     }
 }
 
@@ -227,6 +285,52 @@ mod tests {
         assert_eq!(s.page_size, 500);
         assert_eq!(s.ready_wait, Duration::from_secs(20));
         assert_eq!(s.endpoint_override, None);
+        // Tags may name any namespace, but not ask for exclusive mode.
+        assert_eq!(s.binding_policy(), BindingPolicy::default());
+        assert_eq!(s.allowed_namespaces, None);
+        assert!(!s.allow_exclusive);
+    }
+
+    #[test]
+    fn binding_limits_are_read() {
+        let base = [("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            settings(&pairs)
+        };
+        let s = with(&[
+            ("TGSYNC_ALLOWED_NAMESPACES", " shop  kafka\tshop "),
+            ("TGSYNC_ALLOW_EXCLUSIVE", "TRUE"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.binding_policy(),
+            BindingPolicy {
+                allowed_namespaces: Some(BTreeSet::from(["kafka".to_owned(), "shop".to_owned()])),
+                allow_exclusive: true,
+            }
+        );
+        // Empty means any, like unset (the template passes an empty parameter).
+        let s = with(&[
+            ("TGSYNC_ALLOWED_NAMESPACES", ""),
+            ("TGSYNC_ALLOW_EXCLUSIVE", "false"),
+        ])
+        .unwrap();
+        assert_eq!(s.binding_policy(), BindingPolicy::default());
+        for (pairs, want) in [
+            (
+                [("TGSYNC_ALLOWED_NAMESPACES", "shop,kafka")],
+                "TGSYNC_ALLOWED_NAMESPACES=\"shop,kafka\" is not valid: `shop,kafka` is not a namespace name",
+            ),
+            (
+                [("TGSYNC_ALLOW_EXCLUSIVE", "yes")],
+                "TGSYNC_ALLOW_EXCLUSIVE=\"yes\" is not valid: expected `true` or `false`",
+            ),
+        ] {
+            let err = with(&pairs).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{err}");
+        }
     }
 
     #[test]

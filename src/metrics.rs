@@ -6,22 +6,58 @@
 //! Per-group lines are emitted only for groups with something to say, so a steady-state
 //! fleet of 1,000 groups adds no per-group metrics (each dimension value is a billed
 //! custom metric); the group's name stays searchable as a property in Logs Insights.
+//!
+//! **Every line reaches CloudWatch, at every log level.** With JSON logs and an
+//! application log level (the template's `LogLevel`), Lambda drops every line whose
+//! `level` is below the configured one, counts a line without a valid `level` as INFO,
+//! and a line without a valid RFC 3339 `timestamp` as INFO too (Lambda developer guide,
+//! "Log-level filtering"). An EMF line without them would vanish at WARN, ERROR or FATAL
+//! and every alarm on these metrics would go quiet. So each line carries a `timestamp`
+//! and a `level` that passes the filter: see [`emf_level`]. Both are extra root members,
+//! which the EMF specification allows; the `_aws` block is untouched.
+//!
+//! **Dry runs emit nothing.** A dry run is a manual look at a plan: its counts are what a
+//! run *would* do, and in the production namespace and dimensions they would feed the
+//! alarms and dashboards (a planned registration counted as drift found). A separate
+//! namespace would be custom metrics nobody reads; the dry-run report returned to the
+//! caller already holds everything.
 
 use serde_json::{Map, Value, json};
 
+use crate::logging::{LambdaLevel, rfc3339};
 use crate::report::{Outcome, Report};
 
 /// CloudWatch namespace of every tgsync metric.
 pub const NAMESPACE: &str = "tgsync";
 
-/// The EMF lines for a finished report. Pure, so it is tested without stdout.
-pub fn emf_lines(report: &Report) -> Vec<String> {
+/// The `level` of the metric lines, given the application log level Lambda filters at
+/// (`AWS_LAMBDA_LOG_LEVEL`). Lambda passes a line whose level is at or above the
+/// configured one, so the line takes the configured level when that is above INFO
+/// (WARN, ERROR, FATAL: exactly the least severe level that still passes), and INFO
+/// otherwise (what these lines are: routine records, which pass at TRACE, DEBUG, INFO
+/// and when no level is configured). Not always FATAL, which would also pass: then every
+/// run would put a FATAL line in the log, tripping any alert or Logs Insights query on
+/// fatal errors when nothing is wrong.
+pub fn emf_level(configured: Option<LambdaLevel>) -> LambdaLevel {
+    match configured {
+        Some(level) if level > LambdaLevel::Info => level,
+        _ => LambdaLevel::Info,
+    }
+}
+
+/// The EMF lines for a finished report, labelled `level` (see [`emf_level`]). Pure, so
+/// it is tested without stdout. None for a dry run (see the module docs).
+pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
+    if report.dry_run {
+        return Vec::new();
+    }
     let t = &report.totals;
     // A group backing off is still failing: counting it keeps the errors alarm from
     // clearing between its attempts.
     let errors = t.errors + t.backing_off + report.errors.len();
     let mut lines = vec![line(
         report,
+        level,
         &["Function", "Cluster"],
         Map::from_iter([
             ("Function".to_owned(), json!(report.function)),
@@ -35,19 +71,16 @@ pub fn emf_lines(report: &Report) -> Vec<String> {
             ("LeaseHeld".to_owned(), json!(t.lease_held)),
             ("BackingOff".to_owned(), json!(t.backing_off)),
             ("Duration".to_owned(), json!(report.duration_ms)),
-            ("DryRun".to_owned(), json!(report.dry_run)),
+            // The heartbeat: one per finished run. A run that crashes, times out or is
+            // never invoked writes none, and the heartbeat alarm sees the gap.
+            ("RunsCompleted".to_owned(), json!(1)),
         ]),
     )];
-    for g in &report.groups {
-        let failed = matches!(
-            g.outcome,
-            Outcome::Failed | Outcome::BindingError | Outcome::Aborted | Outcome::BackingOff
-        );
-        if g.outcome != Outcome::Changed && !failed {
-            continue;
-        }
+    for g in report.groups.iter().filter(|g| g.is_eventful()) {
+        let failed = g.outcome.is_error();
         lines.push(line(
             report,
+            level,
             &["Function", "Cluster", "TargetGroup"],
             Map::from_iter([
                 ("Function".to_owned(), json!(report.function)),
@@ -71,14 +104,20 @@ pub fn emf_lines(report: &Report) -> Vec<String> {
     lines
 }
 
-/// Prints the EMF lines of `report` to stdout.
+/// Prints the EMF lines of `report` to stdout, at the level the function's log filter
+/// lets through.
 pub fn emit(report: &Report) {
-    for l in emf_lines(report) {
+    for l in emf_lines(report, emf_level(LambdaLevel::configured())) {
         println!("{l}");
     }
 }
 
-fn line(report: &Report, dimensions: &[&str], mut fields: Map<String, Value>) -> String {
+fn line(
+    report: &Report,
+    level: LambdaLevel,
+    dimensions: &[&str],
+    mut fields: Map<String, Value>,
+) -> String {
     let metric = |name: &str, unit: &str| json!({"Name": name, "Unit": unit});
     let mut metrics = vec![
         metric("DriftFound", "Count"),
@@ -93,12 +132,16 @@ fn line(report: &Report, dimensions: &[&str], mut fields: Map<String, Value>) ->
             metric("LeaseHeld", "Count"),
             metric("BackingOff", "Count"),
             metric("Duration", "Milliseconds"),
+            metric("RunsCompleted", "Count"),
         ]);
     }
+    let at = report.started_at.0 + report.duration_ms;
+    fields.insert("level".to_owned(), json!(level.as_str()));
+    fields.insert("timestamp".to_owned(), json!(rfc3339(at)));
     fields.insert(
         "_aws".to_owned(),
         json!({
-            "Timestamp": report.started_at.0 + report.duration_ms,
+            "Timestamp": at,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
                 "Dimensions": [dimensions],
@@ -142,7 +185,7 @@ mod tests {
         r.groups
             .push(GroupReport::new("arn:a", "web", Outcome::BackingOff));
         let r = r.finish(UnixMillis(1_800_000_000_100));
-        let lines: Vec<Value> = emf_lines(&r)
+        let lines: Vec<Value> = emf_lines(&r, LambdaLevel::Info)
             .iter()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
@@ -153,7 +196,7 @@ mod tests {
 
     #[test]
     fn one_run_line_and_one_per_eventful_group() {
-        let lines: Vec<Value> = emf_lines(&report())
+        let lines: Vec<Value> = emf_lines(&report(), LambdaLevel::Info)
             .iter()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
@@ -184,5 +227,69 @@ mod tests {
         assert_eq!(lines[1]["ReconcileErrors"], 1);
         assert_eq!(lines[2]["TargetGroup"], "web");
         assert_eq!(lines[2]["DriftFound"], 1);
+        assert_eq!(run["RunsCompleted"], 1, "the heartbeat");
+    }
+
+    /// Lambda drops a JSON line below its application log level, and counts a line
+    /// without `level` (or without a valid timestamp) as INFO: at WARN, ERROR and FATAL
+    /// the metric lines must still get through, with the EMF block intact.
+    #[test]
+    fn metric_lines_pass_every_lambda_log_level() {
+        use LambdaLevel::*;
+        for (configured, want) in [
+            (None, Info),
+            (Some(Trace), Info),
+            (Some(Debug), Info),
+            (Some(Info), Info),
+            (Some(Warn), Warn),
+            (Some(Error), Error),
+            (Some(Fatal), Fatal),
+        ] {
+            let level = emf_level(configured);
+            assert_eq!(level, want, "{configured:?}");
+            // What Lambda lets through at `configured`: lines at or above it.
+            assert!(level >= configured.unwrap_or(Info), "{configured:?}");
+            let lines = emf_lines(&report(), level);
+            assert_eq!(lines.len(), 3, "{configured:?}");
+            for l in &lines {
+                let v: Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["level"], want.as_str(), "{l}");
+                let ts = v["timestamp"].as_str().expect("timestamp");
+                let parsed = aws_smithy_types::DateTime::from_str(
+                    ts,
+                    aws_smithy_types::date_time::Format::DateTime,
+                )
+                .unwrap_or_else(|e| panic!("{ts}: {e}"));
+                assert_eq!(parsed.to_millis().unwrap(), 1_800_000_000_250, "{ts}");
+                assert_eq!(v["_aws"]["Timestamp"], 1_800_000_000_250u64);
+                let directive = &v["_aws"]["CloudWatchMetrics"][0];
+                assert_eq!(directive["Namespace"], NAMESPACE);
+                for m in directive["Metrics"].as_array().unwrap() {
+                    assert!(v[m["Name"].as_str().unwrap()].is_number(), "{m} in {l}");
+                }
+                for d in directive["Dimensions"][0].as_array().unwrap() {
+                    assert!(v[d.as_str().unwrap()].is_string(), "{d} in {l}");
+                }
+            }
+        }
+    }
+
+    /// A dry run's counts are what a run would do: they must not reach the metrics the
+    /// alarms read.
+    #[test]
+    fn dry_runs_emit_no_metrics() {
+        let mut r = Report::new("resync", "demo", true, UnixMillis(1_800_000_000_000));
+        r.groups
+            .push(GroupReport::new("arn:a", "web", Outcome::Planned));
+        r.groups.push(GroupReport::with_error(
+            "arn:b",
+            "broken",
+            Outcome::BindingError,
+            "tag missing",
+        ));
+        let r = r.finish(UnixMillis(1_800_000_000_100));
+        for level in [LambdaLevel::Info, LambdaLevel::Fatal] {
+            assert!(emf_lines(&r, level).is_empty());
+        }
     }
 }

@@ -29,6 +29,18 @@ pub enum Outcome {
     Deferred,
 }
 
+impl Outcome {
+    /// Whether the group is failing: it failed, its tags are wrong, or it is backing off
+    /// after failures (still failing between its attempts, so alarms and logs keep
+    /// seeing it instead of clearing until the next attempt).
+    pub fn is_error(self) -> bool {
+        matches!(
+            self,
+            Self::Failed | Self::BindingError | Self::Aborted | Self::BackingOff
+        )
+    }
+}
+
 /// A target a call failed for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -127,6 +139,13 @@ impl GroupReport {
             verification_skipped: false,
             gone: false,
         }
+    }
+
+    /// Whether the group is worth a log line and a per-group metric line: it changed or
+    /// it is failing. A group in sync (the steady state of almost every group) is not,
+    /// so a quiet run costs one summary line however many groups it looked at.
+    pub fn is_eventful(&self) -> bool {
+        self.outcome == Outcome::Changed || self.outcome.is_error()
     }
 
     /// A report that only carries an error.

@@ -478,3 +478,118 @@ pub fn calls_since(
         .filter(|(_, v)| *v > 0)
         .collect()
 }
+
+/// A fleet of bound groups for volume tests and measurements: group `g` is
+/// `svc-{g}` in namespace `ns-{g % namespaces}`, selects `app=svc-{g}` on port 8080, and
+/// has `pods_per_group` ready pods with distinct IPs. The same shape as the API-call and
+/// log-volume measurements, so their numbers compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fleet {
+    /// Bound groups.
+    pub groups: usize,
+    /// Namespaces the groups are spread over.
+    pub namespaces: usize,
+    /// Ready pods per group.
+    pub pods_per_group: usize,
+}
+
+impl Fleet {
+    /// The namespace of group `g`.
+    pub fn namespace(&self, g: usize) -> String {
+        format!("ns-{}", g % self.namespaces.max(1))
+    }
+
+    /// The selector tag of group `g`.
+    pub fn selector(&self, g: usize) -> String {
+        format!("app=svc-{g}")
+    }
+
+    /// The ARN of group `g` in the in-memory fakes.
+    pub fn arn(&self, g: usize) -> String {
+        format!("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/svc-{g}/{g:016x}")
+    }
+
+    /// Pod `p` of group `g`: ready, labelled for the group, with its own IP.
+    pub fn pod(&self, g: usize, p: usize) -> Pod {
+        let i = g * self.pods_per_group + p;
+        PodBuilder::new(&self.namespace(g), &format!("svc-{g}-{p}"))
+            .label("app", &format!("svc-{g}"))
+            .ip(&format!("10.1.{}.{}", i / 250, 1 + i % 250))
+            .build()
+    }
+
+    /// An engine for cluster `demo` over the in-memory fakes holding the whole fleet
+    /// (groups tagged, pods ready, nothing registered yet), on `clock`.
+    pub fn fake_engine(
+        &self,
+        clock: crate::clock::ManualClock,
+    ) -> crate::reconcile::Engine<
+        crate::fakes::FakePods,
+        crate::fakes::FakeElb,
+        crate::fakes::FakeState,
+    > {
+        let elb = crate::fakes::FakeElb::default();
+        let pods = crate::fakes::FakePods::default();
+        for g in 0..self.groups {
+            elb.add_group(bound_group(
+                &self.arn(g),
+                "demo",
+                &self.namespace(g),
+                &self.selector(g),
+                8080,
+            ));
+            for p in 0..self.pods_per_group {
+                pods.put(self.pod(g, p));
+            }
+        }
+        crate::reconcile::Engine::new(
+            "demo",
+            pods,
+            elb,
+            crate::fakes::FakeState::default(),
+            std::sync::Arc::new(clock),
+        )
+    }
+}
+
+/// Everything a log subscriber writes, kept in memory: pass it (cloned) as the writer of
+/// `tgsync::logging::init_with`, then [`LogCapture::take`] what was written.
+#[derive(Debug, Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut b) = self.0.lock() {
+            b.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl LogCapture {
+    /// Takes the log lines written so far (empty lines and EMF metric lines, which carry
+    /// `"_aws"`, left out: metrics are not log lines).
+    pub fn take(&self) -> Vec<String> {
+        let text = self
+            .0
+            .lock()
+            .map(|mut b| String::from_utf8_lossy(&std::mem::take(&mut *b)).into_owned())
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.trim().is_empty() && !l.contains("\"_aws\""))
+            .map(str::to_owned)
+            .collect()
+    }
+}

@@ -9,6 +9,7 @@ mod moto;
 mod world;
 
 use aws_sdk_elasticloadbalancingv2::types::TargetTypeEnum;
+use tgsync::core::BindingPolicy;
 use tgsync::faults::{CrashAt, FaultPoint, NoFaults};
 use tgsync::reconcile::RunOptions;
 use tgsync::report::Outcome;
@@ -95,6 +96,85 @@ async fn s3_foreign_targets_kept_in_shared_removed_in_exclusive() {
         ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
     );
     assert_eq!(r.group(&exclusive).unwrap().deregistered.len(), 2);
+}
+
+/// Tags are an authority, bounded by the deployment: a group tagged for a namespace
+/// outside `TGSYNC_ALLOWED_NAMESPACES`, or asking for exclusive mode without
+/// `TGSYNC_ALLOW_EXCLUSIVE`, is a binding error and nothing in it changes — not its
+/// foreign targets, not even the targets tgsync registered there before the limit —
+/// while a group within the limits converges as usual.
+#[tokio::test]
+async fn s3b_binding_policy_leaves_out_of_bounds_groups_untouched() {
+    let mut w = World::new().await;
+    let allowed = three_pods(&w).await;
+    // A group filled from kube-system while no limit was set: its pod is registered.
+    let system = w.group("kube-system", "app=dns", 53, &[]).await;
+    w.put_pod(
+        PodBuilder::new("kube-system", "dns-1")
+            .label("app", "dns")
+            .ip("10.0.3.1")
+            .build(),
+    );
+    w.register_by_hand(&system, "10.0.200.9", 53).await;
+    let r = w.resync().await;
+    assert_eq!(
+        r.group(&system).unwrap().outcome,
+        Outcome::Changed,
+        "{r:#?}"
+    );
+    assert_eq!(w.targets(&system).await, ["10.0.200.9:53", "10.0.3.1:53"]);
+
+    // The deployment now allows only `shop`, and no exclusive mode (the default).
+    w.engine.settings.binding_policy = BindingPolicy {
+        allowed_namespaces: Some(["shop".to_owned()].into()),
+        allow_exclusive: false,
+    };
+    let exclusive = w
+        .group("shop", "app=web", 8080, &[("tgsync/mode", "exclusive")])
+        .await;
+    w.register_by_hand(&exclusive, "10.0.77.7", 8080).await;
+    // kube-system's pod goes away: without the limit, its target would be deregistered.
+    w.emulator.store().delete_pod("kube-system", "dns-1");
+    w.put_pod(web("web-4", "10.0.1.4").build());
+
+    let r = w.resync().await;
+    let g = r.group(&system).expect("reported");
+    assert_eq!(g.outcome, Outcome::BindingError, "{r:#?}");
+    let error = g.error.as_deref().unwrap();
+    assert!(
+        error.contains("tgsync/namespace")
+            && error.contains("kube-system")
+            && error.contains("TGSYNC_ALLOWED_NAMESPACES"),
+        "{error}"
+    );
+    assert_eq!(w.targets(&system).await, ["10.0.200.9:53", "10.0.3.1:53"]);
+    assert_eq!(w.ledger(&system).await, ["10.0.3.1:53"]);
+
+    let g = r.group(&exclusive).expect("reported");
+    assert_eq!(g.outcome, Outcome::BindingError, "{r:#?}");
+    let error = g.error.as_deref().unwrap();
+    assert!(
+        error.contains("tgsync/mode") && error.contains("TGSYNC_ALLOW_EXCLUSIVE"),
+        "{error}"
+    );
+    assert_eq!(
+        w.targets(&exclusive).await,
+        ["10.0.77.7:8080"],
+        "no pod registered, the foreign target kept"
+    );
+    assert!(w.ledger(&exclusive).await.is_empty());
+
+    let g = r.group(&allowed).expect("reported");
+    assert_eq!(g.outcome, Outcome::Changed, "{r:#?}");
+    let want = [
+        "10.0.1.1:8080",
+        "10.0.1.2:8080",
+        "10.0.1.3:8080",
+        "10.0.1.4:8080",
+    ];
+    assert_eq!(w.targets(&allowed).await, want);
+    assert_eq!(w.ledger(&allowed).await, want);
+    assert_eq!(r.totals.errors, 2);
 }
 
 #[tokio::test]

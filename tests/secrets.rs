@@ -77,7 +77,7 @@ async fn tokens_and_credentials_never_reach_any_output() {
     assert_eq!(ok.targets(&arn).await, ["10.0.1.1:8080"], "{report:#?}");
     let json = serde_json::to_string(&report).unwrap();
     assert_clean("report", &json);
-    for line in tgsync::metrics::emf_lines(&report) {
+    for line in tgsync::metrics::emf_lines(&report, tgsync::logging::LambdaLevel::Info) {
         assert_clean("metrics", &line);
     }
 

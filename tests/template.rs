@@ -752,6 +752,66 @@ fn pod_events_rule_matches_the_exporters_events_for_this_cluster_only() {
 /// What the rule delivers, the function acts on: every sample EventBridge event the rule
 /// matches parses as a pod event, and the rule drops what the parser would ignore anyway
 /// (another cluster, a malformed involvedObject).
+/// infra/kubernetes-event-exporter.yaml sends what the stack's rule and pod-events
+/// expect: the default `source` and bus, only Pod events, the reasons tgsync acts on,
+/// and no option the released exporter does not have.
+#[test]
+fn exporter_config_agrees_with_the_stack() {
+    let t = Template::load();
+    let text = read("infra/kubernetes-event-exporter.yaml");
+    let map: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
+    let config = to_json(map)["data"]["config.yaml"]
+        .as_str()
+        .expect("ConfigMap data config.yaml")
+        .to_owned();
+    assert!(
+        !config.contains("sentUpdateEvent"),
+        "sentUpdateEvent is in no release of the exporter"
+    );
+    let config = to_json(serde_norway::from_str(&config).expect("config.yaml is YAML"));
+    let receiver = as_list(&config["receivers"])
+        .into_iter()
+        .find(|r| r["eventbridge"].is_object())
+        .expect("an eventbridge receiver");
+    let eventbridge = &receiver["eventbridge"];
+    assert_eq!(
+        Some(&eventbridge["source"]),
+        t.parameter_default("EventSource")
+    );
+    assert_eq!(
+        Some(&eventbridge["eventBusName"]),
+        t.parameter_default("EventBusName")
+    );
+    assert!(
+        eventbridge.get("details").is_none(),
+        "the whole Event is the detail"
+    );
+    let routes = as_list(&config["route"]["routes"]);
+    let matches: Vec<Value> = routes.iter().flat_map(|r| as_list(&r["match"])).collect();
+    let rule = matches
+        .iter()
+        .find(|m| m["receiver"] == receiver["name"])
+        .expect("a route to the eventbridge receiver");
+    assert_eq!(rule["kind"], "^Pod$");
+    let reasons = rule["reason"].as_str().expect("reason regex");
+    for reason in [
+        "Started",
+        "Killing",
+        "Unhealthy",
+        "Preempting",
+        "Preempted",
+        "Evicted",
+        "NodeNotReady",
+    ] {
+        assert!(
+            reasons.contains(&format!("|{reason}|"))
+                || reasons.contains(&format!("({reason}|"))
+                || reasons.contains(&format!("|{reason})")),
+            "{reason} is not forwarded: {reasons}"
+        );
+    }
+}
+
 #[test]
 fn pod_events_rule_and_parser_agree_on_the_sample_events() {
     let t = Template::load();
@@ -969,6 +1029,36 @@ fn environment_is_what_the_settings_read() {
             .unwrap_or_else(|e| panic!("{function}: {e}"));
         assert_eq!(settings.cluster_name, "demo");
         assert_eq!(settings.table_name, "tgsync-StateTable-ABC123");
+        // By default tags may name any namespace but not ask for exclusive mode.
+        assert_eq!(
+            settings.binding_policy(),
+            tgsync::core::BindingPolicy::default(),
+            "{function}"
+        );
+
+        // The binding limits reach both functions.
+        let limited = t.parameters(&[
+            ("ClusterName", "demo"),
+            ("AllowedNamespaces", "shop kafka"),
+            ("AllowExclusive", "true"),
+        ]);
+        let env: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| {
+                let v = resolve(v, &limited, &refs);
+                (k.clone(), v.as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        let settings = Settings::from_lookup(|k| env.get(k).cloned())
+            .unwrap_or_else(|e| panic!("{function}: {e}"));
+        assert_eq!(
+            settings.binding_policy(),
+            tgsync::core::BindingPolicy {
+                allowed_namespaces: Some(BTreeSet::from(["kafka".to_owned(), "shop".to_owned()])),
+                allow_exclusive: true,
+            },
+            "{function}"
+        );
     }
 
     // pod-events' readiness wait stays well inside its timeout.
@@ -996,44 +1086,270 @@ fn served_as(crate_dir: &str) -> String {
     main[start..start + len].to_owned()
 }
 
+/// The alarms of the template, by logical id: their `Properties`.
+fn alarms(t: &Template) -> BTreeMap<String, Value> {
+    t.of_type("AWS::CloudWatch::Alarm")
+        .map(|(name, a)| (name.clone(), a["Properties"].clone()))
+        .collect()
+}
+
+/// What src/metrics.rs emits, read from the EMF lines of sample reports of both
+/// functions (a changed group, a failing one, an idle one): for each metric name, the
+/// (namespace, dimension names) it is emitted under.
+fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
+    use tgsync::core::UnixMillis;
+    use tgsync::report::{GroupReport, Outcome, Report};
+    let mut out: BTreeMap<String, BTreeSet<(String, Vec<String>)>> = BTreeMap::new();
+    for dir in ["functions/resync", "functions/pod-events"] {
+        let function: &'static str = Box::leak(served_as(dir).into_boxed_str());
+        let mut r = Report::new(function, "demo", false, UnixMillis(1_800_000_000_000));
+        r.groups
+            .push(GroupReport::new("arn:a", "web", Outcome::Changed));
+        r.groups
+            .push(GroupReport::new("arn:b", "quiet", Outcome::InSync));
+        r.groups.push(GroupReport::with_error(
+            "arn:c",
+            "broken",
+            Outcome::Failed,
+            "reading target health failed",
+        ));
+        let r = r.finish(UnixMillis(1_800_000_000_500));
+        let lines = tgsync::metrics::emf_lines(&r, tgsync::logging::LambdaLevel::Info);
+        assert_eq!(lines.len(), 3, "{dir}: run line + two eventful groups");
+        for line in lines {
+            let v: Value = serde_json::from_str(&line).expect("EMF line is JSON");
+            for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
+                let namespace = directive["Namespace"].as_str().unwrap().to_owned();
+                for dims in as_list(&directive["Dimensions"]) {
+                    let mut dims: Vec<String> = as_list(&dims)
+                        .iter()
+                        .map(|d| d.as_str().unwrap().to_owned())
+                        .collect();
+                    dims.sort();
+                    for m in as_list(&directive["Metrics"]) {
+                        out.entry(m["Name"].as_str().unwrap().to_owned())
+                            .or_default()
+                            .insert((namespace.clone(), dims.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every alarm watches a metric that exists: tgsync's own metrics under the namespace
+/// and dimensions src/metrics.rs emits them with (Function = a binary's served name,
+/// Cluster = this stack's cluster); AWS metrics of this stack's own resources.
 #[test]
-fn alarms_watch_reconcile_errors_and_the_dead_letter_queue() {
+fn every_alarm_watches_a_metric_that_is_emitted() {
     let t = Template::load();
-    // The metrics module names the namespace; checked when it is there.
-    let namespace = if root().join("src/metrics.rs").exists() {
-        str_const("src/metrics.rs", "NAMESPACE")
-    } else {
-        "tgsync".to_owned()
-    };
-    assert_eq!(namespace, "tgsync");
-    let alarms: Vec<_> = t
-        .of_type("AWS::CloudWatch::Alarm")
-        .map(|(_, a)| &a["Properties"])
+    let emitted = emitted_metrics();
+    assert_eq!(str_const("src/metrics.rs", "NAMESPACE"), "tgsync");
+    let functions: BTreeSet<String> = ["functions/resync", "functions/pod-events"]
+        .into_iter()
+        .map(served_as)
         .collect();
+    let alarms = alarms(&t);
+    assert!(alarms.len() >= 5, "{:?}", alarms.keys());
+    for (name, a) in &alarms {
+        let metric = a["MetricName"].as_str().expect("MetricName");
+        let namespace = a["Namespace"].as_str().expect("Namespace");
+        let dims = as_list(&a["Dimensions"]);
+        match namespace {
+            "tgsync" => {
+                let mut names: Vec<String> = dims
+                    .iter()
+                    .map(|d| d["Name"].as_str().unwrap().to_owned())
+                    .collect();
+                names.sort();
+                let known = emitted
+                    .get(metric)
+                    .unwrap_or_else(|| panic!("{name}: src/metrics.rs emits no {metric}"));
+                assert!(
+                    known.contains(&(namespace.to_owned(), names.clone())),
+                    "{name}: {metric} is emitted under {known:?}, not {names:?}"
+                );
+                for d in &dims {
+                    match d["Name"].as_str().unwrap() {
+                        "Function" => assert!(
+                            functions.contains(d["Value"].as_str().unwrap_or_default()),
+                            "{name}: Function {} is not a served name ({functions:?})",
+                            d["Value"]
+                        ),
+                        "Cluster" => {
+                            assert_eq!(d["Value"], json!({ "Ref": "ClusterName" }), "{name}")
+                        }
+                        other => panic!("{name}: unexpected dimension {other}"),
+                    }
+                }
+            }
+            "AWS/Lambda" => {
+                assert_eq!(dims.len(), 1, "{name}");
+                assert_eq!(dims[0]["Name"], "FunctionName", "{name}");
+                let function = dims[0]["Value"]["Ref"].as_str().expect("Ref to a function");
+                assert_eq!(
+                    t.resource(function)["Type"],
+                    "AWS::Serverless::Function",
+                    "{name}"
+                );
+            }
+            "AWS/SQS" => {
+                assert_eq!(
+                    dims,
+                    [
+                        json!({ "Name": "QueueName", "Value": get_att("DeadLetterQueue", "QueueName") })
+                    ],
+                    "{name}"
+                );
+            }
+            other => panic!("{name}: namespace {other} not checked"),
+        }
+        for key in ["AlarmActions", "OKActions"] {
+            assert_eq!(
+                a[key],
+                json!({ "Fn::If": ["HasAlarmTopic", [{ "Ref": "AlarmTopicArn" }], { "Ref": "AWS::NoValue" }] }),
+                "{name}: {key}"
+            );
+        }
+        assert!(
+            a["TreatMissingData"].is_string(),
+            "{name}: decide TreatMissingData"
+        );
+    }
+    assert!(
+        alarms.values().any(|a| a["Namespace"] == "AWS/SQS"
+            && a["MetricName"] == "ApproximateNumberOfMessagesVisible")
+    );
+}
+
+/// The errors alarms count groups failing or backing off, and a failing group's errors
+/// can come alone, one per retry, as far apart as the longest backoff delay plus one
+/// schedule period. The alarm must neither clear in such a gap (flapping) nor fire on a
+/// single failed run: every evaluation window holds at least `DatapointsToAlarm`
+/// retries of a group that keeps failing, each in its own period.
+#[test]
+fn reconcile_error_alarms_outlast_the_backoff_gaps() {
+    let t = Template::load();
+    let longest_gap =
+        tgsync::core::BackoffPolicy::default().max.as_secs() + 60 /* one schedule tick */;
     for dir in ["functions/resync", "functions/pod-events"] {
         let function = served_as(dir);
-        let alarm = alarms
-            .iter()
-            .find(|a| {
+        let (name, a) = alarms(&t)
+            .into_iter()
+            .find(|(_, a)| {
                 a["MetricName"] == "ReconcileErrors"
-                    && a["Dimensions"]
-                        == json!([
-                            { "Name": "Function", "Value": function },
-                            { "Name": "Cluster", "Value": { "Ref": "ClusterName" } },
-                        ])
+                    && as_list(&a["Dimensions"])
+                        .contains(&json!({ "Name": "Function", "Value": function }))
             })
             .unwrap_or_else(|| panic!("no ReconcileErrors alarm for Function={function}"));
-        assert_eq!(alarm["Namespace"], namespace.as_str());
-        assert_eq!(alarm["Statistic"], "Sum");
-        assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
-        assert_eq!(alarm["Threshold"], 0);
-        let window =
-            alarm["Period"].as_u64().unwrap() * alarm["EvaluationPeriods"].as_u64().unwrap();
-        assert_eq!(window, 300, "{function}: 5 minutes");
+        let period = a["Period"].as_u64().unwrap();
+        let periods = a["EvaluationPeriods"].as_u64().unwrap();
+        let needed = a["DatapointsToAlarm"].as_u64().unwrap_or(periods);
+        let window = period * periods;
+        assert!(
+            window >= 1800,
+            "{name}: a window of {window} s is under 30 minutes"
+        );
+        assert!(
+            longest_gap >= period,
+            "{name}: retries {longest_gap} s apart must land in distinct periods"
+        );
+        assert!(
+            window / longest_gap >= needed,
+            "{name}: a window of {window} s holds only {} retries {longest_gap} s apart, fewer than the {needed} needed: the alarm would flap",
+            window / longest_gap
+        );
+        assert!(needed >= 2, "{name}: one failed run must not fire it");
+        assert_eq!(a["ComparisonOperator"], "GreaterThanThreshold", "{name}");
+        assert_eq!(a["Threshold"], 0, "{name}");
+        assert_eq!(
+            a["TreatMissingData"], "notBreaching",
+            "{name}: no run is the heartbeat's business"
+        );
     }
-    assert!(alarms.iter().any(|a| a["Namespace"] == "AWS/SQS"
-        && a["MetricName"] == "ApproximateNumberOfMessagesVisible"
-        && a["Dimensions"][0]["Value"] == get_att("DeadLetterQueue", "QueueName")));
+}
+
+/// A resync that is never invoked, or never finishes, writes no metric at all, so no
+/// error alarm can see it: the heartbeat alarm fires on the missing RunsCompleted.
+#[test]
+fn resync_heartbeat_fires_when_runs_stop() {
+    let t = Template::load();
+    let resync = served_as("functions/resync");
+    let (name, a) = alarms(&t)
+        .into_iter()
+        .find(|(_, a)| a["MetricName"] == "RunsCompleted")
+        .expect("a heartbeat alarm on RunsCompleted");
+    assert_eq!(a["Namespace"], "tgsync", "{name}");
+    assert!(
+        as_list(&a["Dimensions"]).contains(&json!({ "Name": "Function", "Value": resync })),
+        "{name}"
+    );
+    assert_eq!(a["Statistic"], "Sum", "{name}");
+    assert_eq!(a["ComparisonOperator"], "LessThanThreshold", "{name}");
+    assert_eq!(a["Threshold"], 1, "{name}");
+    assert_eq!(
+        a["TreatMissingData"], "breaching",
+        "{name}: no data is the signal"
+    );
+    let period = a["Period"].as_u64().unwrap();
+    let needed = a["DatapointsToAlarm"]
+        .as_u64()
+        .unwrap_or_else(|| a["EvaluationPeriods"].as_u64().unwrap());
+    // The default schedule runs every minute: a period holds several runs, and more
+    // than one empty period is needed, so one late tick does not fire it.
+    assert_eq!(
+        t.parameter_default("ResyncSchedule"),
+        Some(&json!("rate(1 minute)"))
+    );
+    assert!(
+        period >= 120 && needed >= 2,
+        "{name}: {period} s x {needed}"
+    );
+    assert!(
+        period * needed <= 900,
+        "{name}: an outage is found within 15 minutes"
+    );
+}
+
+/// README's alarm table lists exactly the template's alarms, each with the metric and
+/// namespace it watches.
+#[test]
+fn readme_alarm_table_lists_every_alarm() {
+    let t = Template::load();
+    let readme = read("README.md");
+    let section = readme
+        .split("**Alarms**")
+        .nth(1)
+        .expect("README has an **Alarms** paragraph");
+    let rows: BTreeMap<String, String> = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // header and separator
+        .map(|l| {
+            let first = l.split('|').nth(1).unwrap_or_default().trim();
+            (first.trim_matches('`').to_owned(), l.to_owned())
+        })
+        .collect();
+    let alarms = alarms(&t);
+    assert_eq!(
+        rows.keys().collect::<Vec<_>>(),
+        alarms.keys().collect::<Vec<_>>(),
+        "README's alarm table and template.yaml's alarms differ"
+    );
+    for (name, a) in &alarms {
+        let row = &rows[name];
+        for needle in [
+            a["MetricName"].as_str().unwrap(),
+            a["Namespace"].as_str().unwrap(),
+        ] {
+            assert!(
+                row.contains(needle),
+                "README row of {name} does not name {needle}: {row}"
+            );
+        }
+    }
 }
 
 #[test]

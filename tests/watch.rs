@@ -50,7 +50,8 @@ async fn one_watching_invocation_follows_every_pod_transition() {
     w.put_pod(web("web-2", "10.0.1.2").ready(false).build());
     w.put_pod(web("web-3", "10.0.1.3").build());
     let until = w.clock.now().plus(Duration::from_secs(12));
-    let watching = w.engine.resync_and_watch(&scheduled(), until);
+    let opts = scheduled();
+    let watching = w.engine.resync_and_watch(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &["10.0.1.1:8080", "10.0.1.3:8080"]).await;
         let store = w.emulator.store();
@@ -98,7 +99,8 @@ async fn a_410_mid_watch_lists_again_and_converges() {
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(web("web-1", "10.0.1.1").build());
     let until = w.clock.now().plus(Duration::from_secs(8));
-    let watching = w.engine.resync_and_watch(&scheduled(), until);
+    let opts = scheduled();
+    let watching = w.engine.resync_and_watch(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &["10.0.1.1:8080"]).await;
         // Break the stream; the resumed watch is told its version is too old.
@@ -124,7 +126,8 @@ async fn a_watch_cut_off_mid_stream_deregisters_nothing_still_desired() {
     }
     let all = ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080", "10.0.1.4:8080"];
     let until = w.clock.now().plus(Duration::from_secs(8));
-    let watching = w.engine.resync_and_watch(&scheduled(), until);
+    let opts = scheduled();
+    let watching = w.engine.resync_and_watch(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &all).await;
         for round in 0..6 {
@@ -165,8 +168,9 @@ async fn two_overlapping_watching_invocations_stay_correct() {
     )
     .with_owner_prefix("resync-2");
     let until = w.clock.now().plus(Duration::from_secs(10));
-    let first_watch = w.engine.resync_and_watch(&scheduled(), until);
-    let second_watch = second.resync_and_watch(&scheduled(), until);
+    let opts = scheduled();
+    let first_watch = w.engine.resync_and_watch(&opts, until);
+    let second_watch = second.resync_and_watch(&opts, until);
     let churn = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         for i in 1..=12u32 {

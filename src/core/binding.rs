@@ -4,8 +4,13 @@
 //! Kubernetes object is needed and the binding outlives the cluster. Every way the tags
 //! can be wrong is a typed [`BindingError`] that names the tag and the fix; a bad binding
 //! stops only its own group.
+//!
+//! Tags are an authority: whoever may tag a target group may point pods at it, and with
+//! `tgsync/mode=exclusive` have tgsync remove everything else in it. A deployment limits
+//! what tags may ask for with a [`BindingPolicy`]; a binding outside it is a binding
+//! error like any other, so the group is left untouched.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -90,24 +95,69 @@ pub struct Binding {
     pub family: AddressFamily,
 }
 
+/// What this deployment lets target-group tags ask for (`TGSYNC_ALLOWED_NAMESPACES`,
+/// `TGSYNC_ALLOW_EXCLUSIVE`). Checked on every binding read, at discovery and when a
+/// pass re-reads the tags, so a tag changed later cannot get around it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BindingPolicy {
+    /// Namespaces groups may be filled from; `None`: any namespace.
+    pub allowed_namespaces: Option<BTreeSet<String>>,
+    /// Whether a group may ask for `tgsync/mode=exclusive` (removing every target tgsync
+    /// did not register). The deployment default is no: one tag should not be enough to
+    /// empty a group of targets someone else put there.
+    pub allow_exclusive: bool,
+}
+
+impl BindingPolicy {
+    /// No limits: any namespace, exclusive mode allowed (the tag table alone decides).
+    pub fn unrestricted() -> Self {
+        Self {
+            allowed_namespaces: None,
+            allow_exclusive: true,
+        }
+    }
+
+    /// Whether `binding` stays within the policy; the error names the tag, its value and
+    /// the setting to change.
+    pub fn check(&self, binding: &Binding) -> Result<(), BindingError> {
+        if let Some(allowed) = &self.allowed_namespaces
+            && !allowed.contains(&binding.namespace)
+        {
+            return Err(BindingError::NamespaceNotAllowed {
+                namespace: binding.namespace.clone(),
+                allowed: allowed.iter().cloned().collect::<Vec<_>>().join(" "),
+            });
+        }
+        if binding.mode == Mode::Exclusive && !self.allow_exclusive {
+            return Err(BindingError::ExclusiveNotAllowed);
+        }
+        Ok(())
+    }
+}
+
 impl Binding {
     /// Whether this binding names `cluster`, so that cluster's tgsync should manage it.
     pub fn binds_cluster(&self, cluster: &str) -> bool {
         self.clusters.iter().any(|c| c == cluster)
     }
 
-    /// Reads the binding from a group's tags; `None` when the group does not name
-    /// `cluster` at all (it is someone else's, not an error).
+    /// Reads the binding from a group's tags, within `policy`; `None` when the group does
+    /// not name `cluster` at all (it is someone else's, not an error).
     pub fn for_cluster(
         tags: &BTreeMap<String, String>,
         group: &GroupFacts,
         cluster: &str,
+        policy: &BindingPolicy,
     ) -> Option<Result<Self, BindingError>> {
         let named = tags
             .get(TAG_CLUSTER)?
             .split_whitespace()
             .any(|c| c == cluster);
-        named.then(|| Self::parse(tags, group))
+        named.then(|| {
+            let binding = Self::parse(tags, group)?;
+            policy.check(&binding)?;
+            Ok(binding)
+        })
     }
 
     /// Reads the binding from a group's tags and facts, enforcing every rule of the
@@ -208,6 +258,21 @@ pub enum BindingError {
     /// The mode tag is not a known mode.
     #[error("tag `tgsync/mode` is `{0}`; use `shared` (default) or `exclusive`")]
     UnknownMode(String),
+    /// The namespace tag names a namespace this deployment may not fill groups from.
+    #[error(
+        "tag `tgsync/namespace` is `{namespace}`, which this deployment may not serve (allowed: {allowed}); add it to TGSYNC_ALLOWED_NAMESPACES (template parameter AllowedNamespaces) or fix the tag"
+    )]
+    NamespaceNotAllowed {
+        /// The tag value.
+        namespace: String,
+        /// The allowed namespaces, space separated.
+        allowed: String,
+    },
+    /// The mode tag asks for exclusive mode, which this deployment does not allow.
+    #[error(
+        "tag `tgsync/mode` is `exclusive`, which this deployment does not allow (it removes every target tgsync did not register); set TGSYNC_ALLOW_EXCLUSIVE=true (template parameter AllowExclusive) or use `shared`"
+    )]
+    ExclusiveNotAllowed,
 }
 
 fn required<'a>(
@@ -255,6 +320,12 @@ fn is_port_name(s: &str) -> bool {
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
         && !s.contains("--")
+}
+
+/// Whether `s` is a valid Kubernetes namespace name (an RFC 1123 DNS label), as the
+/// `tgsync/namespace` tag and `TGSYNC_ALLOWED_NAMESPACES` must hold.
+pub fn is_namespace_name(s: &str) -> bool {
+    is_dns_label(s)
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -430,15 +501,121 @@ mod tests {
     #[test]
     fn for_cluster_ignores_groups_of_other_clusters() {
         let g = ip_group(Some(80));
-        assert!(Binding::for_cluster(&base(), &g, "prod-a").is_some());
-        assert!(Binding::for_cluster(&base(), &g, "staging").is_none());
-        assert!(Binding::for_cluster(&BTreeMap::new(), &g, "prod-a").is_none());
+        let any = BindingPolicy::unrestricted();
+        assert!(Binding::for_cluster(&base(), &g, "prod-a", &any).is_some());
+        assert!(Binding::for_cluster(&base(), &g, "staging", &any).is_none());
+        assert!(Binding::for_cluster(&BTreeMap::new(), &g, "prod-a", &any).is_none());
         let mut bad = base();
         bad.remove(TAG_NAMESPACE);
         assert!(matches!(
-            Binding::for_cluster(&bad, &g, "prod-a"),
+            Binding::for_cluster(&bad, &g, "prod-a", &any),
             Some(Err(BindingError::MissingTag(TAG_NAMESPACE)))
         ));
+        // Another cluster's group is not this deployment's business, whatever it asks.
+        let strict = BindingPolicy {
+            allowed_namespaces: Some(BTreeSet::from(["other".to_owned()])),
+            allow_exclusive: false,
+        };
+        assert!(Binding::for_cluster(&base(), &g, "staging", &strict).is_none());
+    }
+
+    fn policy(namespaces: Option<&[&str]>, allow_exclusive: bool) -> BindingPolicy {
+        BindingPolicy {
+            allowed_namespaces: namespaces.map(|n| n.iter().map(|s| (*s).to_owned()).collect()),
+            allow_exclusive,
+        }
+    }
+
+    fn single_cluster(mode: Option<&str>) -> BTreeMap<String, String> {
+        let mut t = base();
+        t.insert(TAG_CLUSTER.into(), "prod-a".into());
+        if let Some(m) = mode {
+            t.insert(TAG_MODE.into(), m.into());
+        }
+        t
+    }
+
+    #[test]
+    fn a_namespace_outside_the_allowed_list_is_a_binding_error() {
+        let g = ip_group(Some(80));
+        let tags = single_cluster(None);
+        let only_kafka = policy(Some(&["kafka", "payments"]), false);
+        let err = Binding::for_cluster(&tags, &g, "prod-a", &only_kafka)
+            .expect("names the cluster")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            BindingError::NamespaceNotAllowed {
+                namespace: "shop".into(),
+                allowed: "kafka payments".into(),
+            }
+        );
+        let msg = err.to_string();
+        for needle in [
+            "tgsync/namespace",
+            "`shop`",
+            "TGSYNC_ALLOWED_NAMESPACES",
+            "AllowedNamespaces",
+        ] {
+            assert!(msg.contains(needle), "{needle} in {msg}");
+        }
+        // Listed: bound. No list: any namespace.
+        let with_shop = policy(Some(&["kafka", "shop"]), false);
+        assert!(matches!(
+            Binding::for_cluster(&tags, &g, "prod-a", &with_shop),
+            Some(Ok(_))
+        ));
+        assert!(matches!(
+            Binding::for_cluster(&tags, &g, "prod-a", &BindingPolicy::default()),
+            Some(Ok(_))
+        ));
+    }
+
+    #[test]
+    fn exclusive_mode_needs_the_deployment_to_allow_it() {
+        let g = ip_group(Some(80));
+        let exclusive = single_cluster(Some("exclusive"));
+        // The deployment default: any namespace, no exclusive mode.
+        let defaults = BindingPolicy::default();
+        assert_eq!(defaults.allowed_namespaces, None);
+        assert!(!defaults.allow_exclusive);
+        let err = Binding::for_cluster(&exclusive, &g, "prod-a", &defaults)
+            .expect("names the cluster")
+            .unwrap_err();
+        assert_eq!(err, BindingError::ExclusiveNotAllowed);
+        let msg = err.to_string();
+        for needle in [
+            "tgsync/mode",
+            "`exclusive`",
+            "TGSYNC_ALLOW_EXCLUSIVE",
+            "AllowExclusive",
+        ] {
+            assert!(msg.contains(needle), "{needle} in {msg}");
+        }
+        // Shared mode is never limited by it; exclusive is fine once allowed.
+        let shared = single_cluster(Some("shared"));
+        assert!(matches!(
+            Binding::for_cluster(&shared, &g, "prod-a", &defaults),
+            Some(Ok(_))
+        ));
+        let b = Binding::for_cluster(&exclusive, &g, "prod-a", &policy(None, true))
+            .expect("names the cluster")
+            .expect("allowed");
+        assert_eq!(b.mode, Mode::Exclusive);
+        // A malformed tag is reported as such before the policy is consulted.
+        let unknown = single_cluster(Some("Exclusive"));
+        assert_eq!(
+            Binding::for_cluster(&unknown, &g, "prod-a", &defaults),
+            Some(Err(BindingError::UnknownMode("Exclusive".into())))
+        );
+    }
+
+    #[test]
+    fn namespace_names_are_dns_labels() {
+        assert!(is_namespace_name("kube-system") && is_namespace_name("a1"));
+        for bad in ["", "Shop", "-a", "a-", "a_b", "a.b", &"x".repeat(64)] {
+            assert!(!is_namespace_name(bad), "{bad}");
+        }
     }
 }
 
@@ -492,6 +669,23 @@ mod properties {
                     let msg = e.to_string();
                     prop_assert!(!msg.contains('\n'), "{msg}");
                     prop_assert!(msg.contains("tgsync/") || msg.contains("target type"), "{msg}");
+                }
+            }
+            // Within a strict policy: never a binding the policy forbids, and any error
+            // still names the tag to fix.
+            let strict = BindingPolicy {
+                allowed_namespaces: Some(BTreeSet::from(["shop".to_owned()])),
+                allow_exclusive: false,
+            };
+            let cluster = tags[TAG_CLUSTER].split_whitespace().next().unwrap_or("").to_owned();
+            if let Some(result) = Binding::for_cluster(&tags, &facts, &cluster, &strict) {
+                match result {
+                    Ok(b) => prop_assert!(b.namespace == "shop" && b.mode == Mode::Shared),
+                    Err(e) => {
+                        let msg = e.to_string();
+                        prop_assert!(!msg.contains('\n'), "{msg}");
+                        prop_assert!(msg.contains("tgsync/") || msg.contains("target type"), "{msg}");
+                    }
                 }
             }
         }

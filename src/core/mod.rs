@@ -20,7 +20,7 @@ mod plan_properties;
 mod test_fixtures;
 
 pub use backoff::{BackoffPolicy, BackoffState, Gate, UnixMillis};
-pub use binding::{Binding, BindingError, GroupFacts, Mode, PortSpec};
+pub use binding::{Binding, BindingError, BindingPolicy, GroupFacts, Mode, PortSpec};
 pub use checkpoint::{Checkpoint, Rotation};
 pub use desired::{Desired, SkipReason, contribution, desired_targets};
 pub use index::PodIndex;

@@ -41,6 +41,7 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
         Some(until) => engine.resync_and_watch(&opts, until).await,
         None => engine.resync(&opts).await,
     };
+    super::log_groups(&report);
     tracing::info!(
         dry_run = report.dry_run,
         groups = report.totals.groups,

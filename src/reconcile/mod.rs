@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::core::checkpoint::{Rotation, rank_order};
-use crate::core::{BackoffPolicy, Binding, UnixMillis};
+use crate::core::{BackoffPolicy, Binding, BindingPolicy, UnixMillis};
 use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
 use crate::lease::Timings;
@@ -63,6 +63,9 @@ pub struct EngineSettings {
     /// The schedule's period (`TGSYNC_SCHEDULE_SECONDS`): with the rate above, how many
     /// groups one scheduled run re-verifies.
     pub schedule_period: Duration,
+    /// What the deployment lets binding tags ask for (`TGSYNC_ALLOWED_NAMESPACES`,
+    /// `TGSYNC_ALLOW_EXCLUSIVE`); a binding outside it is a binding error.
+    pub binding_policy: BindingPolicy,
 }
 
 impl Default for EngineSettings {
@@ -78,6 +81,9 @@ impl Default for EngineSettings {
             binding_max_age: Duration::from_secs(5),
             verify_describes_per_second: 2.0,
             schedule_period: Duration::from_secs(60),
+            // The engine alone imposes no limits (the tag table decides); a deployment's
+            // limits come from its settings (`App::build`), whose default is stricter.
+            binding_policy: BindingPolicy::unrestricted(),
         }
     }
 }
@@ -223,12 +229,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
     }
 
-    /// Discovers target groups and splits them into valid bindings and binding errors.
+    /// Discovers target groups and splits them into valid bindings and binding errors
+    /// (bad tags, or tags asking for more than the deployment's binding policy allows).
     pub async fn bindings(&self) -> Result<Bindings, crate::groups::ElbError> {
         let read_at = self.clock.now();
         let mut out = Bindings::default();
+        let policy = &self.settings.binding_policy;
         for group in self.groups.discover().await? {
-            match Binding::for_cluster(&group.tags, &group.facts, &self.cluster) {
+            match Binding::for_cluster(&group.tags, &group.facts, &self.cluster, policy) {
                 None => {}
                 Some(Ok(binding)) => out.bound.push(BoundGroup {
                     group,
@@ -236,7 +244,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     read_at,
                 }),
                 Some(Err(e)) => {
-                    tracing::warn!(target_group = %group.arn, error = %e, "binding error");
+                    // DEBUG: the report carries it, and the resync handler logs one
+                    // line per failing group every run; pod-events, which rediscovers
+                    // every minute, would only repeat it.
+                    tracing::debug!(target_group = %group.arn, error = %e, "binding error");
                     out.errors.push(GroupReport::with_error(
                         &group.arn,
                         &group.group_name(),

@@ -291,7 +291,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 )));
             }
         };
-        match Binding::for_cluster(&tags, &bound.group.facts, &self.cluster) {
+        match Binding::for_cluster(
+            &tags,
+            &bound.group.facts,
+            &self.cluster,
+            &self.settings.binding_policy,
+        ) {
             Some(Ok(binding))
                 if binding.namespace != bound.binding.namespace
                     || binding.selector != bound.binding.selector =>
