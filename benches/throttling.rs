@@ -23,8 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chaos_proxy::{
-    Chaos, Fleet, Mix, Service, describe_rate, is_describe, max_in_window, mutation_times,
-    times_of,
+    Chaos, Fleet, Mix, Service, describe_rate, is_describe, max_in_window, mutation_times, times_of,
 };
 use tgsync::aws::MutationRate;
 
@@ -83,6 +82,17 @@ async fn trial(seed: u64, rate: MutationRate, mix: Mix, verbose: bool) -> Trial 
                 *outcomes.entry(format!("{:?}", g.outcome)).or_default() += 1;
             }
             println!("  seed {seed} run {run}: outcomes {outcomes:?}");
+            for g in report.groups.iter().filter(|g| g.error.is_some()) {
+                println!(
+                    "    {:?} {}: {}",
+                    g.outcome,
+                    g.name,
+                    g.error.as_deref().unwrap_or_default()
+                );
+                for f in &g.failed_targets {
+                    println!("      {} {}: {}", f.operation, f.target, f.error);
+                }
+            }
         }
         let check = fleet.check().await;
         foreign_lost += check.foreign_lost.len();
@@ -104,7 +114,10 @@ async fn trial(seed: u64, rate: MutationRate, mix: Mix, verbose: bool) -> Trial 
         mutation_5s: max_in_window(&mutations, Duration::from_secs(5)),
         lease_held_runs: longest,
         foreign_lost,
-        requests: records.iter().filter(|r| r.service != Service::Other).count(),
+        requests: records
+            .iter()
+            .filter(|r| r.service != Service::Other)
+            .count(),
         faulted: records.iter().filter(|r| r.fate.injected()).count(),
     }
 }
@@ -135,7 +148,9 @@ async fn main() {
         describes.per_second(),
         describes.burst()
     );
-    println!("| seed | runs to converge | Describe max 1 s / 5 s | mutations max 1 s / 5 s | longest leaseHeld (runs) | requests (faulted) |");
+    println!(
+        "| seed | runs to converge | Describe max 1 s / 5 s | mutations max 1 s / 5 s | longest leaseHeld (runs) | requests (faulted) |"
+    );
     println!("|---|---|---|---|---|---|");
     let verbose = std::env::var_os("TGSYNC_VERBOSE").is_some();
     let mut all = Vec::new();
@@ -144,7 +159,8 @@ async fn main() {
         println!(
             "| {} | {} | {} / {} | {} / {} | {} | {} ({}) |",
             t.seed,
-            t.runs.map_or_else(|| format!("not within {MAX_RUNS}"), |r| r.to_string()),
+            t.runs
+                .map_or_else(|| format!("not within {MAX_RUNS}"), |r| r.to_string()),
             t.describe_1s,
             t.describe_5s,
             t.mutation_1s,
@@ -155,13 +171,23 @@ async fn main() {
         );
         all.push(t);
     }
-    let worst_runs = all.iter().map(|t| t.runs.unwrap_or(usize::MAX)).max().unwrap_or(0);
+    let worst_runs = all
+        .iter()
+        .map(|t| t.runs.unwrap_or(usize::MAX))
+        .max()
+        .unwrap_or(0);
     println!(
         "\nsummary: runs to converge max {} (trials within 3 runs: {}/{}); Describe largest 1 s window {} (5 s: {}) \
          against {}/s; mutations largest 1 s window {} (5 s: {}) against {RATE}/s burst {BURST}; \
          longest leaseHeld streak {} run(s); foreign targets removed {}",
-        if worst_runs == usize::MAX { format!("> {MAX_RUNS}") } else { worst_runs.to_string() },
-        all.iter().filter(|t| t.runs.is_some_and(|r| r <= 3)).count(),
+        if worst_runs == usize::MAX {
+            format!("> {MAX_RUNS}")
+        } else {
+            worst_runs.to_string()
+        },
+        all.iter()
+            .filter(|t| t.runs.is_some_and(|r| r <= 3))
+            .count(),
         all.len(),
         all.iter().map(|t| t.describe_1s).max().unwrap_or(0),
         all.iter().map(|t| t.describe_5s).max().unwrap_or(0),

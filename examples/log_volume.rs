@@ -67,9 +67,10 @@ async fn main() {
     // In-memory fakes: only what tgsync itself logs.
     let engine = FLEET.fake_engine(ManualClock::new(UnixMillis(1_800_000_000_000)));
     let payload = serde_json::json!({});
-    let first = tgsync::handlers::resync::handle(&engine, &payload, None, std::time::Duration::ZERO)
-        .await
-        .expect("first resync");
+    let first =
+        tgsync::handlers::resync::handle(&engine, &payload, None, std::time::Duration::ZERO)
+            .await
+            .expect("first resync");
     assert_eq!(
         first["totals"]["registered"],
         groups * pods_per_group,
@@ -77,9 +78,10 @@ async fn main() {
     );
     engine.groups.settle();
     report("fakes, first run (100 groups changed)", &capture, false);
-    let second = tgsync::handlers::resync::handle(&engine, &payload, None, std::time::Duration::ZERO)
-        .await
-        .expect("zero-drift resync");
+    let second =
+        tgsync::handlers::resync::handle(&engine, &payload, None, std::time::Duration::ZERO)
+            .await
+            .expect("zero-drift resync");
     assert_eq!(second["totals"]["changed"], 0, "zero drift");
     report("fakes, zero-drift resync", &capture, verbose);
 
@@ -96,18 +98,20 @@ async fn main() {
         }
     }
     let _ = capture.take();
-    let first = tgsync::handlers::resync::handle(&w.engine, &payload, None, std::time::Duration::ZERO)
-        .await
-        .expect("first resync");
+    let first =
+        tgsync::handlers::resync::handle(&w.engine, &payload, None, std::time::Duration::ZERO)
+            .await
+            .expect("first resync");
     assert_eq!(first["totals"]["registered"], groups * pods_per_group);
     report(
         "live (moto + emulator), first run (100 groups changed)",
         &capture,
         false,
     );
-    let second = tgsync::handlers::resync::handle(&w.engine, &payload, None, std::time::Duration::ZERO)
-        .await
-        .expect("zero-drift resync");
+    let second =
+        tgsync::handlers::resync::handle(&w.engine, &payload, None, std::time::Duration::ZERO)
+            .await
+            .expect("zero-drift resync");
     assert_eq!(second["totals"]["changed"], 0, "zero drift");
     report(
         "live (moto + emulator), zero-drift resync",

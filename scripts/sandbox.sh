@@ -5,8 +5,10 @@
 # seeded with scripts/sandbox/pods.json), creates a VPC, an internal NLB, a bound IP
 # target group holding one foreign target and the DynamoDB state table, runs both
 # built function binaries under `cargo lambda watch` (the Lambda Runtime API), then
-# drives them through five steps with `cargo lambda invoke` (scripts/sandbox/sandbox.py):
-# dry run, scheduled resync, pod termination, pod turning Ready, steady state.
+# drives them through six steps with `cargo lambda invoke` (scripts/sandbox/sandbox.py):
+# dry run, scheduled resync, pod termination, pod turning Ready, steady state, and watch
+# mode (the resync runs with TGSYNC_WATCH_SECONDS=6: a pod turning Ready while it
+# watches is registered within about a second, the delay printed).
 # Each step prints the target group before and after and checks the outcome; the script
 # exits non-zero on the first step that is not what it should be, so it is also a smoke
 # test. Everything it starts is stopped and its temp dir removed on exit, Ctrl-C included.
@@ -162,6 +164,7 @@ start_function() {
     TGSYNC_CLUSTER_ENDPOINT="$KUBE_URL" \
     TGSYNC_CLUSTER_CA_FILE="$CA_FILE" \
     TGSYNC_READY_WAIT_SECONDS=2 \
+    TGSYNC_WATCH_SECONDS="${WATCH_SECONDS:-0}" \
     RUST_LOG=info \
     NO_COLOR=1 \
     "$BIN/tgsync-$name" >"$WORK/$name.log" 2>&1 &
@@ -172,7 +175,7 @@ start_function() {
   printf -v "PORT_${name//-/_}" '%s' "$port"
   log "tgsync-$name: $BIN/tgsync-$name (pid $fn_pid) on cargo lambda watch 127.0.0.1:$port"
 }
-start_function resync "$ROOT/functions/resync"
+WATCH_SECONDS=6 start_function resync "$ROOT/functions/resync"
 start_function pod-events "$ROOT/functions/pod-events"
 export SANDBOX_RESYNC_PORT="$PORT_resync" SANDBOX_POD_EVENTS_PORT="$PORT_pod_events"
 export SANDBOX_RESYNC_LOG="$WORK/resync.log" SANDBOX_POD_EVENTS_LOG="$WORK/pod-events.log"
@@ -180,4 +183,4 @@ export SANDBOX_RESYNC_LOG="$WORK/resync.log" SANDBOX_POD_EVENTS_LOG="$WORK/pod-e
 # --- 5. the steps ------------------------------------------------------------------------
 "$VENV/bin/python" "$ROOT/scripts/sandbox/sandbox.py" steps
 echo
-log "sandbox: all 5 steps as expected in $((SECONDS - STARTED)) s; stopping everything"
+log "sandbox: all 6 steps as expected in $((SECONDS - STARTED)) s; stopping everything"

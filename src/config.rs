@@ -39,7 +39,7 @@ pub struct Settings {
     /// only way to find hand edits). While the fleet fits, every group is verified on
     /// every run; beyond it, in turn (the report states the detection bound).
     pub verify_describes_per_second: f64,
-    /// `TGSYNC_SCHEDULE_SECONDS` (default 60): the resync schedule's period, as the
+    /// `TGSYNC_SCHEDULE_MINUTES` (default 1): the resync schedule's period, as the
     /// template sets it; with the rate above, how many groups one run re-verifies.
     pub schedule: Duration,
     /// `TGSYNC_WATCH_SECONDS` (default 0 = off; the template sets it just under the
@@ -156,8 +156,10 @@ impl Settings {
                 0.01,
                 100.0,
             )?,
-            schedule: Duration::from_secs(number(&get, "TGSYNC_SCHEDULE_SECONDS", 60, 60, 86_400)?),
-            watch: Duration::from_secs(number(&get, "TGSYNC_WATCH_SECONDS", 0, 0, 900)?),
+            schedule: Duration::from_secs(
+                60 * number(&get, "TGSYNC_SCHEDULE_MINUTES", 1, 1, 1440)?,
+            ),
+            watch: Duration::from_secs(number(&get, "TGSYNC_WATCH_SECONDS", 0, 0, 840)?),
             allowed_namespaces: namespaces(&get, "TGSYNC_ALLOWED_NAMESPACES")?,
             allow_exclusive: boolean(&get, "TGSYNC_ALLOW_EXCLUSIVE", false)?,
         })

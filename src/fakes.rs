@@ -93,9 +93,12 @@ pub struct FakePods {
 #[derive(Default)]
 struct Changes {
     revision: u64,
-    log: Vec<(u64, Option<PodFacts>, Option<PodFacts>)>,
-    watchers: Vec<tokio::sync::mpsc::UnboundedSender<(u64, Option<PodFacts>, Option<PodFacts>)>>,
+    log: Vec<PodChange>,
+    watchers: Vec<tokio::sync::mpsc::UnboundedSender<PodChange>>,
 }
+
+/// One change of a pod: its revision, the pod before and after (`None`: absent).
+type PodChange = (u64, Option<PodFacts>, Option<PodFacts>);
 
 impl FakePods {
     /// Records a change of one pod (`None`: absent) for watchers.
@@ -252,7 +255,13 @@ impl PodSource for FakePods {
         let (namespace, selector) = (namespace.to_owned(), selector.cloned());
         let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
         let events = futures::StreamExt::filter_map(events, move |(rev, before, after)| {
-            let event = watch_event(&namespace, selector.as_ref(), rev, before.as_ref(), after.as_ref());
+            let event = watch_event(
+                &namespace,
+                selector.as_ref(),
+                rev,
+                before.as_ref(),
+                after.as_ref(),
+            );
             async move { event.map(Ok) }
         });
         Ok(futures::StreamExt::boxed(events))

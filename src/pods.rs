@@ -183,7 +183,9 @@ pub enum PodsError {
         reason: String,
     },
     /// The version a watch was to resume from is gone (HTTP 410): LIST again.
-    #[error("the pod watch of namespace `{namespace}` cannot resume from version {resource_version} (HTTP 410 Gone); listing again")]
+    #[error(
+        "the pod watch of namespace `{namespace}` cannot resume from version {resource_version} (HTTP 410 Gone); listing again"
+    )]
     Expired {
         /// Namespace being watched.
         namespace: String,

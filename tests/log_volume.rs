@@ -41,9 +41,10 @@ type FakeEngine = Engine<FakePods, FakeElb, FakeState>;
 /// 100 bound groups, filled by a first run and settled: the next run has zero drift.
 async fn converged_fleet() -> FakeEngine {
     let engine = FLEET.fake_engine(ManualClock::new(UnixMillis(1_800_000_000_000)));
-    let first = tgsync::handlers::resync::handle(&engine, &json!({}), None, std::time::Duration::ZERO)
-        .await
-        .expect("first run");
+    let first =
+        tgsync::handlers::resync::handle(&engine, &json!({}), None, std::time::Duration::ZERO)
+            .await
+            .expect("first run");
     assert_eq!(
         first["totals"]["registered"],
         FLEET.groups * FLEET.pods_per_group
@@ -83,9 +84,10 @@ async fn zero_drift_resync_of_100_groups_writes_one_line_at_info() {
     let _turn = TURN.lock().await;
     let engine = converged_fleet().await;
     logs.take();
-    let report = tgsync::handlers::resync::handle(&engine, &json!({}), None, std::time::Duration::ZERO)
-        .await
-        .expect("zero-drift run");
+    let report =
+        tgsync::handlers::resync::handle(&engine, &json!({}), None, std::time::Duration::ZERO)
+            .await
+            .expect("zero-drift run");
     assert_eq!(report["totals"]["groups"], FLEET.groups);
     assert_eq!(report["totals"]["changed"], 0);
     assert_eq!(report["totals"]["errors"], 0);
@@ -113,9 +115,10 @@ async fn each_group_with_changes_or_errors_adds_one_line() {
         .groups
         .set_tag(&FLEET.arn(55), "tgsync/selector", Some("app!=web"));
     logs.take();
-    let report = tgsync::handlers::resync::handle(&engine, &json!({}), None, std::time::Duration::ZERO)
-        .await
-        .expect("run");
+    let report =
+        tgsync::handlers::resync::handle(&engine, &json!({}), None, std::time::Duration::ZERO)
+            .await
+            .expect("run");
     assert_eq!(report["totals"]["changed"], 3, "{report}");
     assert_eq!(report["totals"]["errors"], 2, "{report}");
     let lines = parse_lines(&logs.take());

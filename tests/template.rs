@@ -908,10 +908,7 @@ fn failed_pod_events_end_in_the_one_dead_letter_queue() {
 #[test]
 fn resync_runs_every_minute_by_default() {
     let t = Template::load();
-    assert_eq!(
-        t.parameter_default("ResyncSchedule"),
-        Some(&json!("rate(1 minute)"))
-    );
+    assert_eq!(t.parameter_default("ScheduleMinutes"), Some(&json!(1)));
     let events = t.props("ResyncFunction")["Events"]
         .as_object()
         .expect("ResyncFunction has Events");
@@ -920,11 +917,42 @@ fn resync_runs_every_minute_by_default() {
         .filter(|e| e["Type"] == "Schedule")
         .collect();
     assert_eq!(schedules.len(), 1);
+    let every_minute = t.parameters(&[("ClusterName", "demo")]);
     assert_eq!(
-        schedules[0]["Properties"]["Schedule"],
-        json!({ "Ref": "ResyncSchedule" })
+        resolve(
+            &schedules[0]["Properties"]["Schedule"],
+            &every_minute,
+            &BTreeMap::new()
+        ),
+        json!("rate(1 minute)")
+    );
+    let slower = t.parameters(&[("ClusterName", "demo"), ("ScheduleMinutes", "3")]);
+    assert_eq!(
+        resolve(
+            &schedules[0]["Properties"]["Schedule"],
+            &slower,
+            &BTreeMap::new()
+        ),
+        json!({ "Fn::Sub": "rate(${ScheduleMinutes} minutes)" })
     );
     assert_ne!(schedules[0]["Properties"]["State"], "DISABLED");
+    // Watch mode hands over from one run to the next: by default it ends just before the
+    // next tick, and at its longest it still ends (with the 10 s margin) before the
+    // function's timeout.
+    let watch = &t.doc["Parameters"]["WatchSeconds"];
+    let default = watch["Default"].as_u64().expect("WatchSeconds default");
+    assert!(
+        (50..60).contains(&default),
+        "WatchSeconds default {default}"
+    );
+    let longest = watch["MaxValue"].as_u64().expect("WatchSeconds MaxValue");
+    let timeout = t.props("ResyncFunction")["Timeout"]
+        .as_u64()
+        .expect("Timeout");
+    assert!(
+        longest + 10 < timeout,
+        "{longest} s of watch in a {timeout} s function"
+    );
     assert!(
         t.props("PodEventsFunction").get("Events").is_none(),
         "pod-events is triggered by PodEventsRule only"
@@ -956,7 +984,7 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
         ["PodEventsFunction", "ResyncFunction"]
     );
     for (name, dir, binary, timeout) in [
-        ("ResyncFunction", "functions/resync", "tgsync-resync", 120),
+        ("ResyncFunction", "functions/resync", "tgsync-resync", 180),
         (
             "PodEventsFunction",
             "functions/pod-events",
@@ -1298,10 +1326,7 @@ fn resync_heartbeat_fires_when_runs_stop() {
         .unwrap_or_else(|| a["EvaluationPeriods"].as_u64().unwrap());
     // The default schedule runs every minute: a period holds several runs, and more
     // than one empty period is needed, so one late tick does not fire it.
-    assert_eq!(
-        t.parameter_default("ResyncSchedule"),
-        Some(&json!("rate(1 minute)"))
-    );
+    assert_eq!(t.parameter_default("ScheduleMinutes"), Some(&json!(1)));
     assert!(
         period >= 120 && needed >= 2,
         "{name}: {period} s x {needed}"

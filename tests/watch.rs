@@ -3,6 +3,8 @@
 //! bookmarks, 410 Expired), with the production adapters against moto. Pods change while
 //! one invocation watches, and no pod event is sent: the watch alone must act.
 
+#[path = "support/chaos_proxy.rs"]
+mod chaos_proxy;
 #[path = "support/moto.rs"]
 mod moto;
 #[path = "support/world.rs"]
@@ -57,7 +59,12 @@ async fn one_watching_invocation_follows_every_pod_transition() {
         let store = w.emulator.store();
         // Ready: registered.
         store.update_pod("shop", "web-2", |p| set_condition(p, "Ready", true));
-        let ready = until_targets(&w, &arn, &["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]).await;
+        let ready = until_targets(
+            &w,
+            &arn,
+            &["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"],
+        )
+        .await;
         // NotReady: deregistered.
         store.update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
         let not_ready = until_targets(&w, &arn, &["10.0.1.2:8080", "10.0.1.3:8080"]).await;
@@ -95,24 +102,30 @@ async fn one_watching_invocation_follows_every_pod_transition() {
 /// watch could not follow is not lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_410_mid_watch_lists_again_and_converges() {
-    let w = World::new().await;
+    let mut w = World::new().await;
+    // Streams of 2 s, so the watch resumes within the test.
+    w.engine.settings.watch_request = Duration::from_secs(2);
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(web("web-1", "10.0.1.1").build());
-    let until = w.clock.now().plus(Duration::from_secs(8));
+    let until = w.clock.now().plus(Duration::from_secs(10));
     let opts = scheduled();
     let watching = w.engine.resync_and_watch(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &["10.0.1.1:8080"]).await;
-        // Break the stream; the resumed watch is told its version is too old.
+        // While the first stream is open: its resume is told the version is too old
+        // (compacted away), and a pod comes meanwhile.
         w.emulator.faults().expire_next_watch();
-        w.emulator.faults().cut_watch_after(0);
         w.put_pod(web("web-2", "10.0.1.2").build());
         until_targets(&w, &arn, &["10.0.1.1:8080", "10.0.1.2:8080"]).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // And after the fresh LIST, the watch follows again.
+        w.emulator.store().delete_pod("shop", "web-1");
+        until_targets(&w, &arn, &["10.0.1.2:8080"]).await;
     };
     let (report, ()) = tokio::join!(watching, changes);
     let watch = report.watch.expect("watch report");
     assert!(watch.relisted >= 1, "{watch:#?}");
-    assert_eq!(w.ledger(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
+    assert_eq!(w.ledger(&arn).await, ["10.0.1.2:8080"]);
 }
 
 /// A watch cut off mid-stream, again and again, never deregisters a target that is
@@ -124,7 +137,12 @@ async fn a_watch_cut_off_mid_stream_deregisters_nothing_still_desired() {
     for i in 1..=4 {
         w.put_pod(web(&format!("web-{i}"), &format!("10.0.1.{i}")).build());
     }
-    let all = ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080", "10.0.1.4:8080"];
+    let all = [
+        "10.0.1.1:8080",
+        "10.0.1.2:8080",
+        "10.0.1.3:8080",
+        "10.0.1.4:8080",
+    ];
     let until = w.clock.now().plus(Duration::from_secs(8));
     let opts = scheduled();
     let watching = w.engine.resync_and_watch(&opts, until);
@@ -145,7 +163,10 @@ async fn a_watch_cut_off_mid_stream_deregisters_nothing_still_desired() {
     };
     let (report, ()) = tokio::join!(watching, changes);
     let watch = report.watch.expect("watch report");
-    assert!(watch.resumed >= 1, "the stream was cut and resumed: {watch:#?}");
+    assert!(
+        watch.resumed >= 1,
+        "the stream was cut and resumed: {watch:#?}"
+    );
     assert_eq!(watch.deregistered, 0, "{watch:#?}");
     assert_eq!(w.targets(&arn).await, all);
 }
@@ -190,7 +211,11 @@ async fn two_overlapping_watching_invocations_stay_correct() {
         .chain(std::iter::once("10.0.1.100:8080".to_owned()))
         .collect();
     want.sort();
-    assert_eq!(w.targets(&arn).await, want, "deleted pods left or live pods missing");
+    assert_eq!(
+        w.targets(&arn).await,
+        want,
+        "deleted pods left or live pods missing"
+    );
     assert_eq!(w.ledger(&arn).await, want);
     // No target registered twice across the two invocations (full diffs and watches).
     let mut registered: Vec<String> = Vec::new();
@@ -206,4 +231,125 @@ async fn two_overlapping_watching_invocations_stay_correct() {
     assert_eq!(total, registered.len(), "a target was registered twice");
     let met = w.engine.state.leases_found_held() + second.state.leases_found_held();
     eprintln!("{total} registrations; the two invocations met on the lease {met} times");
+}
+
+/// How long the NLB keeps a new target `initial` in these tests (the proxy's pace).
+const INITIAL_FOR: Duration = Duration::from_secs(3);
+
+/// A world whose engine reaches ELBv2 through a proxy that keeps new targets `initial`
+/// for [`INITIAL_FOR`], as an NLB does until its health checks pass.
+async fn paced_world() -> (World, chaos_proxy::ChaosProxy) {
+    let mut w = World::new().await;
+    let proxy = chaos_proxy::ChaosProxy::start(
+        moto::endpoint(),
+        chaos_proxy::Chaos {
+            fault_share: 0.0,
+            seed: 1,
+        },
+    )
+    .await;
+    proxy.set_rules(|r| r.initial_for = Some(INITIAL_FOR));
+    w.engine = chaos_proxy::engine(
+        &w,
+        &chaos_proxy::sdk_config(&proxy).await,
+        tgsync::aws::MutationRate::new(50, None).unwrap(),
+    );
+    (w, proxy)
+}
+
+/// When the proxy first forwarded a RegisterTargets naming `ip`.
+fn registered_at(proxy: &chaos_proxy::ChaosProxy, ip: &str) -> Option<Instant> {
+    proxy
+        .records()
+        .into_iter()
+        .find(|r| r.operation == "RegisterTargets" && r.body.contains(ip))
+        .map(|r| r.at)
+}
+
+/// Waits (up to 20 s) until the pod's `tgsync/target-health` condition is True.
+async fn gate_open(w: &World, name: &str) -> Instant {
+    let started = Instant::now();
+    loop {
+        let pod = w
+            .emulator
+            .store()
+            .get_pod("shop", name)
+            .expect("pod exists");
+        let open = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "tgsync/target-health" && c.status == "True");
+        if open {
+            return Instant::now();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "gate never opened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn gated(name: &str, ip: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = web(name, ip).gated().build();
+    set_condition(&mut pod, "Ready", false);
+    pod
+}
+
+/// Watch mode opens a readiness gate within 5 s of the NLB reporting the target
+/// healthy, never before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_mode_opens_a_gate_within_seconds_of_healthy() {
+    let (w, proxy) = paced_world().await;
+    w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(gated("web-g", "10.0.1.9"));
+    let until = w.clock.now().plus(Duration::from_secs(12));
+    let opts = scheduled();
+    let watching = w.engine.resync_and_watch(&opts, until);
+    let timing = async {
+        let opened = gate_open(&w, "web-g").await;
+        let registered = registered_at(&proxy, "10.0.1.9").expect("registered");
+        let healthy = registered + INITIAL_FOR;
+        assert!(
+            opened >= healthy,
+            "the gate opened before the target was healthy"
+        );
+        opened - healthy
+    };
+    let (report, after_healthy) = tokio::join!(watching, timing);
+    eprintln!("gate opened {after_healthy:?} after the target turned healthy");
+    assert!(after_healthy <= Duration::from_secs(5), "{after_healthy:?}");
+    let watch = report.watch.expect("watch report");
+    assert_eq!(watch.gates_opened, ["shop/web-g"], "{watch:#?}");
+}
+
+/// pod-events, for a gated pod it registered, waits for the NLB and opens the gate in
+/// the same invocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_events_opens_the_gate_of_the_pod_it_registered() {
+    let (w, proxy) = paced_world().await;
+    w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(gated("web-g", "10.0.1.9"));
+    let text = std::fs::read_to_string(format!(
+        "{}/events/pod-started.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut ev: serde_json::Value = serde_json::from_str(&text).unwrap();
+    ev["detail"]["clusterName"] = serde_json::json!(w.cluster);
+    ev["detail"]["involvedObject"]["name"] = serde_json::json!("web-g");
+    let deadline = w.clock.now().plus(Duration::from_secs(60));
+    let out = tgsync::handlers::pod_events::handle(&w.engine, &ev, Duration::ZERO, Some(deadline))
+        .await
+        .expect("handled");
+    let opened = gate_open(&w, "web-g").await;
+    let healthy = registered_at(&proxy, "10.0.1.9").expect("registered") + INITIAL_FOR;
+    assert!(opened >= healthy);
+    assert_eq!(
+        out["groups"][0]["gatesOpened"],
+        serde_json::json!(["shop/web-g"]),
+        "{out}"
+    );
 }

@@ -467,7 +467,7 @@ def exporter_event(reason: str, message: str, pod: dict) -> Path:
 # ---------------------------------------------------------------------------------------
 # Steps
 
-STEPS = 5
+STEPS = 6
 
 
 def heading(n: int, title: str) -> None:
@@ -585,6 +585,72 @@ def step_converged(arn: str) -> None:
     c.done()
 
 
+WATCH_POD = "web-7d9f8c6b5-w4tch"  # created not ready in step 6, 10.0.1.16
+WATCH_TARGET = f"10.0.1.16:{PORT}"
+
+
+def step_watch(arn: str) -> None:
+    heading(6, f"watch mode: {WATCH_POD} turns Ready while the scheduled resync watches (no event sent)")
+    show("before", arn)
+    template = next(p for p in SEED if p["metadata"]["name"] == NOT_READY_POD)
+    pod = json.loads(json.dumps(template))
+    pod["metadata"] = {
+        "name": WATCH_POD,
+        "namespace": NAMESPACE,
+        "labels": template["metadata"]["labels"],
+    }
+    status = pod.pop("status")
+    status["podIP"] = "10.0.1.16"
+    status["podIPs"] = [{"ip": "10.0.1.16"}]
+    # As in a cluster: the API server creates the pod without a status; the kubelet then
+    # reports it Running with its IP, not ready yet.
+    kube("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    kube("PATCH", pod_path(WATCH_POD, "/status"), {"status": status}, "application/merge-patch+json")
+    out(f"  {bold('kube')}    POST {WATCH_POD}, then PATCH its status: Running at 10.0.1.16, not ready yet")
+    # The scheduled resync: its full diff, then it watches (TGSYNC_WATCH_SECONDS).
+    result: dict = {}
+    runner = threading.Thread(
+        target=lambda: result.update(report=invoke("resync", EVENTS / "scheduled.json"))
+    )
+    runner.start()
+    time.sleep(2.0)
+    patch = {
+        "status": {
+            "conditions": [
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "Ready", "status": "True"},
+            ],
+            "containerStatuses": [{"name": "app", "ready": True}],
+        }
+    }
+    kube("PATCH", pod_path(WATCH_POD, "/status"), patch, "application/strategic-merge-patch+json")
+    patched = time.monotonic()
+    delay = None
+    while time.monotonic() - patched < 10:
+        if WATCH_TARGET in targets(arn):
+            delay = time.monotonic() - patched
+            break
+        time.sleep(0.02)
+    shown = "not within 10 s" if delay is None else f"{delay * 1000:.0f} ms later"
+    out(f"  {bold('kube')}    PATCH {pod_path(WATCH_POD, '/status')}: Ready True; "
+        f"{WATCH_TARGET} in the target group {shown}")
+    runner.join()
+    if "report" not in result:
+        raise StepFailed("the watching resync invocation failed (see above)", "resync")
+    report = result["report"]
+    watch = report.get("watch") or {}
+    out(f"  {bold('watch')}   {watch.get('watchedMs', 0) / 1000:.1f} s, "
+        f"{watch.get('events', 0)} pod event(s), {watch.get('passes', 0)} pass(es), "
+        f"registered {watch.get('registered', 0)}, deregistered {watch.get('deregistered', 0)}")
+    c = Checks("resync")
+    tg, rows = show("after", arn)
+    c.that(delay is not None and delay < 2.0, "registered within 2 s of turning Ready", shown)
+    c.that(watch.get("registered") == 1, "the watch registered it", watch)
+    c.that(WATCH_TARGET in rows, f"{WATCH_TARGET} in the ledger")
+    c.that(FOREIGN in tg, f"foreign {FOREIGN} kept")
+    c.done()
+
+
 def tail(path: str, lines: int = 40) -> str:
     try:
         text = Path(path).read_text(errors="replace").splitlines()
@@ -601,6 +667,7 @@ def steps() -> None:
         step_killing(arn)
         step_started(arn)
         step_converged(arn)
+        step_watch(arn)
     except StepFailed as e:
         out(f"  {red('FAILED')}  {e}")
         logs = {

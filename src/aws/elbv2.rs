@@ -188,6 +188,19 @@ impl Elbv2TargetGroups {
                 queue.push_front(a.to_vec());
                 continue;
             }
+            // Deregistering a target that is not registered: ELBv2 documents that as a
+            // success; an answer of InvalidTarget for it (some implementations, or a
+            // retry of a call that had landed) means the target is gone, as wanted.
+            if matches!(kind, Mutation::Deregister)
+                && failure.code.as_deref() == Some("InvalidTarget")
+            {
+                tracing::debug!(
+                    target_group = arn,
+                    targets = batch.len(),
+                    "deregistering targets that are not registered"
+                );
+                continue;
+            }
             let reason = failure.reason();
             refused.extend(batch.iter().map(|t| (*t, reason.clone())));
             first_error.get_or_insert(failure.error);

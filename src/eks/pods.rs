@@ -327,12 +327,13 @@ impl KubePods {
         let mut reauthenticated = false;
         loop {
             let client = self.access.client().await?;
-            let mut http = request
-                .watch(&params, resource_version)
-                .map_err(|e| PodsError::Watch {
-                    namespace: namespace.to_owned(),
-                    reason: format!("building the request: {e}"),
-                })?;
+            let mut http =
+                request
+                    .watch(&params, resource_version)
+                    .map_err(|e| PodsError::Watch {
+                        namespace: namespace.to_owned(),
+                        reason: format!("building the request: {e}"),
+                    })?;
             // The same marker `Api::watch` sets, for layers that label requests by verb.
             http.extensions_mut().insert("watch");
             match client.request_stream(http).await {

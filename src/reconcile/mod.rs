@@ -60,12 +60,14 @@ pub struct EngineSettings {
     /// Target-health reads the schedule may spend per second on re-verifying groups
     /// nothing has changed (the account-wide budget; `TGSYNC_VERIFY_DESCRIBES_PER_SECOND`).
     pub verify_describes_per_second: f64,
-    /// The schedule's period (`TGSYNC_SCHEDULE_SECONDS`): with the rate above, how many
+    /// The schedule's period (`TGSYNC_SCHEDULE_MINUTES`): with the rate above, how many
     /// groups one scheduled run re-verifies.
     pub schedule_period: Duration,
     /// What the deployment lets binding tags ask for (`TGSYNC_ALLOWED_NAMESPACES`,
     /// `TGSYNC_ALLOW_EXCLUSIVE`); a binding outside it is a binding error.
     pub binding_policy: BindingPolicy,
+    /// How long one watch request asks the server to keep its stream open (watch mode).
+    pub watch_request: Duration,
 }
 
 impl Default for EngineSettings {
@@ -84,6 +86,7 @@ impl Default for EngineSettings {
             // The engine alone imposes no limits (the tag table decides); a deployment's
             // limits come from its settings (`App::build`), whose default is stricter.
             binding_policy: BindingPolicy::unrestricted(),
+            watch_request: WATCH_REQUEST,
         }
     }
 }

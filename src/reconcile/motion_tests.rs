@@ -368,7 +368,11 @@ async fn a_holder_whose_renewals_fail_makes_no_further_write() {
     let e = e.with_settings(settings);
     for i in 0..450u32 {
         e.pods.put(
-            web(&format!("web-{i}"), &format!("10.0.{}.{}", 10 + i / 200, i % 200)).build(),
+            web(
+                &format!("web-{i}"),
+                &format!("10.0.{}.{}", 10 + i / 200, i % 200),
+            )
+            .build(),
         );
     }
     e.groups.slow_mutations(&clock, 6_000);
@@ -385,7 +389,10 @@ async fn a_holder_whose_renewals_fail_makes_no_further_write() {
     // after the lease ran low (no third write-ahead, no release).
     let stored = e.state.stored(TG);
     assert_eq!(stored.ledger.len(), 400, "the ledger stops with the calls");
-    assert!(stored.lease.is_some(), "the lost lease is left to expire, not released");
+    assert!(
+        stored.lease.is_some(),
+        "the lost lease is left to expire, not released"
+    );
     let (writes_after, _) = e.state.calls();
     let renewals = writes_after - writes_before - 3;
     assert!(renewals > 0, "the heartbeat tried to renew");

@@ -46,7 +46,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             return groups.iter().map(deferred).collect();
         }
         let selector = Selector::common(groups.iter().map(|b| &b.binding.selector));
-        let pods = match self.pods.list_versioned(&namespace, selector.as_ref()).await {
+        let pods = match self
+            .pods
+            .list_versioned(&namespace, selector.as_ref())
+            .await
+        {
             Ok(listing) => {
                 if let Some(seed) = scope.seed
                     && let Ok(mut seed) = seed.lock()

@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::watch::GATE_POLL;
 use super::{BoundGroup, Engine, RunOptions, START_CUTOFF, Scope};
-use crate::core::{PodFacts, UnixMillis};
+use crate::core::{HealthState, PodFacts, Target, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
-use crate::report::Report;
+use crate::report::{Outcome, PodError, Report};
 use crate::state::StateStore;
 
 /// How often a starting pod is read again while waiting for it to turn ready.
@@ -87,14 +88,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // is also given a bounded time to turn ready. A pod the event says is deleted is
         // found through the ledgers instead.
         let mut focus = event.clone();
+        let mut live = None;
         if !event.deleted {
             let wait = if STARTING.contains(&event.reason.as_str()) {
                 ready_wait
             } else {
                 Duration::ZERO
             };
-            if let Some(labels) = self.wait_until_ready(event, wait, opts.deadline).await? {
-                focus.labels = Some(labels);
+            if let Some((labels, facts)) = self.wait_until_ready(event, wait, opts.deadline).await?
+            {
+                focus.labels = labels;
+                live = Some(facts);
             }
         }
         let scope = Scope {
@@ -102,7 +106,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             focus: Some(&focus),
             seed: None,
         };
-        report.groups = self.reconcile_scoped(in_namespace, opts, &scope).await;
+        report.groups = self
+            .reconcile_scoped(in_namespace.clone(), opts, &scope)
+            .await;
+        if let Some(pod) = live.filter(|p| p.gate == Some(false))
+            && !opts.dry_run
+        {
+            self.open_gate_when_healthy(&pod, &in_namespace, &mut report, opts.deadline)
+                .await;
+        }
         report.notes.push(format!(
             "pod {}/{} ({}): {} group(s) affected",
             event.namespace,
@@ -125,7 +137,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         event: &PodEvent,
         ready_wait: Duration,
         deadline: Option<UnixMillis>,
-    ) -> Result<Option<BTreeMap<String, String>>, PodsError> {
+    ) -> Result<Option<(Option<BTreeMap<String, String>>, PodFacts)>, PodsError> {
         let now = self.clock.now();
         let mut until = now.plus(ready_wait);
         // A deadline that is not in the future is not a real one (`cargo lambda watch`
@@ -149,9 +161,82 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     facts.ready
                 });
             if !starting || self.clock.now() >= until {
-                return Ok(labels);
+                return Ok(Some((labels, facts)));
             }
             tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// For a gated pod this event registered: reads its groups' target health every
+    /// [`GATE_POLL`] and opens its gate as soon as the NLB says healthy, for as long as
+    /// the invocation allows (the schedule, or the watch, does it otherwise).
+    async fn open_gate_when_healthy(
+        &self,
+        pod: &PodFacts,
+        groups: &[BoundGroup],
+        report: &mut Report,
+        deadline: Option<UnixMillis>,
+    ) {
+        let now = self.clock.now();
+        let Some(until) = deadline.filter(|d| *d > now).map(|d| {
+            UnixMillis(d.0.saturating_sub(u64::try_from(START_CUTOFF.as_millis()).unwrap_or(0)))
+        }) else {
+            return;
+        };
+        let waiting: Vec<(&BoundGroup, Target)> = groups
+            .iter()
+            .filter_map(|b| match contribution(pod, &b.binding) {
+                Some((t, Some(false))) => Some((b, t)),
+                _ => None,
+            })
+            .filter(|(b, _)| {
+                report
+                    .group(&b.group.arn)
+                    .is_some_and(|g| !matches!(g.outcome, Outcome::Failed | Outcome::BindingError))
+            })
+            .collect();
+        let Some((group, target)) = waiting.first() else {
+            return;
+        };
+        let name = pod.pod.to_string();
+        if report.groups.iter().any(|g| g.gates_opened.contains(&name)) {
+            return;
+        }
+        // At most as many polls as fit before `until` (whatever the clock says later).
+        let poll_ms = u64::try_from(GATE_POLL.as_millis()).unwrap_or(1).max(1);
+        let polls = until.0.saturating_sub(now.0) / poll_ms;
+        for _ in 0..polls {
+            if self.clock.now().plus(GATE_POLL) >= until {
+                return;
+            }
+            tokio::time::sleep(GATE_POLL).await;
+            let healthy = match self.groups.health(&group.group.arn).await {
+                Ok(h) => h
+                    .iter()
+                    .any(|(t, s)| t == target && *s == HealthState::Healthy),
+                Err(_) => false,
+            };
+            if !healthy {
+                continue;
+            }
+            let opened = self
+                .pods
+                .open_gate(&pod.pod.namespace, &pod.pod.name, &pod.pod.uid)
+                .await;
+            if let Some(g) = report
+                .groups
+                .iter_mut()
+                .find(|g| g.target_group_arn == group.group.arn)
+            {
+                match opened {
+                    Ok(()) => g.gates_opened.push(name),
+                    Err(e) => g.pod_errors.push(PodError {
+                        pod: name,
+                        error: e.to_string(),
+                    }),
+                }
+            }
+            return;
         }
     }
 

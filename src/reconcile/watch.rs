@@ -16,13 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::{HealthState, PodFacts, Selector, Target, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{Listing, PodSource, PodsError, WatchEvent};
 use crate::report::{GroupReport, Outcome, PodError, WatchReport};
 use crate::state::StateStore;
+use futures::StreamExt as _;
 
 /// How long one watch request asks the server to keep the stream open: under the
 /// client's 30 s read timeout, so a quiet namespace ends its stream cleanly and resumes.
@@ -155,7 +155,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
             let stream = self
                 .pods
-                .watch(namespace, selector.as_ref(), &version, WATCH_REQUEST)
+                .watch(
+                    namespace,
+                    selector.as_ref(),
+                    &version,
+                    self.settings.watch_request,
+                )
                 .await;
             let mut stream = match stream {
                 Ok(s) => s,
@@ -310,9 +315,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
 
     /// Whether a gated pod of `b` waits for its gate (as the watch last saw the pods).
     fn gate_pending(&self, b: &BoundGroup, shared: &Shared) -> bool {
-        lock(&shared.pods).values().any(|p| {
-            matches!(contribution(p, &b.binding), Some((_, Some(false))))
-        })
+        lock(&shared.pods)
+            .values()
+            .any(|p| matches!(contribution(p, &b.binding), Some((_, Some(false)))))
     }
 
     /// Every [`GATE_POLL`], reads the target health of the groups with a gate waiting and

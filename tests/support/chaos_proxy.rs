@@ -174,6 +174,10 @@ pub struct Rules {
     /// Target IPs ELBv2 refuses whatever their zone, with the message to answer (a
     /// stand-in for any per-target refusal, e.g. an address ELBv2 does not accept).
     pub refuse: Vec<(String, String)>,
+    /// The NLB's pace: a target stays `initial` in DescribeTargetHealth for this long
+    /// after its RegisterTargets (moto reports it healthy at once), as a real NLB keeps
+    /// it until its health checks pass.
+    pub initial_for: Option<Duration>,
     /// One-shot: the next request of this operation (any, when empty) whose body contains
     /// the text is held and never answered (a call in flight when its caller is killed).
     pub stall: Vec<(String, String)>,
@@ -187,6 +191,8 @@ struct Shared {
     /// moto's `host:port`.
     upstream: String,
     rules: Mutex<Rules>,
+    /// When each target (`id:port`) was last registered through the proxy.
+    registered_at: Mutex<std::collections::HashMap<String, Instant>>,
     decider: Mutex<Decider>,
     log: Mutex<Vec<Record>>,
     request_ids: std::sync::atomic::AtomicU64,
@@ -223,6 +229,7 @@ impl ChaosProxy {
         let shared = Arc::new(Shared {
             upstream,
             rules: Mutex::new(Rules::default()),
+            registered_at: Mutex::new(std::collections::HashMap::new()),
             decider: Mutex::new(Decider {
                 rng: fastrand::Rng::with_seed(chaos.seed),
                 share: chaos.fault_share,
@@ -469,7 +476,13 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
                         .split_once(' ')
                         .map_or("502 Bad Gateway", |(_, s)| s)
                         .to_owned();
-                    (status, response.headers, response.body)
+                    let body = nlb_pace(
+                        &shared,
+                        &operation_of(&request),
+                        &request.body,
+                        response.body,
+                    );
+                    (status, response.headers, body)
                 }
                 Err(e) => (
                     "502 Bad Gateway".to_owned(),
@@ -594,6 +607,87 @@ impl Rules {
         }
         Verdict::Pass
     }
+}
+
+/// The operation of a request (as the log names it).
+fn operation_of(request: &Message) -> String {
+    classify(request).1
+}
+
+/// Keeps targets `initial` for [`Rules::initial_for`] after their registration: records
+/// RegisterTargets, and rewrites the states in DescribeTargetHealth answers.
+fn nlb_pace(shared: &Shared, operation: &str, request: &[u8], response: Vec<u8>) -> Vec<u8> {
+    let Some(initial_for) = lock(&shared.rules).initial_for else {
+        return response;
+    };
+    match operation {
+        "RegisterTargets" => {
+            let now = Instant::now();
+            let mut at = lock(&shared.registered_at);
+            for key in form_target_keys(&String::from_utf8_lossy(request)) {
+                at.insert(key, now);
+            }
+            response
+        }
+        "DescribeTargetHealth" => {
+            let text = String::from_utf8_lossy(&response).into_owned();
+            let at = lock(&shared.registered_at);
+            let mut parts = text.split("<member>");
+            let mut out = parts.next().unwrap_or_default().to_owned();
+            for member in parts {
+                let field = |name: &str| {
+                    let open = format!("<{name}>");
+                    let start = member.find(&open)? + open.len();
+                    let end = start + member[start..].find('<')?;
+                    Some(member[start..end].to_owned())
+                };
+                let key = format!(
+                    "{}:{}",
+                    field("Id").unwrap_or_default(),
+                    field("Port").unwrap_or_default()
+                );
+                let young = at.get(&key).is_some_and(|t| t.elapsed() < initial_for);
+                out.push_str("<member>");
+                if young {
+                    out.push_str(&member.replace(
+                        "<State>healthy</State>",
+                        "<State>initial</State><Reason>Elb.RegistrationInProgress</Reason>",
+                    ));
+                } else {
+                    out.push_str(member);
+                }
+            }
+            out.into_bytes()
+        }
+        _ => response,
+    }
+}
+
+/// `id:port` of each `Targets.member.N` of a form-encoded body.
+fn form_target_keys(body: &str) -> Vec<String> {
+    let mut by_index: BTreeMap<u32, (String, String)> = BTreeMap::new();
+    for pair in body.split('&') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let Some((n, field)) = key
+            .strip_prefix("Targets.member.")
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u32>() else { continue };
+        let entry = by_index.entry(n).or_default();
+        match field {
+            "Id" => entry.0 = percent_decode(value),
+            "Port" => entry.1 = percent_decode(value),
+            _ => {}
+        }
+    }
+    by_index
+        .into_values()
+        .map(|(id, port)| format!("{id}:{port}"))
+        .collect()
 }
 
 /// `(Id, AvailabilityZone)` of each `Targets.member.N` of a form-encoded body.

@@ -95,7 +95,10 @@ async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
     function.kill().expect("SIGKILL");
     let _ = function.wait();
     let killed = Instant::now();
-    assert!(w.lease_recorded(&arn).await, "the dead holder's lease is left");
+    assert!(
+        w.lease_recorded(&arn).await,
+        "the dead holder's lease is left"
+    );
 
     // web-1 terminates; its Killing event goes to pod-events, on the real clock.
     w.emulator.store().set_terminating("shop", "web-1");
@@ -111,9 +114,7 @@ async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
     let mut ev = event("pod-killing.json");
     ev["detail"]["clusterName"] = json!(w.cluster);
     ev["detail"]["involvedObject"]["name"] = json!("web-1");
-    let deadline = tgsync::core::UnixMillis(
-        tgsync::clock::Clock::now(&SystemClock).0 + 60_000,
-    );
+    let deadline = tgsync::core::UnixMillis(tgsync::clock::Clock::now(&SystemClock).0 + 60_000);
     let report = tgsync::handlers::pod_events::handle(&engine, &ev, Duration::ZERO, Some(deadline))
         .await
         .expect("handled");
