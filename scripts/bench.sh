@@ -5,6 +5,8 @@
 #   scripts/bench.sh api-calls   # API calls of a zero-drift resync of 100 groups (moto + emulator)
 #   scripts/bench.sh pod-events  # warm pod-events latency under cargo lambda watch (moto + emulator)
 #   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
+#   scripts/bench.sh watch       # watch mode of the release resync binary: reaction, gated rolling update (~13 min; not in all)
+#   scripts/bench.sh throttling  # 20 trials at 40 % throttling + 10 % 500s on ELBv2 and DynamoDB (not in all)
 #   scripts/bench.sh cold-start  # release binaries: sizes, spawn -> first Runtime API request
 #   scripts/bench.sh cold-start-arm64  # the arm64 bootstraps under qemu-user (not in all; see BENCHMARKS.md)
 #   scripts/bench.sh all
@@ -26,6 +28,9 @@ case "$what" in
     ensure_venv; MOTO_SERVER="$VENV/bin/python $ROOT/scripts/bench/moto_server.py" start_moto
     cargo build --release --locked -p kube-emulator --bin kube-emulator
     cargo bench --locked --bench scale ;;&
+  watch|throttling) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
+  watch) cargo bench --locked -p tgsync-resync --bench watch ;;&
+  throttling) cargo bench --locked --bench throttling ;;&
   cold-start|all)
     cargo build --release --locked -p tgsync-resync -p tgsync-pod-events
     bins="$(mktemp -d)"  # copies: a later `cargo bench` may rebuild target/release/*
@@ -53,6 +58,6 @@ case "$what" in
       TGSYNC_RESYNC_BIN="$arm64/lambda/tgsync-resync/bootstrap" \
       TGSYNC_POD_EVENTS_BIN="$arm64/lambda/tgsync-pod-events/bootstrap" \
       cargo bench --locked -p tgsync-resync --bench cold_start ;;
-  core|decode|api-calls|pod-events|scale|cold-start|all) ;;
-  *) echo "usage: $0 [core|decode|api-calls|pod-events|scale|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
+  core|decode|api-calls|pod-events|scale|watch|throttling|cold-start|all) ;;
+  *) echo "usage: $0 [core|decode|api-calls|pod-events|scale|watch|throttling|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ pub const WATCH_REQUEST: Duration = Duration::from_secs(25);
 /// Events arriving within this of each other are reconciled in one batch.
 const DEBOUNCE: Duration = Duration::from_millis(20);
 /// How often target health of groups with a gate waiting is read.
-pub const GATE_POLL: Duration = Duration::from_secs(2);
+pub const GATE_POLL: Duration = Duration::from_secs(1);
 /// Pause before resuming a watch that failed to start or broke off.
 const RETRY: Duration = Duration::from_millis(500);
 
