@@ -75,10 +75,25 @@ impl App {
         };
         let access = ClusterAccess::from_sdk_config(&settings.cluster_name, sdk, overrides)?;
         let pods = KubePods::new(Arc::new(access)).with_page_size(settings.page_size);
-        let rate = MutationRate::new(settings.mutations_per_second, None)
-            .map_err(|e| AppError::Rate(e.to_string()))?;
-        let describes = MutationRate::new(settings.describes_per_second, Some(1))
-            .map_err(|e| AppError::Rate(e.to_string()))?;
+        // The budgets are the deployment's: this container's share of them.
+        let share = |budget: u32| {
+            MutationRate::new(budget, None)
+                .map(|r| r.share(settings.budget_share, settings.max_containers))
+                .map_err(|e| AppError::Rate(e.to_string()))
+        };
+        let rate = share(settings.mutations_per_second)?;
+        let describes = share(settings.describes_per_second)?;
+        let smaller = settings
+            .mutations_per_second
+            .min(settings.describes_per_second);
+        if f64::from(settings.max_containers) > f64::from(smaller) * settings.budget_share {
+            tracing::warn!(
+                containers = settings.max_containers,
+                share = settings.budget_share,
+                budget = smaller,
+                "more containers than this function's share of the ELBv2 budget: each still makes up to one call a second, so the deployment can exceed its budget in a busy second; raise the budget or lower the reserved concurrency"
+            );
+        }
         let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describes);
         let state = DynamoState::from_sdk_config(sdk, &settings.table_name, &settings.cluster_name);
         let engine = Engine::new(settings.cluster_name.clone(), pods, groups, state, clock)

@@ -25,14 +25,16 @@ pub struct Settings {
     pub concurrency: usize,
     /// `TGSYNC_PAGE_SIZE` (default 500): pods per LIST page.
     pub page_size: u32,
-    /// `TGSYNC_ELB_MUTATIONS_PER_SECOND` (default 5): client-side rate of
-    /// Register/DeregisterTargets calls.
+    /// `TGSYNC_ELB_MUTATIONS_PER_SECOND` (default 5): the deployment's budget of
+    /// Register/DeregisterTargets calls per second (attempts included), shared by every
+    /// container of both functions (see `budget_share`).
     pub mutations_per_second: u32,
     /// `TGSYNC_READY_WAIT_SECONDS` (default 20): how long pod-events waits for a Running
     /// pod to turn Ready.
     pub ready_wait: Duration,
-    /// `TGSYNC_ELB_DESCRIBES_PER_SECOND` (default 8): client-side rate of ELBv2 Describe
-    /// calls, bursts included (ELBv2's Describe token bucket is shared per account).
+    /// `TGSYNC_ELB_DESCRIBES_PER_SECOND` (default 8): the deployment's budget of ELBv2
+    /// Describe calls per second, bursts and retries included (ELBv2's Describe token
+    /// bucket is shared per account), shared like the mutations.
     pub describes_per_second: u32,
     /// `TGSYNC_VERIFY_DESCRIBES_PER_SECOND` (default 2): the share of the account's ELBv2
     /// Describe budget the schedule spends on re-verifying groups nothing changed (the
@@ -42,6 +44,14 @@ pub struct Settings {
     /// `TGSYNC_SCHEDULE_MINUTES` (default 1): the resync schedule's period, as the
     /// template sets it; with the rate above, how many groups one run re-verifies.
     pub schedule: Duration,
+    /// `TGSYNC_MAX_CONTAINERS` (default 1): how many containers of this function can run
+    /// at once (the template sets it to the function's reserved concurrency).
+    pub max_containers: u32,
+    /// `TGSYNC_BUDGET_SHARE` (default 1): this function's share (0–1) of the ELBv2
+    /// budgets above, which are the whole deployment's: each container gets
+    /// `budget × share / max_containers` calls per second, so however many containers of
+    /// both functions run, together they stay within the budgets.
+    pub budget_share: f64,
     /// `TGSYNC_WATCH_SECONDS` (default 0 = off; the template sets it just under the
     /// schedule's period): how long after it started a scheduled resync keeps watching
     /// the bound namespaces and reconciling groups as their pods change.
@@ -160,6 +170,8 @@ impl Settings {
                 60 * number(&get, "TGSYNC_SCHEDULE_MINUTES", 1, 1, 1440)?,
             ),
             watch: Duration::from_secs(number(&get, "TGSYNC_WATCH_SECONDS", 0, 0, 840)?),
+            max_containers: number(&get, "TGSYNC_MAX_CONTAINERS", 1, 1, 1000)?,
+            budget_share: decimal(&get, "TGSYNC_BUDGET_SHARE", 1.0, 0.01, 1.0)?,
             allowed_namespaces: namespaces(&get, "TGSYNC_ALLOWED_NAMESPACES")?,
             allow_exclusive: boolean(&get, "TGSYNC_ALLOW_EXCLUSIVE", false)?,
         })

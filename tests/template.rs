@@ -1445,3 +1445,80 @@ fn pattern_matching_subset_behaves_like_eventbridge() {
         "elasticloadbalancing:RegisterTargets"
     ));
 }
+
+/// The ELBv2 budgets are the deployment's: each function has reserved concurrency, and
+/// its containers are told how many there can be and which share they get, so that with
+/// every container of both functions busy the calls in any second stay within the
+/// budgets (the per-container pacing is `MutationRate::share`).
+#[test]
+fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
+    let t = Template::load();
+    // The defaults, and a larger deployment within the documented rule (pod-events
+    // containers at most 40 % of the smaller budget).
+    for given in [
+        vec![],
+        vec![
+            ("PodEventsConcurrency", "5"),
+            ("ElbMutationsPerSecond", "20"),
+            ("ElbDescribesPerSecond", "20"),
+        ],
+    ] {
+        let mut params: Vec<(&str, &str)> = vec![("ClusterName", "demo")];
+        params.extend(given.iter().copied());
+        let d = t.parameters(&params);
+        let refs = BTreeMap::from([("StateTable", "t")]);
+        let env = |function: &str, name: &str| -> String {
+            let v = resolve(
+                &t.props(function)["Environment"]["Variables"][name],
+                &d,
+                &refs,
+            );
+            scalar_string(&v).as_str().unwrap_or_default().to_owned()
+        };
+        let reserved = |function: &str| -> u32 {
+            let v = resolve(
+                &t.props(function)["ReservedConcurrentExecutions"],
+                &d,
+                &refs,
+            );
+            scalar_string(&v)
+                .as_str()
+                .unwrap_or_default()
+                .parse()
+                .expect("a number")
+        };
+        let mut shares = 0.0;
+        for budget in [
+            "TGSYNC_ELB_MUTATIONS_PER_SECOND",
+            "TGSYNC_ELB_DESCRIBES_PER_SECOND",
+        ] {
+            let mut worst = 0;
+            let mut total = 0;
+            for function in ["ResyncFunction", "PodEventsFunction"] {
+                let containers = reserved(function);
+                assert_eq!(
+                    env(function, "TGSYNC_MAX_CONTAINERS")
+                        .parse::<u32>()
+                        .unwrap(),
+                    containers,
+                    "{function}: TGSYNC_MAX_CONTAINERS is its reserved concurrency"
+                );
+                let share: f64 = env(function, "TGSYNC_BUDGET_SHARE").parse().unwrap();
+                shares += share;
+                total = env(function, budget).parse::<u32>().unwrap();
+                let rate = tgsync::aws::MutationRate::new(total, None)
+                    .unwrap()
+                    .share(share, containers);
+                worst += containers * rate.per_window();
+            }
+            assert!(
+                worst <= total,
+                "{budget} {given:?}: {worst} calls in one second > {total}"
+            );
+        }
+        assert!(
+            shares <= 2.0 + 1e-9,
+            "the shares add up to at most the whole, per budget"
+        );
+    }
+}

@@ -20,10 +20,10 @@
 //!    `INITIAL_FOR`) (goal within 15 %). `TGSYNC_ROLLING_PODS` and
 //!    `TGSYNC_INITIAL_SECONDS` shrink it for a quick look.
 
-#[path = "../../../benches/support/measure.rs"]
-mod measure;
 #[path = "../../../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
+#[path = "../../../benches/support/measure.rs"]
+mod measure;
 #[path = "../../../tests/support/moto.rs"]
 mod moto;
 #[path = "../../../tests/support/runtime_api.rs"]
@@ -71,9 +71,9 @@ fn call_for(records: &[Record], ip: &str, op: &str, since: Instant) -> Option<In
         .iter()
         .find(|r| r.at >= since && r.operation == op && r.body.contains(&format!("={ip}&")))
         .or_else(|| {
-            records.iter().find(|r| {
-                r.at >= since && r.operation == op && r.body.ends_with(&format!("={ip}"))
-            })
+            records
+                .iter()
+                .find(|r| r.at >= since && r.operation == op && r.body.ends_with(&format!("={ip}")))
         })
         .map(|r| r.at)
 }
@@ -152,7 +152,11 @@ async fn reaction() {
     let w = World::new().await;
     w.group("shop", "app=web", 8080, &[]).await;
     for i in 0..4 {
-        w.put_pod(web(&format!("web-{i}"), &format!("10.0.2.{i}")).ready(false).build());
+        w.put_pod(
+            web(&format!("web-{i}"), &format!("10.0.2.{i}"))
+                .ready(false)
+                .build(),
+        );
     }
     let proxy = proxy(None).await;
     let runtime = RuntimeApi::start().await;
@@ -227,9 +231,9 @@ async fn rolling_update(pods: usize, initial_for: Duration) {
         set_condition(&mut pod, "Ready", false);
         w.put_pod(pod);
         tokio::time::sleep(POD_START).await;
-        w.emulator.store().update_pod("shop", &name, |p| {
-            set_condition(p, "ContainersReady", true)
-        });
+        w.emulator
+            .store()
+            .update_pod("shop", &name, |p| set_condition(p, "ContainersReady", true));
         // The kubelet turns it Ready once the gate is True (polling as a kubelet's
         // status sync would, every 50 ms).
         let waited = Instant::now();
@@ -248,7 +252,9 @@ async fn rolling_update(pods: usize, initial_for: Duration) {
             .store()
             .update_pod("shop", &name, |p| set_condition(p, "Ready", true));
         // Then the old pod goes.
-        w.emulator.store().set_terminating("shop", &format!("old-{i}"));
+        w.emulator
+            .store()
+            .set_terminating("shop", &format!("old-{i}"));
         w.emulator.store().delete_pod("shop", &format!("old-{i}"));
     }
     let total = started.elapsed();

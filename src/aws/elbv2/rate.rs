@@ -6,15 +6,19 @@
 //! seeds' rate-limited workqueue).
 
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use thiserror::Error;
 
-/// Calls per second and burst for RegisterTargets / DeregisterTargets.
+/// Calls per second and burst for one kind of ELBv2 call (RegisterTargets /
+/// DeregisterTargets, or the Describe calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MutationRate {
     per_second: NonZeroU32,
     burst: NonZeroU32,
+    /// Time per call: `1 s / per_second`, longer for a [`MutationRate::share`].
+    period: Duration,
 }
 
 /// Five calls per second, burst five: well under ELBv2's documented mutation rate, so
@@ -26,6 +30,7 @@ impl Default for MutationRate {
         Self {
             per_second: DEFAULT_PER_SECOND,
             burst: DEFAULT_PER_SECOND,
+            period: Duration::from_secs(1) / DEFAULT_PER_SECOND.get(),
         }
     }
 }
@@ -54,7 +59,43 @@ impl MutationRate {
             None => per_second,
             Some(b) => NonZeroU32::new(b).ok_or(RateError::ZeroBurst)?,
         };
-        Ok(Self { per_second, burst })
+        Ok(Self {
+            per_second,
+            burst,
+            period: Duration::from_secs(1) / per_second.get(),
+        })
+    }
+
+    /// The rate of one of `containers` containers (a function's reserved concurrency)
+    /// of a function that gets `fraction` (0–1) of this deployment-wide budget: calls
+    /// evenly spaced (burst 1), at most `⌊budget × fraction / containers⌋` (at least
+    /// one) in any second. So the containers of every function together stay within the
+    /// budget in every 1-s window, however many run at once.
+    pub fn share(self, fraction: f64, containers: u32) -> Self {
+        let per_window = f64::from(self.per_second.get()) * fraction.clamp(0.0, 1.0)
+            / f64::from(containers.max(1));
+        let per_window = (per_window.floor() as u32).max(1);
+        // Evenly spaced, a closed 1-s window holds ⌊calls per second⌋ + 1 calls.
+        let period = match per_window {
+            1 => Duration::from_millis(1010),
+            n => Duration::from_secs(1) / (n - 1),
+        };
+        Self {
+            per_second: self.per_second,
+            burst: NonZeroU32::MIN,
+            period,
+        }
+    }
+
+    /// The most calls this rate lets out in any 1-s window (both ends included).
+    pub fn per_window(&self) -> u32 {
+        let calls = (1.0 / self.period.as_secs_f64()).floor() as u32;
+        calls + self.burst.get()
+    }
+
+    /// Calls per second this rate allows (fractional for a share).
+    pub fn calls_per_second(&self) -> f64 {
+        1.0 / self.period.as_secs_f64()
     }
 
     /// Calls per second, for logs and reports.
@@ -67,9 +108,12 @@ impl MutationRate {
         self.burst.get()
     }
 
-    /// The limiter all mutating calls of one adapter (and its clones) wait on.
+    /// The limiter all calls of its kind of one adapter (and its clones) wait on.
     pub(crate) fn limiter(&self) -> DefaultDirectRateLimiter {
-        RateLimiter::direct(Quota::per_second(self.per_second).allow_burst(self.burst))
+        let quota = Quota::with_period(self.period)
+            .unwrap_or_else(|| Quota::per_second(self.per_second))
+            .allow_burst(self.burst);
+        RateLimiter::direct(quota)
     }
 }
 
@@ -84,6 +128,26 @@ mod tests {
         assert_eq!(MutationRate::new(0, None), Err(RateError::ZeroRate));
         assert_eq!(MutationRate::new(3, Some(0)), Err(RateError::ZeroBurst));
         assert_eq!(MutationRate::default().per_second(), 5);
+    }
+
+    #[test]
+    fn shares_of_a_budget_stay_within_it_in_every_second() {
+        // The template's split: 60 % for the one resync container, 40 % for two
+        // pod-events containers.
+        for budget in [5, 8, 20, 100] {
+            let whole = MutationRate::new(budget, None).unwrap();
+            let (resync, pod_events) = (whole.share(0.6, 1), whole.share(0.4, 2));
+            let worst = resync.per_window() + 2 * pod_events.per_window();
+            assert!(worst <= budget, "{budget}: {worst} in one second");
+            assert!(
+                resync.per_window() >= 2,
+                "{budget}: the resync is not starved"
+            );
+        }
+        let five = MutationRate::new(5, None).unwrap();
+        assert_eq!(five.share(0.6, 1).per_window(), 3);
+        assert_eq!(five.share(0.4, 2).per_window(), 1);
+        assert_eq!(MutationRate::new(8, Some(1)).unwrap().per_window(), 9);
     }
 
     #[tokio::test]
