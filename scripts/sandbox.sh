@@ -5,10 +5,11 @@
 # seeded with scripts/sandbox/pods.json), creates a VPC, an internal NLB, a bound IP
 # target group holding one foreign target and the DynamoDB state table, runs both
 # built function binaries under `cargo lambda watch` (the Lambda Runtime API), then
-# drives them through six steps with `cargo lambda invoke` (scripts/sandbox/sandbox.py):
+# drives them through seven steps with `cargo lambda invoke` (scripts/sandbox/sandbox.py):
 # dry run, scheduled resync, pod termination, pod turning Ready, steady state, and watch
 # mode (the resync runs with TGSYNC_WATCH_SECONDS=6: a pod turning Ready while it
-# watches is registered within about a second, the delay printed).
+# watches is registered within about a second, the delay printed), and the way out (the
+# group untagged is reported orphaned, then released after a dry run).
 # Each step prints the target group before and after and checks the outcome; the script
 # exits non-zero on the first step that is not what it should be, so it is also a smoke
 # test. Everything it starts is stopped and its temp dir removed on exit, Ctrl-C included.
@@ -183,4 +184,4 @@ export SANDBOX_RESYNC_LOG="$WORK/resync.log" SANDBOX_POD_EVENTS_LOG="$WORK/pod-e
 # --- 5. the steps ------------------------------------------------------------------------
 "$VENV/bin/python" "$ROOT/scripts/sandbox/sandbox.py" steps
 echo
-log "sandbox: all 6 steps as expected in $((SECONDS - STARTED)) s; stopping everything"
+log "sandbox: all 7 steps as expected in $((SECONDS - STARTED)) s; stopping everything"

@@ -2,7 +2,7 @@
 //! services where tgsync depends on them: conditional lease writes, draining after
 //! deregistration, pods that vanish. Used by engine, race and crash tests.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -573,6 +573,8 @@ pub struct FakeState {
     /// Scheduling noise for race tests.
     pub chaos: Chaos,
     groups: Mutex<HashMap<String, GroupState>>,
+    /// `(cluster, group)` pairs of the orphan index.
+    index: Mutex<BTreeSet<(String, String)>>,
     fail: AtomicBool,
     fail_renewals: AtomicBool,
     slow_read: Delay,
@@ -603,6 +605,16 @@ impl FakeState {
     /// Replaces the stored state of a group (a crash left it so; a test sets it up).
     pub fn put(&self, group: &str, state: GroupState) {
         lock(&self.groups).insert(group.to_owned(), state);
+    }
+
+    /// Whether `group` is in `cluster`'s index.
+    pub fn indexed(&self, cluster: &str, group: &str) -> bool {
+        lock(&self.index).contains(&(cluster.to_owned(), group.to_owned()))
+    }
+
+    /// Whether the group has an item at all (release deletes it when nothing is left).
+    pub fn has_item(&self, group: &str) -> bool {
+        lock(&self.groups).contains_key(group)
     }
 
     /// Whether a lease is recorded and unexpired at `now`.
@@ -830,6 +842,47 @@ impl StateStore for FakeState {
                 ..Change::default()
             },
         );
+        Ok(true)
+    }
+
+    async fn indexed_groups(&self, cluster: &str) -> Result<BTreeSet<String>, StateError> {
+        self.check("GetItem").await?;
+        Ok(lock(&self.index)
+            .iter()
+            .filter(|(c, _)| c == cluster)
+            .map(|(_, g)| g.clone())
+            .collect())
+    }
+
+    async fn index(&self, group: &str, cluster: &str) -> Result<(), StateError> {
+        self.check("PutItem").await?;
+        lock(&self.index).insert((cluster.to_owned(), group.to_owned()));
+        Ok(())
+    }
+
+    async fn retire(
+        &self,
+        group: &str,
+        cluster: &str,
+        version: u64,
+        now: UnixMillis,
+        delete: bool,
+    ) -> Result<bool, StateError> {
+        self.check("TransactWriteItems").await?;
+        let mut groups = lock(&self.groups);
+        let unchanged = groups.get(group).is_none_or(|s| {
+            s.version == version
+                && !s.dirty
+                && s.lease.as_ref().is_none_or(|l| l.until < now)
+                && (!delete || s.ledger.is_empty())
+        });
+        if !unchanged {
+            return Ok(false);
+        }
+        if delete {
+            groups.remove(group);
+        }
+        lock(&self.index).remove(&(cluster.to_owned(), group.to_owned()));
         Ok(true)
     }
 }

@@ -76,6 +76,21 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
             ("RunsCompleted".to_owned(), json!(1)),
         ]),
     )];
+    if report.orphans.is_some() {
+        // A gauge of groups no longer bound whose ledger still holds our targets, from
+        // the runs that look for them (full resyncs) only, so that its minimum and
+        // average mean something.
+        lines.push(line(
+            report,
+            level,
+            &["Function", "Cluster"],
+            Map::from_iter([
+                ("Function".to_owned(), json!(report.function)),
+                ("Cluster".to_owned(), json!(report.cluster)),
+                ("OrphanedGroups".to_owned(), json!(t.orphaned)),
+            ]),
+        ));
+    }
     for g in report.groups.iter().filter(|g| g.is_eventful()) {
         let failed = g.outcome.is_error();
         lines.push(line(
@@ -112,29 +127,32 @@ pub fn emit(report: &Report) {
     }
 }
 
+/// Every metric tgsync emits and its unit; a line declares those among its fields.
+const UNITS: [(&str, &str); 11] = [
+    ("DriftFound", "Count"),
+    ("Registered", "Count"),
+    ("Deregistered", "Count"),
+    ("ReconcileErrors", "Count"),
+    ("GroupsReconciled", "Count"),
+    ("Forgotten", "Count"),
+    ("LeaseHeld", "Count"),
+    ("BackingOff", "Count"),
+    ("Duration", "Milliseconds"),
+    ("RunsCompleted", "Count"),
+    ("OrphanedGroups", "Count"),
+];
+
 fn line(
     report: &Report,
     level: LambdaLevel,
     dimensions: &[&str],
     mut fields: Map<String, Value>,
 ) -> String {
-    let metric = |name: &str, unit: &str| json!({"Name": name, "Unit": unit});
-    let mut metrics = vec![
-        metric("DriftFound", "Count"),
-        metric("Registered", "Count"),
-        metric("Deregistered", "Count"),
-        metric("ReconcileErrors", "Count"),
-    ];
-    if !dimensions.contains(&"TargetGroup") {
-        metrics.extend([
-            metric("GroupsReconciled", "Count"),
-            metric("Forgotten", "Count"),
-            metric("LeaseHeld", "Count"),
-            metric("BackingOff", "Count"),
-            metric("Duration", "Milliseconds"),
-            metric("RunsCompleted", "Count"),
-        ]);
-    }
+    let metrics: Vec<Value> = UNITS
+        .iter()
+        .filter(|(name, _)| fields.contains_key(*name))
+        .map(|(name, unit)| json!({"Name": name, "Unit": unit}))
+        .collect();
     let at = report.started_at.0 + report.duration_ms;
     fields.insert("level".to_owned(), json!(level.as_str()));
     fields.insert("timestamp".to_owned(), json!(rfc3339(at)));

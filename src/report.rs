@@ -27,6 +27,9 @@ pub enum Outcome {
     Aborted,
     /// Not started: the invocation was too close to its deadline; the next run does it.
     Deferred,
+    /// A `release` took tgsync out of the group: every target this cluster owned in it
+    /// was deregistered (or found gone) and its ledger entries deleted.
+    Released,
 }
 
 impl Outcome {
@@ -145,7 +148,7 @@ impl GroupReport {
     /// it is failing. A group in sync (the steady state of almost every group) is not,
     /// so a quiet run costs one summary line however many groups it looked at.
     pub fn is_eventful(&self) -> bool {
-        self.outcome == Outcome::Changed || self.outcome.is_error()
+        matches!(self.outcome, Outcome::Changed | Outcome::Released) || self.outcome.is_error()
     }
 
     /// A report that only carries an error.
@@ -180,6 +183,24 @@ pub struct Totals {
     pub deferred: usize,
     /// Groups whose health read was skipped by the checkpoint.
     pub verification_skipped: usize,
+    /// Groups released (`release`).
+    pub released: usize,
+    /// Groups no longer bound whose ledger still holds this cluster's targets.
+    pub orphaned: usize,
+}
+
+/// A group no longer bound to this cluster (its tags were removed or changed, or it was
+/// deleted) whose ledger still holds targets this cluster registered. tgsync never acts
+/// on it by itself: a `release` deregisters what is left and deletes the entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Orphan {
+    /// Target group ARN.
+    pub target_group_arn: String,
+    /// Ledger entries of this cluster in it (targets that may still get traffic).
+    pub targets: usize,
+    /// What to do about it.
+    pub action: String,
 }
 
 /// How a scheduled run spends the account-wide Describe budget on re-verifying groups
@@ -254,6 +275,10 @@ pub struct Report {
     pub watch: Option<WatchReport>,
     /// Per group, sorted by name.
     pub groups: Vec<GroupReport>,
+    /// Full resyncs (the runs that look): groups no longer bound that still hold this
+    /// cluster's targets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphans: Option<Vec<Orphan>>,
     /// Errors not tied to one group (discovery failed, an unknown ARN requested).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
@@ -280,6 +305,7 @@ impl Report {
             verification: None,
             watch: None,
             groups: Vec::new(),
+            orphans: None,
             errors: Vec::new(),
             notes: Vec::new(),
         }
@@ -294,6 +320,7 @@ impl Report {
         });
         let mut t = Totals {
             groups: self.groups.len(),
+            orphaned: self.orphans.as_ref().map_or(0, Vec::len),
             ..Totals::default()
         };
         for g in &self.groups {
@@ -307,6 +334,7 @@ impl Report {
                 Outcome::LeaseHeld => t.lease_held += 1,
                 Outcome::BackingOff => t.backing_off += 1,
                 Outcome::Deferred => t.deferred += 1,
+                Outcome::Released => t.released += 1,
                 Outcome::InSync | Outcome::Planned => {}
             }
         }

@@ -190,6 +190,36 @@ pub trait StateStore: Send + Sync {
         now: UnixMillis,
         checkpoint: Checkpoint,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
+    /// The groups whose ledger may hold `cluster`'s entries: an index kept beside the
+    /// groups' items, so that a resync finds the groups it once filled and that are no
+    /// longer bound (orphans) with one read, without scanning the table. A superset:
+    /// every ledger that holds an entry of `cluster` is in it.
+    fn indexed_groups(
+        &self,
+        cluster: &str,
+    ) -> impl Future<Output = Result<std::collections::BTreeSet<String>, StateError>> + Send;
+
+    /// Adds `group` to `cluster`'s index (idempotent). Called before the first entry of
+    /// `cluster` goes into the group's ledger, so the index stays a superset.
+    fn index(
+        &self,
+        group: &str,
+        cluster: &str,
+    ) -> impl Future<Output = Result<(), StateError>> + Send;
+
+    /// Takes `group` out of `cluster`'s index, only if the group's state is still
+    /// `version` (as the caller saw it, holding no entry of `cluster`) and nobody holds
+    /// its lease or asked for a pass at `now`: a concurrent first registration is never
+    /// left out of the index. With `delete`, the group's item goes too (the caller saw
+    /// its ledger empty). `Ok(false)` when the state changed meanwhile.
+    fn retire(
+        &self,
+        group: &str,
+        cluster: &str,
+        version: u64,
+        now: UnixMillis,
+        delete: bool,
+    ) -> impl Future<Output = Result<bool, StateError>> + Send;
 }
 
 /// Why the state table could not be used; the group is skipped (never changed blind).

@@ -445,7 +445,17 @@ fn statements(t: &Template) -> Vec<(String, Value)> {
     let mut out = Vec::new();
     let mut push = |owner: String, doc: &Value| {
         for s in as_list(&doc["Statement"]) {
-            out.push((owner.clone(), s));
+            // A statement under `!If` is checked as granted (its widest case).
+            match s.get("Fn::If").and_then(Value::as_array) {
+                Some(branches) => {
+                    for branch in &branches[1..] {
+                        if branch.get("Ref").is_none() {
+                            out.push((owner.clone(), branch.clone()));
+                        }
+                    }
+                }
+                None => out.push((owner.clone(), s)),
+            }
         }
     };
     for (name, r) in t.resources() {
@@ -507,6 +517,7 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
     let all = statements(&t);
     assert!(!all.is_empty());
     let mut granted = BTreeSet::new();
+    let mut released = false;
     for (owner, s) in &all {
         assert!(
             s.get("NotAction").is_none() && s.get("NotResource").is_none(),
@@ -525,11 +536,19 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
                 pattern, mutation,
                 "{owner}: {mutation} must be named exactly, not through `{pattern}`"
             );
-            assert_eq!(
-                s["Condition"],
-                json!({ "StringEquals": { "aws:ResourceTag/tgsync/cluster": { "Ref": "ClusterName" } } }),
-                "{owner}: {mutation} only on target groups tagged tgsync/cluster=<ClusterName>"
-            );
+            let untagged = json!({ "Null": { "aws:ResourceTag/tgsync/cluster": "true" } });
+            if s["Sid"] == "ReleaseUntaggedTargetGroups" {
+                // The way out: deregister only, on groups no deployment is bound to.
+                assert_eq!(acts, ["elasticloadbalancing:DeregisterTargets"], "{owner}");
+                assert_eq!(s["Condition"], untagged, "{owner}");
+                released = true;
+            } else {
+                assert_eq!(
+                    s["Condition"],
+                    json!({ "StringEquals": { "aws:ResourceTag/tgsync/cluster": { "Ref": "ClusterName" } } }),
+                    "{owner}: {mutation} only on target groups tagged tgsync/cluster=<ClusterName>"
+                );
+            }
             assert_eq!(
                 s["Resource"],
                 json!({ "Fn::Sub": "arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*/*" }),
@@ -542,6 +561,7 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
         BTreeSet::from(MUTATIONS),
         "both mutations are granted"
     );
+    assert!(released, "the release of untagged groups is granted by default");
 }
 
 #[test]
@@ -554,14 +574,7 @@ fn every_grant_is_what_the_functions_need() {
         "elasticloadbalancing:DescribeTags",
         "elasticloadbalancing:DescribeTargetHealth",
     ];
-    let dynamo = [
-        "dynamodb:Query",
-        "dynamodb:GetItem",
-        "dynamodb:PutItem",
-        "dynamodb:UpdateItem",
-        "dynamodb:DeleteItem",
-        "dynamodb:BatchWriteItem",
-    ];
+    let dynamo = tgsync::aws::DYNAMODB_IAM_ACTIONS;
     let mut seen = BTreeSet::new();
     for (owner, s) in statements(&t) {
         if s["Effect"] != "Allow" {
@@ -585,6 +598,15 @@ fn every_grant_is_what_the_functions_need() {
                 assert_eq!(resource, &cluster_arn, "{owner}: this cluster only");
             } else if dynamo.contains(&action.as_str()) {
                 assert_eq!(resource, &table, "{owner}: the state table only");
+                assert_eq!(
+                    s["Condition"],
+                    json!({ "ForAllValues:StringLike": { "dynamodb:LeadingKeys": [
+                        { "Fn::Sub": "tg#arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*" },
+                        { "Fn::Sub": "owners#${ClusterName}" },
+                        { "Fn::Sub": "tg#${ClusterName}#*" },
+                    ] } }),
+                    "{owner}: only this deployment's partitions of a shared table"
+                );
             } else if action.starts_with("logs:") {
                 let r = resource.to_string();
                 assert!(

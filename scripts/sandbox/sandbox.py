@@ -467,7 +467,7 @@ def exporter_event(reason: str, message: str, pod: dict) -> Path:
 # ---------------------------------------------------------------------------------------
 # Steps
 
-STEPS = 6
+STEPS = 7
 
 
 def heading(n: int, title: str) -> None:
@@ -651,6 +651,43 @@ def step_watch(arn: str) -> None:
     c.done()
 
 
+def payload(name: str, body: dict) -> Path:
+    path = Path(env("SANDBOX_WORK")) / f"{name}.json"
+    path.write_text(json.dumps(body, indent=2))
+    return path
+
+
+def step_release(arn: str) -> None:
+    heading(7, "the way out: tags removed, the group is reported orphaned, then released")
+    show("before", arn)
+    aws("elbv2").remove_tags(
+        ResourceArns=[arn], TagKeys=["tgsync/cluster", "tgsync/namespace", "tgsync/selector"]
+    )
+    out(f"  {bold('elbv2')}   RemoveTags tgsync/cluster, tgsync/namespace, tgsync/selector")
+    c = Checks("resync")
+    report = invoke("resync", payload("resync-full", {}))
+    orphans = report.get("orphans") or []
+    owned = set(ledger(arn))
+    out(f"  {bold('report')}  orphans: " + ", ".join(
+        f"{o['targetGroupArn'].split('/')[-2]} ({o['targets']} targets)" for o in orphans))
+    c.that([o["targetGroupArn"] for o in orphans] == [arn], "the untagged group is an orphan", orphans)
+    c.that(orphans and orphans[0]["targets"] == len(owned), f"holding the {len(owned)} owned targets")
+    c.that(set(targets(arn)) == owned | {FOREIGN}, "and nothing was touched", sorted(targets(arn)))
+    plan_report = invoke("resync", payload("release-dry-run", {"release": [arn], "dryRun": True}))
+    plan = (summarize(plan_report, arn) or {}).get("plan") or {}
+    c.that(set(plan.get("deregister", [])) == owned, "the dry run plans to deregister the owned targets",
+           plan.get("deregister"))
+    c.that(plan.get("foreignKept") == [FOREIGN], f"and to keep {FOREIGN}", plan.get("foreignKept"))
+    c.that(set(targets(arn)) == owned | {FOREIGN}, "the dry run changed nothing")
+    report = invoke("resync", payload("release", {"release": [arn]}))
+    g = group_checks(c, summarize(report, arn), "released")
+    tg, rows = show("after", arn)
+    c.that(set(g.get("deregistered", [])) == owned, "deregistered what tgsync owned", g.get("deregistered"))
+    c.that(set(tg) == {FOREIGN}, f"only the foreign {FOREIGN} is left", sorted(tg))
+    c.that(not rows, "the group's ledger is gone", sorted(rows))
+    c.done()
+
+
 def tail(path: str, lines: int = 40) -> str:
     try:
         text = Path(path).read_text(errors="replace").splitlines()
@@ -668,6 +705,7 @@ def steps() -> None:
         step_started(arn)
         step_converged(arn)
         step_watch(arn)
+        step_release(arn)
     except StepFailed as e:
         out(f"  {red('FAILED')}  {e}")
         logs = {

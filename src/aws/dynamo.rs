@@ -8,6 +8,7 @@
 //! state.
 
 mod batch;
+mod index;
 mod items;
 mod legacy;
 mod table;
@@ -36,8 +37,30 @@ const GET_ITEM: &str = "GetItem";
 const QUERY: &str = "Query";
 const BATCH_WRITE_ITEM: &str = "BatchWriteItem";
 const UPDATE_ITEM: &str = "UpdateItem";
+const PUT_ITEM: &str = "PutItem";
+const TRANSACT_WRITE_ITEMS: &str = "TransactWriteItems";
 
-const OPERATIONS: &[&str] = &[GET_ITEM, QUERY, BATCH_WRITE_ITEM, UPDATE_ITEM];
+const OPERATIONS: &[&str] = &[
+    GET_ITEM,
+    QUERY,
+    BATCH_WRITE_ITEM,
+    UPDATE_ITEM,
+    PUT_ITEM,
+    TRANSACT_WRITE_ITEMS,
+];
+
+/// The IAM actions the store's calls need, and all of them: `template.yaml` grants
+/// exactly these. A TransactWriteItems is authorised per item (the orphan index's
+/// removal deletes rows and checks an item: DeleteItem, ConditionCheckItem).
+pub const IAM_ACTIONS: [&str; 7] = [
+    "dynamodb:GetItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:Query",
+    "dynamodb:PutItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:BatchWriteItem",
+];
 
 /// Rounds of "take it / mark it dirty" before giving up: each failed round means the
 /// holder released (or the lease expired) between our two writes, which is rare.
@@ -497,6 +520,29 @@ impl StateStore for DynamoState {
             .value(":version", items::n(version))
             .value(":now", items::n(now.0));
         Ok(self.update(group, write, false).await?.is_ok())
+    }
+
+    async fn indexed_groups(
+        &self,
+        cluster: &str,
+    ) -> Result<std::collections::BTreeSet<String>, StateError> {
+        self.read_index(cluster).await
+    }
+
+    async fn index(&self, group: &str, cluster: &str) -> Result<(), StateError> {
+        self.add_to_index(group, cluster).await
+    }
+
+    async fn retire(
+        &self,
+        group: &str,
+        cluster: &str,
+        version: u64,
+        now: UnixMillis,
+        delete: bool,
+    ) -> Result<bool, StateError> {
+        self.remove_from_index(group, cluster, version, now, delete)
+            .await
     }
 }
 

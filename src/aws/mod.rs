@@ -23,7 +23,7 @@ use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 pub use calls::ApiCalls;
-pub use dynamo::{DynamoState, create_table};
+pub use dynamo::{DynamoState, IAM_ACTIONS as DYNAMODB_IAM_ACTIONS, create_table};
 pub use elbv2::{Elbv2TargetGroups, MutationRate, RateError};
 
 /// Attempts per call (the first plus seven retries, backing off exponentially from

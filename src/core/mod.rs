@@ -24,7 +24,9 @@ pub use binding::{Binding, BindingError, BindingPolicy, GroupFacts, Mode, PortSp
 pub use checkpoint::{Checkpoint, Rotation};
 pub use desired::{Desired, SkipReason, contribution, desired_targets};
 pub use index::PodIndex;
-pub use plan::{Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan};
+pub use plan::{
+    Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan, release_plan,
+};
 pub use pod::{PodFacts, PodRef};
 pub use selector::{Labels, Selector, SelectorError};
 pub use target::{AddressFamily, HealthState, Target};

@@ -216,6 +216,27 @@ pub fn plan<'a>(
     }
 }
 
+/// The plan of a `release`: take this deployment out of a group. Every present target
+/// this deployment owns (`owned`) is deregistered, an owned target already gone (or
+/// draining) is only forgotten, and everything else present is kept: a release never
+/// removes a target it does not own, whatever the group's mode.
+pub fn release_plan<'a>(
+    owned: &BTreeSet<Target>,
+    actual: impl IntoIterator<Item = (&'a Target, &'a HealthState)>,
+) -> Plan {
+    let present: BTreeSet<Target> = actual
+        .into_iter()
+        .filter(|(_, state)| !state.is_draining())
+        .map(|(t, _)| *t)
+        .collect();
+    Plan {
+        deregister: owned.intersection(&present).copied().collect(),
+        forget: owned.difference(&present).copied().collect(),
+        foreign_kept: present.difference(owned).copied().collect(),
+        ..Plan::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +266,27 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_release_deregisters_only_what_it_owns() {
+        let owned = set(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+        let actual = actual(&[
+            ("10.0.0.1:80", "healthy"),
+            ("10.0.0.3:80", "draining"),
+            ("10.0.9.9:80", "healthy"),
+        ]);
+        let p = release_plan(&owned, actual.iter().map(|(t, s)| (t, s)));
+        assert_eq!(p.deregister, vec!["10.0.0.1:80".parse().unwrap()]);
+        assert_eq!(
+            p.forget,
+            vec![
+                "10.0.0.2:80".parse().unwrap(),
+                "10.0.0.3:80".parse().unwrap()
+            ]
+        );
+        assert_eq!(p.foreign_kept, vec!["10.0.9.9:80".parse().unwrap()]);
+        assert!(p.register.is_empty() && p.adopt.is_empty());
     }
 
     fn rules(mode: Mode) -> Rules {

@@ -1,4 +1,5 @@
-//! The resync function: full diff of every bound group (or the requested ones).
+//! The resync function: full diff of every bound group (or the requested ones), or a
+//! release of named groups.
 
 use std::time::Duration;
 
@@ -37,9 +38,10 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
         }
         until
     });
-    let report = match watch_until {
-        Some(until) => engine.resync_and_watch(&opts, until).await,
-        None => engine.resync(&opts).await,
+    let report = match (&request.release, watch_until) {
+        (Some(arns), _) => engine.release(arns, &opts).await,
+        (None, Some(until)) => engine.resync_and_watch(&opts, until).await,
+        (None, None) => engine.resync(&opts).await,
     };
     super::log_groups(&report);
     tracing::info!(
@@ -48,6 +50,8 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
         changed = report.totals.changed,
         registered = report.totals.registered,
         deregistered = report.totals.deregistered,
+        released = report.totals.released,
+        orphaned = report.totals.orphaned,
         errors = report.totals.errors,
         duration_ms = report.duration_ms,
         "resync finished"

@@ -1,6 +1,6 @@
 //! The resync function's input: the EventBridge scheduled event, or a manual payload
 //! `{"dryRun": bool, "targetGroups": [arn…], "force": bool}` (all optional; `{}` is a
-//! full resync).
+//! full resync), or `{"release": [arn…], "dryRun": bool}` to take tgsync out of groups.
 //!
 //! Strict on purpose: a payload of any other shape — JSON `null` (an invoke without a
 //! payload), a scheduled event with fields EventBridge does not send (an input
@@ -40,6 +40,10 @@ pub struct ResyncRequest {
     /// Ignore per-group backoff.
     #[serde(default)]
     pub force: bool,
+    /// Release these groups instead of reconciling: deregister every target this
+    /// cluster owns in them and delete its ledger entries, bound or not.
+    #[serde(default)]
+    pub release: Option<Vec<String>>,
     /// The invocation is the schedule's (not a manual payload): it may watch afterwards.
     #[serde(skip)]
     pub scheduled: bool,
@@ -84,13 +88,25 @@ impl ResyncRequest {
             Value::Object(_) => {
                 let req: Self = serde_json::from_value(payload.clone()).map_err(|e| {
                     InputError::Malformed(format!(
-                        "{e}; resync takes {{\"dryRun\": bool, \"targetGroups\": [arn, ...], \"force\": bool}}"
+                        "{e}; resync takes {{\"dryRun\": bool, \"targetGroups\": [arn, ...], \"force\": bool}} or {{\"release\": [arn, ...], \"dryRun\": bool}}"
                     ))
                 })?;
-                if let Some(arns) = &req.target_groups
-                    && let Some(bad) = arns
-                        .iter()
-                        .find(|a| !a.starts_with("arn:") || !a.contains(":targetgroup/"))
+                if let Some(release) = &req.release {
+                    if req.target_groups.is_some() || req.force {
+                        return Err(InputError::Malformed(
+                            "\"release\" takes only \"dryRun\" beside it: it names its groups itself and has no backoff to force".into(),
+                        ));
+                    }
+                    if release.is_empty() {
+                        return Err(InputError::Malformed(
+                            "\"release\" is empty; name the target group ARNs to release".into(),
+                        ));
+                    }
+                }
+                let arns = req.target_groups.iter().chain(&req.release).flatten();
+                if let Some(bad) = arns
+                    .into_iter()
+                    .find(|a| !a.starts_with("arn:") || !a.contains(":targetgroup/"))
                 {
                     return Err(InputError::Malformed(format!(
                         "{bad:?} is not a target group ARN"
@@ -150,6 +166,10 @@ mod tests {
         let err = ResyncRequest::parse(&Value::Null).unwrap_err().to_string();
         assert!(err.contains("{}"), "null is refused with the fix: {err}");
         assert!(ResyncRequest::parse(&json!({"force": true})).unwrap().force);
+        let ev: Value =
+            serde_json::from_str(include_str!("../../events/release-dry-run.json")).unwrap();
+        let r = ResyncRequest::parse(&ev).unwrap();
+        assert!(r.dry_run && r.release.is_some_and(|a| a.len() == 1));
     }
 
     #[test]
@@ -164,6 +184,16 @@ mod tests {
             json!(null),
             json!({"detail-type": "Scheduled Event", "source": "aws.events", "dryRun": true}),
             json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {"force": true}}),
+        ] {
+            assert!(ResyncRequest::parse(&bad).is_err(), "{bad}");
+        }
+        let arn =
+            "arn:aws:elasticloadbalancing:eu-west-1:111122223333:targetgroup/web/0123456789abcdef";
+        for bad in [
+            json!({"release": []}),
+            json!({"release": ["web"]}),
+            json!({"release": [arn], "force": true}),
+            json!({"release": [arn], "targetGroups": [arn]}),
         ] {
             assert!(ResyncRequest::parse(&bad).is_err(), "{bad}");
         }

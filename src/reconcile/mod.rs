@@ -12,6 +12,7 @@ mod namespace;
 mod observe;
 mod pass;
 mod pod_event;
+mod release;
 mod watch;
 
 pub use pod_event::{PodEvent, PodEventError};
@@ -20,6 +21,8 @@ pub use watch::{GATE_POLL, WATCH_REQUEST};
 mod motion_tests;
 #[cfg(test)]
 mod pod_event_tests;
+#[cfg(test)]
+mod release_tests;
 #[cfg(test)]
 mod tests;
 
@@ -143,6 +146,10 @@ pub(crate) struct Scope<'a> {
     /// Filled with each namespace's LIST (its version and pods) when a watch follows
     /// the run: the watch resumes from there and knows every pod's last state.
     seed: Option<&'a Mutex<BTreeMap<String, crate::pods::Listing>>>,
+    /// This cluster's index of groups holding its entries, as read at the start of a
+    /// full resync: a bound group whose ledger holds our entries and is missing from it
+    /// (written before the index existed) is added.
+    indexed: Option<&'a std::collections::BTreeSet<String>>,
 }
 
 /// The reconcile engine. Cheap to share behind an `Arc`.
@@ -290,6 +297,25 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             mut bound,
             mut errors,
         } = bindings;
+        // A full resync also looks for ledgers of groups no longer bound (orphans).
+        let tagged: BTreeSet<String> = bound
+            .iter()
+            .map(|b| b.group.arn.clone())
+            .chain(errors.iter().map(|e| e.target_group_arn.clone()))
+            .collect();
+        let indexed = if opts.only.is_none() {
+            match self.state.indexed_groups(&self.cluster).await {
+                Ok(indexed) => Some(indexed),
+                Err(e) => {
+                    report.errors.push(format!(
+                        "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         if let Some(only) = &opts.only {
             for arn in only {
                 let known = bound.iter().any(|b| &b.group.arn == arn)
@@ -306,6 +332,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let mut scope = Scope {
             seed,
+            indexed: indexed.as_ref(),
             ..Scope::default()
         };
         if opts.use_checkpoint {
@@ -331,6 +358,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         report
             .groups
             .extend(self.reconcile_scoped(bound.clone(), opts, &scope).await);
+        if let Some(indexed) = &indexed {
+            let tagged = tagged.iter().map(String::as_str).collect();
+            let orphans = self
+                .orphans(indexed, &tagged, opts.dry_run, &mut report.errors)
+                .await;
+            report.orphans = Some(orphans);
+        }
         (report.finish(self.clock.now()), bound)
     }
 

@@ -56,6 +56,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 return Observed::Done(report);
             }
         };
+        if !opts.dry_run
+            && let Some(indexed) = scope.indexed
+            && !indexed.contains(arn)
+            && state.ledger.values().any(|e| e.cluster == self.cluster)
+            && let Err(e) = self.state.index(arn, &self.cluster).await
+        {
+            tracing::warn!(target_group = arn, error = %e, "adding the group to the state table's index failed; tried again next run");
+        }
         if let Some(event) = scope.focus {
             let selected = event
                 .labels

@@ -175,6 +175,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 registered_at: now,
             })
         };
+        if (!plan.adopt.is_empty() || !plan.register.is_empty()) && self.mine(ledger).is_empty() {
+            // The group's first entry of this cluster: index it first, so a resync finds
+            // the ledger if the group is ever unbound (the orphan report).
+            self.state.index(&arn, &self.cluster).await.map_err(|e| {
+                Stop::Failed(format!(
+                    "indexing the group in the state table failed, nothing registered: {e}"
+                ))
+            })?;
+        }
         let mut failures = 0usize;
         // Adopt (and take over other clusters' stale claims on our live pods' IPs):
         // ownership only, stored with the first write.
@@ -336,7 +345,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
 }
 
 /// Records a failed chunk in the report; returns 1 for counting.
-fn fail(report: &mut GroupReport, chunk: &[Target], operation: &'static str, error: &str) -> usize {
+pub(super) fn fail(
+    report: &mut GroupReport,
+    chunk: &[Target],
+    operation: &'static str,
+    error: &str,
+) -> usize {
     tracing::warn!(operation, targets = chunk.len(), error = %error, "ELBv2 change failed");
     report
         .failed_targets

@@ -102,9 +102,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
         }
         let scope = Scope {
-            due: None,
             focus: Some(&focus),
-            seed: None,
+            ..Scope::default()
         };
         report.groups = self
             .reconcile_scoped(in_namespace.clone(), opts, &scope)

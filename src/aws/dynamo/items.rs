@@ -6,6 +6,10 @@
 //! clusters whose rows of the earlier layout were folded in. The item has no TTL
 //! attribute: it holds ownership, which must never expire.
 //!
+//! Beside them, per cluster, an index of the groups whose ledger holds (or held) its
+//! entries: `pk = "owners#<cluster>"`, `sk = "<target group arn>"`, no other attribute.
+//! A resync reads it with one Query to find ledgers of groups no longer bound.
+//!
 //! The earlier layout (one partition per cluster and group, `pk = "tg#<cluster>#<arn>"`,
 //! a row per ledger target and rows for lease, backoff and checkpoint) is still read, to
 //! migrate it on first touch.
@@ -49,6 +53,16 @@ pub(super) fn group_key(group: &str) -> Item {
         (PK.to_owned(), s(format!("tg#{group}"))),
         (SK.to_owned(), s(GROUP_SK)),
     ])
+}
+
+/// The partition of a cluster's index of the groups its ledger entries are in.
+pub(super) fn index_partition(cluster: &str) -> String {
+    format!("owners#{cluster}")
+}
+
+/// The key of one group's row in a cluster's index.
+pub(super) fn index_key(cluster: &str, group: &str) -> Item {
+    key(&index_partition(cluster), group)
 }
 
 /// The partition of a group's rows in the earlier layout.

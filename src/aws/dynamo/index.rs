@@ -1,0 +1,137 @@
+//! Each cluster's index of the groups holding its ledger entries (see `items`): one
+//! Query lists them, a PutItem adds one, and a transaction removes one only if its
+//! group's item is unchanged and unleased.
+
+use std::collections::BTreeSet;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, TransactWriteItem};
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+
+use super::items::{self, NAMES};
+use super::{DynamoState, PUT_ITEM, QUERY, TRANSACT_WRITE_ITEMS, build_error};
+use crate::core::UnixMillis;
+use crate::state::StateError;
+
+impl DynamoState {
+    /// The groups in `cluster`'s index (every page).
+    pub(super) async fn read_index(&self, cluster: &str) -> Result<BTreeSet<String>, StateError> {
+        let mut pages = self
+            .client
+            .query()
+            .table_name(self.table.as_ref())
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(items::index_partition(cluster)))
+            .projection_expression("sk")
+            .set_limit(self.query_page_limit)
+            .into_paginator()
+            .send();
+        let mut groups = BTreeSet::new();
+        while let Some(page) = pages.next().await {
+            self.calls.count(QUERY);
+            let page = page.map_err(|e| self.error(QUERY, cluster, e))?;
+            groups.extend(
+                page.items()
+                    .iter()
+                    .filter_map(|row| row.get(items::SK)?.as_s().ok().cloned()),
+            );
+        }
+        Ok(groups)
+    }
+
+    /// Puts `group`'s row in `cluster`'s index.
+    pub(super) async fn add_to_index(&self, group: &str, cluster: &str) -> Result<(), StateError> {
+        self.calls.count(PUT_ITEM);
+        self.client
+            .put_item()
+            .table_name(self.table.as_ref())
+            .set_item(Some(items::index_key(cluster, group)))
+            .send()
+            .await
+            .map_err(|e| self.error(PUT_ITEM, group, e))?;
+        Ok(())
+    }
+
+    /// Deletes `group`'s row from `cluster`'s index (and, with `delete`, the group's
+    /// item), in one transaction conditional on the item being unchanged since
+    /// `version`, unleased and not asked for a pass at `now`.
+    pub(super) async fn remove_from_index(
+        &self,
+        group: &str,
+        cluster: &str,
+        version: u64,
+        now: UnixMillis,
+        delete: bool,
+    ) -> Result<bool, StateError> {
+        let op = TRANSACT_WRITE_ITEMS;
+        let unchanged = if version == 0 {
+            "attribute_not_exists(#v)"
+        } else {
+            "#v = :version"
+        };
+        let mut condition = format!(
+            "{unchanged} AND (attribute_not_exists(#o) OR #u < :now) AND (attribute_not_exists(#d) OR #d = :false)"
+        );
+        if delete {
+            condition.push_str(" AND (attribute_not_exists(#l) OR size(#l) = :zero)");
+        }
+        let names = NAMES
+            .iter()
+            .filter(|(p, _)| ["#v", "#o", "#u", "#d"].contains(p) || (delete && *p == "#l"))
+            .map(|(p, n)| ((*p).to_owned(), (*n).to_owned()))
+            .collect();
+        let mut values = std::collections::HashMap::from([
+            (":now".to_owned(), items::n(now.0)),
+            (":false".to_owned(), AttributeValue::Bool(false)),
+        ]);
+        if version != 0 {
+            values.insert(":version".to_owned(), items::n(version));
+        }
+        if delete {
+            values.insert(":zero".to_owned(), items::n(0));
+        }
+        let key = items::group_key(group);
+        let guard = if delete {
+            TransactWriteItem::builder().delete(
+                Delete::builder()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(key))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(|e| build_error(op, e))?,
+            )
+        } else {
+            TransactWriteItem::builder().condition_check(
+                ConditionCheck::builder()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(key))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(|e| build_error(op, e))?,
+            )
+        };
+        let drop_row = TransactWriteItem::builder().delete(
+            Delete::builder()
+                .table_name(self.table.as_ref())
+                .set_key(Some(items::index_key(cluster, group)))
+                .build()
+                .map_err(|e| build_error(op, e))?,
+        );
+        self.calls.count(op);
+        match self
+            .client
+            .transact_write_items()
+            .transact_items(guard.build())
+            .transact_items(drop_row.build())
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some("TransactionCanceledException") => Ok(false),
+            Err(e) => Err(self.error(op, group, e)),
+        }
+    }
+}

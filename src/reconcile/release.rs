@@ -1,0 +1,303 @@
+//! The way out: `release` takes this cluster's deployment out of target groups, bound or
+//! not (tags removed, group deleted), and the orphan report that finds the groups that
+//! need it. A release deregisters every target this cluster owns in the group (never
+//! another's, never a foreign one), deletes its ledger entries under the group's lease,
+//! and drops the group from the cluster's index; a dry run shows the same first.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::future::join_all;
+
+use super::pass::fail;
+use super::{Engine, RunOptions};
+use crate::core::binding::TAG_CLUSTER;
+use crate::core::{MAX_TARGETS_PER_CALL, release_plan};
+use crate::groups::{ElbError, TargetGroupApi};
+use crate::lease::{self, Busy, PassEnd, RunEnd, Taken};
+use crate::pods::PodSource;
+use crate::report::{GroupReport, Orphan, Outcome, Report};
+use crate::state::{Change, GroupState, StateStore};
+
+/// Times a release asks for a lease that another reconcile keeps serving (each such
+/// reconcile is a pass for the group, not the release asked for).
+const TAKE_ROUNDS: u32 = 3;
+
+/// The name in a target group ARN (`…:targetgroup/<name>/<id>`).
+fn name_of(arn: &str) -> String {
+    arn.rsplit('/').nth(1).unwrap_or(arn).to_owned()
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// Releases the groups `arns` (see the module docs); with `opts.dry_run`, reports the
+    /// plan of each and changes nothing.
+    pub async fn release(&self, arns: &[String], opts: &RunOptions) -> Report {
+        let started = self.clock.now();
+        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
+        let arns: BTreeSet<&String> = arns.iter().collect();
+        let permits = tokio::sync::Semaphore::new(self.settings.concurrency.max(1));
+        let groups = join_all(arns.into_iter().map(|arn| {
+            let permits = &permits;
+            async move {
+                let _permit = permits.acquire().await;
+                self.release_group(arn, opts).await
+            }
+        }))
+        .await;
+        for (group, note) in groups {
+            report.groups.push(group);
+            report.notes.extend(note);
+        }
+        report.finish(self.clock.now())
+    }
+
+    /// One group's release; the report, and a note when the group is still bound (it
+    /// would be filled again).
+    async fn release_group(&self, arn: &str, opts: &RunOptions) -> (GroupReport, Option<String>) {
+        let mut report = GroupReport::new(arn, &name_of(arn), Outcome::Released);
+        let note = match self.groups.tags(arn).await {
+            Ok(tags) => tags
+                .get(TAG_CLUSTER)
+                .is_some_and(|v| v.split_whitespace().any(|c| c == self.cluster))
+                .then(|| format!(
+                    "{arn} is still tagged {TAG_CLUSTER}={}: the next resync or pod event fills it again; remove this cluster from the tag (or every tgsync/* tag) to keep it released",
+                    self.cluster
+                )),
+            Err(ElbError::NotFound { .. }) => None,
+            Err(e) => Some(format!(
+                "could not read the tags of {arn} ({e}); if it is still bound to `{}`, the next resync fills it again",
+                self.cluster
+            )),
+        };
+        if opts.dry_run {
+            self.plan_release(arn, &mut report).await;
+            return (report, note);
+        }
+        let mut rounds = 0;
+        let (lease, state) = loop {
+            rounds += 1;
+            let taken = lease::take(
+                &self.state,
+                self.clock.as_ref(),
+                arn,
+                self.new_owner(),
+                self.settings.lease,
+                &self.cluster,
+                self.lease_wait_until(opts),
+            )
+            .await;
+            match taken {
+                Ok(Taken::Held(lease, state)) => break (lease, state),
+                // Another reconcile served "a change", not this release: ask again.
+                Ok(Taken::Busy(Busy::Served)) if rounds < TAKE_ROUNDS => continue,
+                Ok(Taken::Busy(_)) => {
+                    report.outcome = Outcome::LeaseHeld;
+                    report.error = Some(
+                        "another reconcile kept the group's lease; nothing was released, invoke the release again".into(),
+                    );
+                    return (report, note);
+                }
+                Err(e) => {
+                    report.outcome = Outcome::Failed;
+                    report.error = Some(format!(
+                        "taking the lease failed, nothing was released: {e}"
+                    ));
+                    return (report, note);
+                }
+            }
+        };
+        let end = lease
+            .run(
+                state,
+                self.settings.max_passes,
+                || !self.past_start_deadline(opts),
+                async |state, lease| self.release_pass(arn, state, lease, &mut report).await,
+            )
+            .await;
+        match end {
+            RunEnd::Released => self.retire_released(arn, &mut report).await,
+            RunEnd::Lost if report.error.is_none() => {
+                report.outcome = Outcome::Failed;
+                report.error =
+                    Some("the lease was lost during the release; invoke the release again".into());
+            }
+            RunEnd::Aborted => {
+                report.outcome = Outcome::Aborted;
+                report.error = Some("aborted at an injected fault".into());
+            }
+            _ => {}
+        }
+        (report, note)
+    }
+
+    /// Dry run: what a release of `arn` would do.
+    async fn plan_release(&self, arn: &str, report: &mut GroupReport) {
+        report.outcome = Outcome::Planned;
+        let state = match self.state.peek(arn).await {
+            Ok(s) => s,
+            Err(e) => {
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!("reading the state table failed: {e}"));
+                return;
+            }
+        };
+        let Some(actual) = self.release_health(arn, report).await else {
+            return;
+        };
+        let plan = release_plan(&self.mine(&state.ledger), actual.iter());
+        report.foreign_kept.clone_from(&plan.foreign_kept);
+        report.plan = Some(plan);
+    }
+
+    /// Target health for a release: a deleted group holds nothing (`gone`); `None` and
+    /// the report failed on any other error.
+    async fn release_health(
+        &self,
+        arn: &str,
+        report: &mut GroupReport,
+    ) -> Option<BTreeMap<crate::core::Target, crate::core::HealthState>> {
+        match self.groups.health(arn).await {
+            Ok(actual) => Some(actual.into_iter().collect()),
+            Err(ElbError::NotFound { .. }) => {
+                report.gone = true;
+                Some(BTreeMap::new())
+            }
+            Err(e) => {
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!(
+                    "reading target health failed, nothing was released: {e}"
+                ));
+                None
+            }
+        }
+    }
+
+    /// One pass of a release under the lease: deregister what this cluster owns and is
+    /// present, forget what is gone, and store the ledger without them.
+    async fn release_pass(
+        &self,
+        arn: &str,
+        state: GroupState,
+        lease: &lease::Lease<'_, S>,
+        report: &mut GroupReport,
+    ) -> PassEnd {
+        report.passes += 1;
+        let Some(actual) = self.release_health(arn, report).await else {
+            return PassEnd::GiveUp(Change::default());
+        };
+        let plan = release_plan(&self.mine(&state.ledger), actual.iter());
+        let mut ledger = state.ledger.clone();
+        let mut failures = 0usize;
+        for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
+            if lease.check().is_err() {
+                report.outcome = Outcome::Failed;
+                report.error =
+                    Some("the lease was lost during the release; invoke the release again".into());
+                return PassEnd::Done(Change::default());
+            }
+            match self.groups.deregister(arn, chunk).await {
+                Ok(()) => {
+                    report.deregistered.extend_from_slice(chunk);
+                    for t in chunk {
+                        ledger.remove(t);
+                    }
+                }
+                Err(e) => failures += fail(report, chunk, "deregister", &e.to_string()),
+            }
+        }
+        for t in &plan.forget {
+            ledger.remove(t);
+        }
+        report.forgotten.extend_from_slice(&plan.forget);
+        report.foreign_kept.clone_from(&plan.foreign_kept);
+        let change = Change {
+            ledger: (ledger != state.ledger).then_some(ledger),
+            backoff: state.backoff.is_some().then_some(None),
+            checkpoint: state.checkpoint.is_some().then_some(None),
+        };
+        if failures > 0 {
+            report.outcome = Outcome::Failed;
+            report.error = Some(format!(
+                "{failures} deregistration call(s) failed (see failedTargets); what went through is out of the ledger; invoke the release again"
+            ));
+            return PassEnd::GiveUp(change);
+        }
+        PassEnd::Done(change)
+    }
+
+    /// After a clean release: out of the index, and the item deleted when nothing else
+    /// is in it (another cluster's entries stay).
+    async fn retire_released(&self, arn: &str, report: &mut GroupReport) {
+        let retired = match self.state.peek(arn).await {
+            Ok(state) if self.mine(&state.ledger).is_empty() => {
+                self.state
+                    .retire(
+                        arn,
+                        &self.cluster,
+                        state.version,
+                        self.clock.now(),
+                        state.ledger.is_empty(),
+                    )
+                    .await
+            }
+            Ok(_) => Ok(false),
+            Err(e) => Err(e),
+        };
+        match retired {
+            Ok(true) => {}
+            Ok(false) => {
+                report.error = Some(
+                    "released, but the group changed right after (is it still bound?); it stays in the orphan index until released again".into(),
+                );
+            }
+            Err(e) => {
+                report.error = Some(format!(
+                    "released, but removing it from the state table's index failed ({e}); invoke the release again to tidy up"
+                ));
+            }
+        }
+    }
+
+    /// The orphan report of a full resync: the groups in this cluster's index that are
+    /// not tagged for it any more and whose ledger still holds its targets. Never acted
+    /// on; a group in the index with nothing of ours left is dropped from it (not in a
+    /// dry run).
+    pub(super) async fn orphans(
+        &self,
+        indexed: &BTreeSet<String>,
+        tagged: &BTreeSet<&str>,
+        dry_run: bool,
+        errors: &mut Vec<String>,
+    ) -> Vec<Orphan> {
+        let mut orphans = Vec::new();
+        for arn in indexed.iter().filter(|a| !tagged.contains(a.as_str())) {
+            let state = match self.state.peek(arn).await {
+                Ok(s) => s,
+                Err(e) => {
+                    errors.push(format!(
+                        "reading the state of unbound group {arn} failed: {e}"
+                    ));
+                    continue;
+                }
+            };
+            let targets = self.mine(&state.ledger).len();
+            if targets > 0 {
+                orphans.push(Orphan {
+                    target_group_arn: arn.clone(),
+                    targets,
+                    action: format!(
+                        "no longer bound to cluster `{}` (tags removed, or the group deleted); its targets stay as they are until you invoke resync with {{\"release\": [\"{arn}\"]}} (or tag it again)",
+                        self.cluster
+                    ),
+                });
+            } else if !dry_run
+                && let Err(e) = self
+                    .state
+                    .retire(arn, &self.cluster, state.version, self.clock.now(), false)
+                    .await
+            {
+                tracing::debug!(target_group = %arn, error = %e, "dropping a group with nothing of ours from the index failed; tried again next run");
+            }
+        }
+        orphans
+    }
+}

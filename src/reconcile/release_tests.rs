@@ -1,0 +1,200 @@
+//! Release and the orphan index against the in-memory fakes: what the moto tests cannot
+//! stage cheaply (another cluster's entries, a held lease, a ledger older than the index).
+
+use std::sync::Arc;
+
+use super::tests::no_waiting;
+use super::{Engine, RunOptions};
+use crate::clock::{Clock, ManualClock};
+use crate::core::{HealthState, PodRef, Target, UnixMillis};
+use crate::fakes::{FakeElb, FakePods, FakeState};
+use crate::report::Outcome;
+use crate::state::{Acquire, GroupState, LedgerEntry, StateStore};
+use crate::testkit::{PodBuilder, bound_group};
+
+const TG: &str =
+    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
+
+type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+
+fn engine() -> (TestEngine, ManualClock) {
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let elb = FakeElb::default();
+    elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
+    let pods = FakePods::default();
+    pods.put(
+        PodBuilder::new("shop", "web-1")
+            .label("app", "web")
+            .ip("10.0.1.1")
+            .build(),
+    );
+    let e = Engine::new(
+        "demo",
+        pods,
+        elb,
+        FakeState::default(),
+        Arc::new(clock.clone()),
+    )
+    .with_settings(no_waiting())
+    .with_seed(3);
+    (e, clock)
+}
+
+fn t(s: &str) -> Target {
+    s.parse().unwrap()
+}
+
+fn entry(target: &str, cluster: &str, pod: &str) -> LedgerEntry {
+    LedgerEntry {
+        target: t(target),
+        pod: PodRef {
+            namespace: "shop".into(),
+            name: pod.into(),
+            uid: format!("uid-{pod}"),
+        },
+        cluster: cluster.into(),
+        registered_at: UnixMillis(1),
+    }
+}
+
+fn release_of(arns: &[&str], dry_run: bool) -> (Vec<String>, RunOptions) {
+    (
+        arns.iter().map(|a| (*a).to_owned()).collect(),
+        RunOptions {
+            dry_run,
+            ..RunOptions::default()
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_release_leaves_another_clusters_targets_entries_and_item() {
+    let (e, _) = engine();
+    e.resync(&RunOptions::default()).await;
+    assert!(
+        e.state.indexed("demo", TG),
+        "the first registration indexes the group"
+    );
+    // Another cluster's deployment shares the group and owns 10.0.9.1.
+    e.groups
+        .add_target(TG, t("10.0.9.1:8080"), HealthState::Healthy);
+    let mut state = e.state.stored(TG);
+    state
+        .ledger
+        .insert(t("10.0.9.1:8080"), entry("10.0.9.1:8080", "other", "x-1"));
+    e.state.put(TG, state);
+
+    let (arns, opts) = release_of(&[TG], false);
+    let r = e.release(&arns, &opts).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Released, "{r:#?}");
+    assert_eq!(g.deregistered, [t("10.0.1.1:8080")]);
+    assert_eq!(e.groups.live_targets(TG), [t("10.0.9.1:8080")]);
+    let ledger = e.state.ledger(TG);
+    assert_eq!(
+        ledger.keys().copied().collect::<Vec<_>>(),
+        [t("10.0.9.1:8080")]
+    );
+    assert!(
+        e.state.has_item(TG),
+        "the other cluster's entries keep the item"
+    );
+    assert!(!e.state.indexed("demo", TG));
+}
+
+#[tokio::test]
+async fn a_release_never_runs_beside_a_lease_holder() {
+    let (e, clock) = engine();
+    e.resync(&RunOptions::default()).await;
+    let now = clock.now();
+    let held = e
+        .state
+        .acquire(
+            TG,
+            "pod-events@demo#1",
+            now,
+            now.plus(std::time::Duration::from_secs(15)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(held, Acquire::Acquired(_)));
+    let (arns, opts) = release_of(&[TG], false);
+    let r = e.release(&arns, &opts).await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld, "{r:#?}");
+    assert_eq!(e.groups.live_targets(TG), [t("10.0.1.1:8080")], "untouched");
+    assert_eq!(e.state.ledger(TG).len(), 1);
+}
+
+/// A ledger written before the index existed (an upgrade) is indexed by the next full
+/// resync while its group is bound, so it is reported when the group is unbound later.
+#[tokio::test]
+async fn a_ledger_older_than_the_index_is_indexed_and_then_reported_orphaned() {
+    let (e, _) = engine();
+    e.groups
+        .add_target(TG, t("10.0.1.1:8080"), HealthState::Healthy);
+    e.state.put(
+        TG,
+        GroupState {
+            ledger: [(t("10.0.1.1:8080"), entry("10.0.1.1:8080", "demo", "web-1"))].into(),
+            version: 4,
+            ..GroupState::default()
+        },
+    );
+    assert!(!e.state.indexed("demo", TG));
+    let r = e.resync(&RunOptions::default()).await;
+    assert_eq!(r.group(TG).unwrap().outcome, Outcome::InSync, "{r:#?}");
+    assert!(e.state.indexed("demo", TG), "indexed on the way");
+
+    e.groups.set_tag(TG, "tgsync/cluster", None);
+    let r = e.resync(&RunOptions::default()).await;
+    let orphans = r.orphans.unwrap();
+    assert_eq!(orphans.len(), 1, "{orphans:#?}");
+    assert_eq!(
+        (orphans[0].target_group_arn.as_str(), orphans[0].targets),
+        (TG, 1)
+    );
+    assert_eq!(
+        e.groups.live_targets(TG),
+        [t("10.0.1.1:8080")],
+        "not acted on"
+    );
+}
+
+/// An unbound group with nothing of ours left leaves the index, but not while someone
+/// holds its lease: that holder may be about to write our first entry.
+#[tokio::test]
+async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
+    let (e, clock) = engine();
+    e.state.index(TG, "demo").await.unwrap();
+    e.groups.set_tag(TG, "tgsync/cluster", None);
+    let now = clock.now();
+    e.state
+        .acquire(
+            TG,
+            "pod-events@demo#1",
+            now,
+            now.plus(std::time::Duration::from_secs(15)),
+        )
+        .await
+        .unwrap();
+    let r = e.resync(&RunOptions::default()).await;
+    assert_eq!(
+        r.orphans.as_deref(),
+        Some(&[][..]),
+        "nothing of ours: no orphan"
+    );
+    assert!(e.state.indexed("demo", TG), "kept while the lease is held");
+    // A dry run only looks.
+    clock.advance(16_000);
+    e.resync(&RunOptions {
+        dry_run: true,
+        ..RunOptions::default()
+    })
+    .await;
+    assert!(e.state.indexed("demo", TG));
+    e.resync(&RunOptions::default()).await;
+    assert!(
+        !e.state.indexed("demo", TG),
+        "dropped once the lease expired"
+    );
+}
