@@ -466,15 +466,26 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
     state.index(GROUP, "c1").await.expect("index");
     state.index(GROUP, "c1").await.expect("idempotent");
     state.index(&other, "c1").await.expect("index");
-    state.index(GROUP, "c2").await.expect("another cluster's index");
+    state
+        .index(GROUP, "c2")
+        .await
+        .expect("another cluster's index");
     let c1 = state.indexed_groups("c1").await.expect("query");
-    assert_eq!(c1.into_iter().collect::<Vec<_>>(), [other.clone(), GROUP.to_owned()]);
+    assert_eq!(
+        c1.into_iter().collect::<Vec<_>>(),
+        [other.clone(), GROUP.to_owned()]
+    );
 
     // A holder is at work on the group: the row stays.
     let Acquire::Acquired(s) = take(&state, "a", at(0)).await else {
         panic!("free lease")
     };
-    assert!(!state.retire(GROUP, "c1", s.version, at(1), false).await.unwrap());
+    assert!(
+        !state
+            .retire(GROUP, "c1", s.version, at(1), false)
+            .await
+            .unwrap()
+    );
     state
         .write(GROUP, "a", at(2), &with_ledger(&ledger(1)))
         .await
@@ -484,17 +495,35 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
         .await
         .unwrap();
     // The caller saw the state before that write: refused.
-    assert!(!state.retire(GROUP, "c1", s.version, at(4), false).await.unwrap());
+    assert!(
+        !state
+            .retire(GROUP, "c1", s.version, at(4), false)
+            .await
+            .unwrap()
+    );
     assert!(state.indexed_groups("c1").await.unwrap().contains(GROUP));
     // With the ledger's entries in it, `delete` is refused whatever the version.
     let now = state.peek(GROUP).await.unwrap();
-    assert!(!state.retire(GROUP, "c1", now.version, at(5), true).await.unwrap());
+    assert!(
+        !state
+            .retire(GROUP, "c1", now.version, at(5), true)
+            .await
+            .unwrap()
+    );
     assert!(raw_item(&client, state.table_name()).await.is_some());
     // Unchanged, unleased: the row goes, the item stays.
-    assert!(state.retire(GROUP, "c1", now.version, at(5), false).await.unwrap());
+    assert!(
+        state
+            .retire(GROUP, "c1", now.version, at(5), false)
+            .await
+            .unwrap()
+    );
     assert!(!state.indexed_groups("c1").await.unwrap().contains(GROUP));
     assert!(raw_item(&client, state.table_name()).await.is_some());
-    assert!(state.indexed_groups("c2").await.unwrap().contains(GROUP), "c2's row stays");
+    assert!(
+        state.indexed_groups("c2").await.unwrap().contains(GROUP),
+        "c2's row stays"
+    );
     // An emptied ledger, and `delete`: the item goes too.
     let Acquire::Acquired(_) = take(&state, "b", at(6)).await else {
         panic!("free lease")
@@ -504,7 +533,12 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
         .await
         .unwrap();
     let now = state.peek(GROUP).await.unwrap();
-    assert!(state.retire(GROUP, "c1", now.version, at(8), true).await.unwrap());
+    assert!(
+        state
+            .retire(GROUP, "c1", now.version, at(8), true)
+            .await
+            .unwrap()
+    );
     assert!(raw_item(&client, state.table_name()).await.is_none());
     let calls = state.api_calls();
     assert_eq!(calls["PutItem"], 4);

@@ -561,7 +561,10 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
         BTreeSet::from(MUTATIONS),
         "both mutations are granted"
     );
-    assert!(released, "the release of untagged groups is granted by default");
+    assert!(
+        released,
+        "the release of untagged groups is granted by default"
+    );
 }
 
 #[test]
