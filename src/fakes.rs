@@ -352,9 +352,18 @@ pub struct FakeElb {
     read_lag: Mutex<ReadLag>,
     refused: Mutex<BTreeMap<Target, String>>,
     slow_mutation: Delay,
+    held_health: Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
 impl FakeElb {
+    /// Holds every target-health read of `arn` until the returned semaphore gets
+    /// permits (a group whose Describe waits long in the budget).
+    pub fn hold_health(&self, arn: &str) -> std::sync::Arc<tokio::sync::Semaphore> {
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        lock(&self.held_health).insert(arn.to_owned(), gate.clone());
+        gate
+    }
+
     /// Adds a target group.
     pub fn add_group(&self, group: TargetGroup) {
         lock(&self.groups).insert(group.arn.clone(), (group, BTreeMap::new()));
@@ -492,6 +501,10 @@ impl TargetGroupApi for FakeElb {
     }
 
     async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+        let held = lock(&self.held_health).get(arn).cloned();
+        if let Some(gate) = held {
+            let _passed = gate.acquire().await;
+        }
         self.chaos.pause().await;
         self.count("DescribeTargetHealth");
         let mut lag = lock(&self.read_lag);

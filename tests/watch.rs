@@ -145,6 +145,9 @@ async fn a_watch_cut_off_mid_stream_deregisters_nothing_still_desired() {
     ];
     let until = w.clock.now().plus(Duration::from_secs(8));
     let opts = scheduled();
+    // The first stream (opened as soon as the full diff has listed the namespace) is
+    // cut after its first event; each round arms the cut for the stream after it.
+    w.emulator.faults().cut_watch_after(1);
     let watching = w.engine.resync_and_watch(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &all).await;

@@ -25,6 +25,8 @@ mod pod_event_tests;
 mod release_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
@@ -145,7 +147,7 @@ pub(crate) struct Scope<'a> {
     focus: Option<&'a PodEvent>,
     /// Filled with each namespace's LIST (its version and pods) when a watch follows
     /// the run: the watch resumes from there and knows every pod's last state.
-    seed: Option<&'a Mutex<BTreeMap<String, crate::pods::Listing>>>,
+    seed: Option<&'a watch::Seeds>,
     /// This cluster's index of groups holding its entries, as read at the start of a
     /// full resync: a bound group whose ledger holds our entries and is missing from it
     /// (written before the index existed) is added.
@@ -275,12 +277,25 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         self.resync_scoped(opts, None).await.0
     }
 
-    /// [`Engine::resync`], recording each namespace's LIST into `seed` (for a watch to
-    /// follow); also returns the bound groups.
+    /// [`Engine::resync`], handing the bound groups and each namespace's LIST to `seed`
+    /// as they come (for a watch that starts beside the full diff); also returns the
+    /// bound groups.
     async fn resync_scoped(
         &self,
         opts: &RunOptions,
-        seed: Option<&Mutex<BTreeMap<String, crate::pods::Listing>>>,
+        seed: Option<&watch::Seeds>,
+    ) -> (Report, Vec<BoundGroup>) {
+        let (report, bound) = self.resync_seeding(opts, seed).await;
+        if let Some(seed) = seed {
+            seed.finish();
+        }
+        (report, bound)
+    }
+
+    async fn resync_seeding(
+        &self,
+        opts: &RunOptions,
+        seed: Option<&watch::Seeds>,
     ) -> (Report, Vec<BoundGroup>) {
         let started = self.clock.now();
         let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
@@ -329,6 +344,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
             bound.retain(|b| only.contains(&b.group.arn));
             errors.retain(|e| only.contains(&e.target_group_arn));
+        }
+        if let Some(seed) = seed {
+            seed.set_bound(bound.clone());
         }
         let mut scope = Scope {
             seed,

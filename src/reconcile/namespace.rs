@@ -52,10 +52,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .await
         {
             Ok(listing) => {
-                if let Some(seed) = scope.seed
-                    && let Ok(mut seed) = seed.lock()
-                {
-                    seed.insert(namespace.clone(), listing.clone());
+                if let Some(seed) = scope.seed {
+                    seed.listed(&namespace, &listing);
                 }
                 listing.pods
             }

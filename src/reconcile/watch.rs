@@ -1,10 +1,13 @@
-//! Watch mode, in one place: after its full diff, the scheduled resync keeps a WATCH on
-//! the pods of every bound namespace until shortly before its next run, and reconciles a
-//! group as soon as one of its pods changes in a way that can change the group — the
-//! reaction time of an in-cluster controller, from outside the cluster.
+//! Watch mode, in one place: beside its full diff, the scheduled resync keeps a WATCH on
+//! the pods of every bound namespace (each from the moment the full diff has listed it)
+//! until shortly before its next run, and reconciles a group as soon as one of its pods
+//! changes in a way that can change the group — the reaction time of an in-cluster
+//! controller, from outside the cluster, also while a large fleet's full diff is still
+//! paced through its Describe budget.
 //!
 //! The watch is only a hint of *which* groups to look at: each is reconciled through the
-//! same observation, lease, fresh LIST and diff as everything else. It resumes from the
+//! same observation, lease, fresh LIST and diff as everything else (a pass it starts may
+//! meet the full diff's on the group's lease, as pod-events' would). It resumes from the
 //! full diff's LIST (so nothing in between is missed), resumes a stream that simply ends
 //! (a server timeout or a cut connection) from the last version seen, and on a 410 lists
 //! again and reconciles the namespace's groups; nothing is ever decided from an event
@@ -48,27 +51,97 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What the full diff hands to the watch that runs beside it: the bound groups once
+/// discovered, and each namespace's LIST as soon as it is read, so a namespace is
+/// watched from its LIST on while the full diff still works through the other groups.
+#[derive(Default)]
+pub(crate) struct Seeds {
+    state: Mutex<SeedState>,
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct SeedState {
+    bound: Option<Vec<BoundGroup>>,
+    listings: BTreeMap<String, Listing>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Seeds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seeds").finish_non_exhaustive()
+    }
+}
+
+impl Seeds {
+    /// Discovery is done: these groups are bound.
+    pub(crate) fn set_bound(&self, bound: Vec<BoundGroup>) {
+        lock(&self.state).bound = Some(bound);
+        self.changed.notify_waiters();
+    }
+
+    /// The full diff listed `namespace`.
+    pub(crate) fn listed(&self, namespace: &str, listing: &Listing) {
+        lock(&self.state)
+            .listings
+            .insert(namespace.to_owned(), listing.clone());
+        self.changed.notify_waiters();
+    }
+
+    /// The full diff is over: whatever was not handed over will not be.
+    pub(crate) fn finish(&self) {
+        lock(&self.state).finished = true;
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until `take` finds what it wants, or the full diff is over (`None`).
+    async fn wait<T>(&self, take: impl Fn(&mut SeedState) -> Option<T>) -> Option<T> {
+        loop {
+            let notified = self.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = lock(&self.state);
+                if let Some(v) = take(&mut state) {
+                    return Some(v);
+                }
+                if state.finished {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
-    /// The scheduled resync in watch mode: the full diff, then a watch of the bound
-    /// namespaces until `until` (see the module docs).
+    /// The scheduled resync in watch mode: the full diff, and beside it, from the moment
+    /// the groups are discovered, a watch of the bound namespaces until `until` (see the
+    /// module docs).
     pub async fn resync_and_watch(
         &self,
         opts: &RunOptions,
         until: UnixMillis,
     ) -> crate::report::Report {
-        let seed = Mutex::new(BTreeMap::new());
-        let (mut report, bound) = self.resync_scoped(opts, Some(&seed)).await;
-        let seed = seed.into_inner().unwrap_or_else(|p| p.into_inner());
-        let watch = self.watch(bound, seed, opts, until).await;
+        let seeds = Seeds::default();
+        let watch = async {
+            match seeds.wait(|s| s.bound.take()).await {
+                Some(bound) => self.watch(bound, &seeds, opts, until).await,
+                None => WatchReport::default(),
+            }
+        };
+        let ((mut report, _), watch) =
+            futures::join!(self.resync_scoped(opts, Some(&seeds)), watch);
         report.watch = Some(watch);
         report.finish(self.clock.now())
     }
 
-    /// Watches the namespaces of `bound` from the versions in `seed` until `until`.
+    /// Watches the namespaces of `bound`, each from the LIST the full diff hands over in
+    /// `seeds` (or from a LIST of its own), until `until`.
     async fn watch(
         &self,
         bound: Vec<BoundGroup>,
-        seed: BTreeMap<String, Listing>,
+        seeds: &Seeds,
         opts: &RunOptions,
         until: UnixMillis,
     ) -> WatchReport {
@@ -88,25 +161,20 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 .or_default()
                 .push(b);
         }
-        let mut versions = BTreeMap::new();
-        {
-            let mut pods = lock(&shared.pods);
-            for (ns, listing) in seed {
-                for p in listing.pods {
-                    pods.insert((ns.clone(), p.pod.name.clone()), p);
-                }
-                versions.insert(ns, listing.resource_version);
-            }
-        }
-        for b in &bound {
-            if self.gate_pending(b, &shared) {
-                lock(&shared.gated).insert(b.group.arn.clone());
-            }
-        }
         lock(&shared.report).namespaces = by_namespace.len();
         let readers = futures::future::join_all(by_namespace.iter().map(|(ns, groups)| {
-            let version = versions.get(ns).cloned().unwrap_or_default();
-            self.read_namespace(ns, groups, version, &shared)
+            let shared = &shared;
+            async move {
+                let version = match seeds.wait(|s| s.listings.remove(ns.as_str())).await {
+                    Some(listing) => {
+                        self.seed_namespace(ns, groups, listing.pods, shared);
+                        listing.resource_version
+                    }
+                    // Not listed by the full diff (failed, or deferred): list here.
+                    None => String::new(),
+                };
+                self.read_namespace(ns, groups, version, shared).await;
+            }
         }));
         let work = async {
             futures::join!(
@@ -123,6 +191,28 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .unwrap_or_else(|p| p.into_inner());
         report.watched_ms = self.clock.now().0.saturating_sub(started.0);
         report
+    }
+
+    /// Takes the full diff's view of a namespace's pods as the watch's starting point,
+    /// and notes its groups with a gate waiting.
+    fn seed_namespace(
+        &self,
+        namespace: &str,
+        groups: &[&BoundGroup],
+        listed: Vec<PodFacts>,
+        shared: &Shared,
+    ) {
+        {
+            let mut pods = lock(&shared.pods);
+            for p in listed {
+                pods.insert((namespace.to_owned(), p.pod.name.clone()), p);
+            }
+        }
+        for b in groups {
+            if self.gate_pending(b, shared) {
+                lock(&shared.gated).insert(b.group.arn.clone());
+            }
+        }
     }
 
     /// Reads one namespace's watch forever (the caller's timeout ends it): applies each
