@@ -474,6 +474,48 @@ async fn measured(engine: &LiveEngine, emulator: &EmulatorProcess, opts: &RunOpt
     }
 }
 
+/// The floor of a zero-drift full verification: the same requests made straight through
+/// the production adapters, with no engine (no plan, no ledger logic, no report):
+/// discovery, every namespace's LIST decoded (4 namespaces at a time), then one
+/// consistent GetItem and one DescribeTargetHealth per group (16 groups at a time, as the
+/// engine's concurrency), paced by the same Describe limiter. CPU and wall time.
+async fn floor(live: &App, sizes: &Sizes) -> (Duration, Duration) {
+    use tgsync::groups::TargetGroupApi as _;
+    use tgsync::pods::PodSource as _;
+    use tgsync::state::StateStore as _;
+    let e = &live.engine;
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let groups = e.groups.discover().await.expect("discovery");
+    let namespaces: Vec<String> = (0..sizes.namespaces).map(|n| format!("ns-{n}")).collect();
+    let pods: usize = futures::stream::iter(&namespaces)
+        .map(|ns| async move {
+            e.pods
+                .list_versioned(ns, None)
+                .await
+                .expect("LIST")
+                .pods
+                .len()
+        })
+        .buffer_unordered(4)
+        .fold(0, |n, p| async move { n + p })
+        .await;
+    assert_eq!(pods, sizes.pods(), "the floor listed every pod");
+    futures::stream::iter(&groups)
+        .map(|g| async move {
+            e.state.peek(&g.arn).await.expect("GetItem");
+            e.groups
+                .health(&g.arn)
+                .await
+                .expect("DescribeTargetHealth")
+                .len()
+        })
+        .buffer_unordered(16)
+        .count()
+        .await;
+    (cpu_time().saturating_sub(cpu0), started.elapsed())
+}
+
 fn count(report: &Report, outcome: Outcome) -> usize {
     report
         .groups
@@ -685,6 +727,33 @@ async fn bench(sizes: Sizes) {
         if !sched.report.errors.is_empty() {
             println!("  errors: {:?}", sched.report.errors);
         }
+    }
+
+    // The floor: what a zero-drift full verification cannot avoid, with no engine.
+    let mut floors = Vec::new();
+    for round in 1..=sizes.rounds.min(3) {
+        let (cpu, wall) = floor(&live, &sizes).await;
+        println!(
+            "\nfloor {round} (discovery, every namespace's LIST decoded, one GetItem and one DescribeTargetHealth per group, no engine): \
+             tgsync CPU {:.2} s in {:.1} s of wall time",
+            cpu.as_secs_f64(),
+            wall.as_secs_f64()
+        );
+        floors.push(cpu);
+    }
+    floors.sort();
+    let rounds_cpu = {
+        let mut v: Vec<Duration> = runs.iter().map(|r| r.cpu).collect();
+        v.sort();
+        v[v.len() / 2]
+    };
+    if let Some(f) = floors.get(floors.len() / 2) {
+        println!(
+            "median CPU: zero-drift round {:.2} s, floor {:.2} s: {:.2}x the floor",
+            rounds_cpu.as_secs_f64(),
+            f.as_secs_f64(),
+            rounds_cpu.as_secs_f64() / f.as_secs_f64().max(1e-9)
+        );
     }
 
     let (rss, hwm) = emulator.rss_mib();
