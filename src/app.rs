@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+use crate::aws::accounts::{Accounts, session_name};
 use crate::aws::dynamo::DynamoState;
 use crate::aws::elbv2::{Elbv2TargetGroups, MutationRate};
 use crate::clock::{Clock, SystemClock};
@@ -14,8 +15,9 @@ use crate::eks::access::{AccessError, ClusterAccess, Overrides};
 use crate::eks::pods::KubePods;
 use crate::reconcile::{Engine, EngineSettings};
 
-/// The engine with the production adapters.
-pub type LiveEngine = Engine<KubePods, Elbv2TargetGroups, DynamoState>;
+/// The engine with the production adapters (ELBv2 in this account and in every target
+/// account of `TGSYNC_TARGET_ACCOUNT_ROLES`).
+pub type LiveEngine = Engine<KubePods, Accounts, DynamoState>;
 
 /// A configured container.
 pub struct App {
@@ -94,7 +96,14 @@ impl App {
                 "more containers than this function's share of the ELBv2 budget: each still makes up to one call a second, so the deployment can exceed its budget in a busy second; raise the budget or lower the reserved concurrency"
             );
         }
-        let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describes);
+        let home = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describes);
+        let groups = Accounts::assuming(
+            home,
+            sdk,
+            &settings.target_account_roles,
+            settings.target_account_external_id.as_deref(),
+            &session_name(&settings.cluster_name),
+        );
         let state = DynamoState::from_sdk_config(sdk, &settings.table_name, &settings.cluster_name);
         let engine = Engine::new(settings.cluster_name.clone(), pods, groups, state, clock)
             .with_settings(EngineSettings {

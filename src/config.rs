@@ -7,6 +7,7 @@ use std::time::Duration;
 use thiserror::Error;
 use url::Url;
 
+use crate::aws::accounts::TargetAccountRole;
 use crate::core::BindingPolicy;
 use crate::core::binding::is_namespace_name;
 
@@ -63,6 +64,13 @@ pub struct Settings {
     /// `TGSYNC_ALLOW_EXCLUSIVE` (default `false`): whether a `tgsync/mode=exclusive`
     /// tag is honoured (it removes every target tgsync did not register).
     pub allow_exclusive: bool,
+    /// `TGSYNC_TARGET_ACCOUNT_ROLES` (IAM role ARNs separated by spaces or commas; empty
+    /// or unset: this account only): target groups owned by other accounts (a central
+    /// networking account's NLBs) are reached by assuming these roles, one per account.
+    pub target_account_roles: Vec<TargetAccountRole>,
+    /// `TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID` (optional): the external ID the target
+    /// accounts' trust policies require of tgsync when it assumes their roles.
+    pub target_account_external_id: Option<String>,
 }
 
 /// A setting that is missing or wrong. The message names the variable and the fix.
@@ -174,6 +182,8 @@ impl Settings {
             budget_share: decimal(&get, "TGSYNC_BUDGET_SHARE", 1.0, 0.01, 1.0)?,
             allowed_namespaces: namespaces(&get, "TGSYNC_ALLOWED_NAMESPACES")?,
             allow_exclusive: boolean(&get, "TGSYNC_ALLOW_EXCLUSIVE", false)?,
+            target_account_roles: roles(&get, "TGSYNC_TARGET_ACCOUNT_ROLES")?,
+            target_account_external_id: external_id(&get, "TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID")?,
         })
     }
 
@@ -208,6 +218,67 @@ fn namespaces(
         set.insert(ns.to_owned());
     }
     Ok(Some(set))
+}
+
+/// Role ARNs separated by spaces or commas (CloudFormation list parameters join with
+/// either), at most one per account: calls are routed by the account in a target group's
+/// ARN, so two roles for one account could not be told apart.
+fn roles(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<Vec<TargetAccountRole>, ConfigError> {
+    let Some(v) = get(name) else {
+        return Ok(Vec::new());
+    };
+    let mut roles: Vec<TargetAccountRole> = Vec::new();
+    for arn in v.split(|c: char| c.is_whitespace() || c == ',') {
+        if arn.is_empty() {
+            continue;
+        }
+        let role = TargetAccountRole::parse(arn).map_err(|reason| {
+            invalid(
+                name,
+                &v,
+                &format!("{reason}; give IAM role ARNs separated by spaces, or leave it empty for this account only"),
+            )
+        })?;
+        if let Some(other) = roles.iter().find(|r| r.account() == role.account()) {
+            return Err(invalid(
+                name,
+                &v,
+                &format!(
+                    "`{}` and `{}` are both in account {}; give one role per account",
+                    other.arn(),
+                    role.arn(),
+                    role.account()
+                ),
+            ));
+        }
+        roles.push(role);
+    }
+    Ok(roles)
+}
+
+/// An STS external ID: 2 to 1224 characters of `[A-Za-z0-9+=,.@:/_-]` (what AssumeRole
+/// accepts), so a typo fails the configuration instead of every AssumeRole.
+fn external_id(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<Option<String>, ConfigError> {
+    let Some(v) = get(name) else {
+        return Ok(None);
+    };
+    let ok = (2..=1224).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@:/_-".contains(&b));
+    if !ok {
+        return Err(invalid(
+            name,
+            &v,
+            "an external ID has 2 to 1224 letters, digits and `+=,.@:/_-`",
+        ));
+    }
+    Ok(Some(v))
 }
 
 fn boolean(
@@ -391,6 +462,58 @@ mod tests {
             let err = settings(&pairs).unwrap_err().to_string();
             assert!(err.starts_with(want), "{err} should start with {want}");
             assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn target_account_roles_are_read() {
+        let base = [("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            settings(&pairs)
+        };
+        let s = with(&[]).unwrap();
+        assert!(s.target_account_roles.is_empty());
+        assert_eq!(s.target_account_external_id, None);
+        // Empty means this account only, like unset (the template passes an empty list).
+        let s = with(&[
+            ("TGSYNC_TARGET_ACCOUNT_ROLES", " "),
+            ("TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID", ""),
+        ])
+        .unwrap();
+        assert!(s.target_account_roles.is_empty());
+        assert_eq!(s.target_account_external_id, None);
+        let s = with(&[
+            (
+                "TGSYNC_TARGET_ACCOUNT_ROLES",
+                "arn:aws:iam::222222222222:role/tgsync-prod  arn:aws:iam::333333333333:role/net/tgsync,arn:aws:iam::444444444444:role/t",
+            ),
+            ("TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID", "prod-7f3a"),
+        ])
+        .unwrap();
+        let accounts: Vec<&str> = s.target_account_roles.iter().map(|r| r.account()).collect();
+        assert_eq!(accounts, ["222222222222", "333333333333", "444444444444"]);
+        assert_eq!(s.target_account_external_id.as_deref(), Some("prod-7f3a"));
+        for (pairs, want) in [
+            (
+                [("TGSYNC_TARGET_ACCOUNT_ROLES", "222222222222")],
+                "TGSYNC_TARGET_ACCOUNT_ROLES=\"222222222222\" is not valid: `222222222222` is not an IAM role ARN",
+            ),
+            (
+                [(
+                    "TGSYNC_TARGET_ACCOUNT_ROLES",
+                    "arn:aws:iam::222222222222:role/a arn:aws:iam::222222222222:role/b",
+                )],
+                "TGSYNC_TARGET_ACCOUNT_ROLES=\"arn:aws:iam::222222222222:role/a arn:aws:iam::222222222222:role/b\" is not valid: `arn:aws:iam::222222222222:role/a` and `arn:aws:iam::222222222222:role/b` are both in account 222222222222",
+            ),
+            (
+                [("TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID", "a b")],
+                "TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID=\"a b\" is not valid",
+            ),
+        ] {
+            let err = with(&pairs).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{err}");
         }
     }
 

@@ -1,5 +1,6 @@
 //! The target-group side of I/O: discover groups with their tags, read health, and
-//! register or deregister targets.
+//! register or deregister targets — in this account, and in the accounts a deployment
+//! reaches through roles (see [`crate::aws::accounts`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -27,6 +28,20 @@ pub trait TargetGroupApi: Send + Sync {
     /// Every target group of the account and region with its tags (DescribeTargetGroups
     /// pages + DescribeTags in batches of 20).
     fn discover(&self) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
+
+    /// Every target group of every account the implementation reaches, with one error
+    /// per account whose discovery failed: a role that cannot be assumed (or any failure
+    /// in one account) must cost only that account's groups, never the others'. `Err`
+    /// only when nothing could be discovered in the one account there is. The default,
+    /// for single-account implementations, is [`TargetGroupApi::discover`].
+    fn discover_accounts(&self) -> impl Future<Output = Result<Discovery, ElbError>> + Send {
+        async move {
+            Ok(Discovery {
+                groups: self.discover().await?,
+                failed: Vec::new(),
+            })
+        }
+    }
 
     /// The current tags of one group (DescribeTags): a pass that acts on a cached
     /// binding re-reads them first.
@@ -56,6 +71,56 @@ pub trait TargetGroupApi: Send + Sync {
         arn: &str,
         targets: &[Target],
     ) -> impl Future<Output = Result<(), ElbError>> + Send;
+}
+
+/// What discovery found across accounts.
+#[derive(Debug, Clone, Default)]
+pub struct Discovery {
+    /// The groups of every account whose discovery succeeded.
+    pub groups: Vec<TargetGroup>,
+    /// One entry per account whose discovery failed: its groups are unknown this run and
+    /// left untouched (an unreadable account must never look like an empty one).
+    pub failed: Vec<AccountError>,
+}
+
+/// Discovery failed in one account. Its message names the account and the role, so the
+/// run-level error in the report (and the metric counting it) points at what to fix.
+#[derive(Debug, Clone, Error)]
+#[error(
+    "{}: discovering target groups failed: {error}; that account's target groups are left untouched",
+    account_label(account.as_deref(), role.as_deref())
+)]
+pub struct AccountError {
+    /// The account id (`None`: this deployment's own account, before its id was learnt
+    /// from a target group ARN).
+    pub account: Option<String>,
+    /// The role assumed for it (`None`: this deployment's own account and credentials).
+    pub role: Option<String>,
+    /// What went wrong.
+    pub error: ElbError,
+}
+
+/// How reports name an account: `account 123456789012 (role arn:…)`, or `this account`.
+fn account_label(account: Option<&str>, role: Option<&str>) -> String {
+    match (account, role) {
+        (Some(a), Some(r)) => format!("account {a} (role {r})"),
+        (None, Some(r)) => format!("the account of role {r}"),
+        (Some(a), None) => format!("account {a} (this deployment's own)"),
+        (None, None) => "this deployment's own account".to_owned(),
+    }
+}
+
+/// The account id in an ARN (`arn:<partition>:<service>:<region>:<account>:<resource>`):
+/// target groups of several accounts are told apart, and calls routed, by it. `None`
+/// when the ARN has no 12-digit account field.
+pub fn arn_account(arn: &str) -> Option<&str> {
+    let mut parts = arn.splitn(6, ':');
+    if parts.next() != Some("arn") {
+        return None;
+    }
+    let account = parts.nth(3)?;
+    parts.next()?;
+    (account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())).then_some(account)
 }
 
 /// Why an ELBv2 call failed (after the SDK's retries).
@@ -90,6 +155,29 @@ pub enum ElbError {
         /// The refused targets and ELBv2's reason for each.
         targets: Vec<(Target, String)>,
     },
+    /// No credentials for the call: for a target account, the role could not be
+    /// assumed. Not retried call by call (STS's own client already retried what is
+    /// worth retrying); the account's groups wait for the next run.
+    #[error(
+        "ELBv2 {operation}: no credentials: {message}; check that the role exists, trusts the function roles (with the external ID, if set), and that the function role may sts:AssumeRole it"
+    )]
+    Credentials {
+        /// The API operation.
+        operation: &'static str,
+        /// What the credentials provider said.
+        message: String,
+    },
+    /// The group's ARN names an account this deployment has no client for (neither its
+    /// own nor one of `TGSYNC_TARGET_ACCOUNT_ROLES`).
+    #[error(
+        "target group {arn} is in account {account}, which this deployment reaches with no role; add one to TGSYNC_TARGET_ACCOUNT_ROLES"
+    )]
+    NoAccount {
+        /// The ARN.
+        arn: String,
+        /// Its account (empty when the ARN names none).
+        account: String,
+    },
     /// Any other failure.
     #[error("ELBv2 {operation} failed: {message}")]
     Other {
@@ -98,4 +186,52 @@ pub enum ElbError {
         /// Error code and message.
         message: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_of_an_arn() {
+        assert_eq!(
+            arn_account(
+                "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef"
+            ),
+            Some("123456789012")
+        );
+        assert_eq!(
+            arn_account("arn:aws-cn:elasticloadbalancing:cn-north-1:210987654321:targetgroup/a/b"),
+            Some("210987654321")
+        );
+        assert_eq!(
+            arn_account("arn:aws:iam::123456789012:role/tgsync"),
+            Some("123456789012")
+        );
+        for bad in [
+            "arn:tg",
+            "",
+            "arn:aws:elasticloadbalancing:us-east-1:12345:targetgroup/a/b",
+            "xrn:aws:e:r:123456789012:x",
+        ] {
+            assert_eq!(arn_account(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn account_errors_name_the_account_and_the_role() {
+        let e = AccountError {
+            account: Some("222222222222".into()),
+            role: Some("arn:aws:iam::222222222222:role/tgsync".into()),
+            error: ElbError::Credentials {
+                operation: "DescribeTargetGroups",
+                message: "AccessDenied".into(),
+            },
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("account 222222222222 (role arn:aws:iam::222222222222:role/tgsync): discovering target groups failed: ELBv2 DescribeTargetGroups: no credentials: AccessDenied"),
+            "{text}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! CloudWatch Embedded Metric Format (dimensions `Function` and `Cluster`, plus
-//! `TargetGroup` on per-group lines): one JSON line per run, and one per group that had
-//! drift or an error, printed straight to stdout (Lambda ships stdout to CloudWatch Logs,
+//! `TargetGroup` on per-group lines, which also carry the group's ARN and `Account` as
+//! properties): one JSON line per run, and one per group that had drift or an error, printed straight to stdout (Lambda ships stdout to CloudWatch Logs,
 //! which extracts the metrics; no PutMetricData calls, no extra latency).
 //!
 //! Per-group lines are emitted only for groups with something to say, so a steady-state
@@ -102,6 +102,9 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
                 ("Cluster".to_owned(), json!(report.cluster)),
                 ("TargetGroup".to_owned(), json!(g.name)),
                 ("TargetGroupArn".to_owned(), json!(g.target_group_arn)),
+                // A property, not a dimension: the ARN already tells groups apart, and
+                // each dimension value would be one more billed custom metric.
+                ("Account".to_owned(), json!(g.account)),
                 (
                     "Outcome".to_owned(),
                     serde_json::to_value(g.outcome).unwrap_or(Value::Null),
@@ -246,6 +249,31 @@ mod tests {
         assert_eq!(lines[2]["TargetGroup"], "web");
         assert_eq!(lines[2]["DriftFound"], 1);
         assert_eq!(run["RunsCompleted"], 1, "the heartbeat");
+    }
+
+    /// A deployment serving several accounts names each group's account on its line, as
+    /// a property (searchable in Logs Insights) and not as a dimension (no new metrics).
+    #[test]
+    fn group_lines_name_the_account_as_a_property() {
+        let arn =
+            "arn:aws:elasticloadbalancing:us-east-1:222222222222:targetgroup/web/0123456789abcdef";
+        let mut r = Report::new("resync", "demo", false, UnixMillis(1_800_000_000_000));
+        r.groups
+            .push(GroupReport::with_error(arn, "web", Outcome::Failed, "boom"));
+        let r = r.finish(UnixMillis(1_800_000_000_100));
+        let lines: Vec<Value> = emf_lines(&r, LambdaLevel::Info)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[1]["Account"], "222222222222");
+        assert_eq!(lines[1]["TargetGroupArn"], arn);
+        assert_eq!(
+            lines[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Function", "Cluster", "TargetGroup"]])
+        );
+        assert!(lines[0].get("Account").is_none(), "not on the run line");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["groups"][0]["account"], "222222222222");
     }
 
     /// Lambda drops a JSON line below its application log level, and counts a line

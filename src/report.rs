@@ -74,6 +74,11 @@ pub struct GroupReport {
     pub target_group_arn: String,
     /// Target group name.
     pub name: String,
+    /// The AWS account that owns the group (from its ARN): with target account roles, a
+    /// deployment serves groups of several accounts, and an operator must know where to
+    /// look.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub account: String,
     /// How it ended.
     pub outcome: Outcome,
     /// Targets registered.
@@ -126,6 +131,9 @@ impl GroupReport {
         Self {
             target_group_arn: arn.to_owned(),
             name: name.to_owned(),
+            account: crate::groups::arn_account(arn)
+                .unwrap_or_default()
+                .to_owned(),
             outcome,
             registered: Vec::new(),
             deregistered: Vec::new(),

@@ -486,3 +486,79 @@ async fn s10_crash_at_every_fault_point_then_converge() {
     }
     println!("fault points covered: {}", FaultPoint::ALL.len());
 }
+
+/// An application load balancer's IP target group (protocol HTTP, behind an ALB
+/// listener) is bound and filled exactly like a network load balancer's: tgsync needs
+/// target type `ip`, and ALB or NLB makes no difference to it.
+#[tokio::test]
+async fn s12_alb_ip_target_group_is_filled_like_an_nlb_one() {
+    use aws_sdk_elasticloadbalancingv2::types::{
+        Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag,
+    };
+    let w = World::new().await;
+    let name = |prefix: &str| {
+        moto::unique(prefix)
+            .chars()
+            .take(32)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_owned()
+    };
+    let tags = [
+        ("tgsync/cluster", w.cluster.as_str()),
+        ("tgsync/namespace", "shop"),
+        ("tgsync/selector", "app=web"),
+    ];
+    let tg = w
+        .elb
+        .create_target_group()
+        .name(name("alb"))
+        .protocol(ProtocolEnum::Http)
+        .port(8080)
+        .vpc_id(moto::vpc_id())
+        .target_type(TargetTypeEnum::Ip)
+        .health_check_path("/healthz")
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .send()
+        .await
+        .expect("ALB target group created");
+    let arn = tg.target_groups()[0].target_group_arn().unwrap().to_owned();
+    let alb = w
+        .elb
+        .create_load_balancer()
+        .name(name("alb"))
+        .r#type(LoadBalancerTypeEnum::Application)
+        .scheme(LoadBalancerSchemeEnum::Internal)
+        .set_subnets(Some(moto::subnet_ids().to_vec()))
+        .send()
+        .await
+        .expect("application load balancer created");
+    w.elb
+        .create_listener()
+        .load_balancer_arn(alb.load_balancers()[0].load_balancer_arn().unwrap())
+        .protocol(ProtocolEnum::Http)
+        .port(80)
+        .default_actions(
+            Action::builder()
+                .r#type(ActionTypeEnum::Forward)
+                .target_group_arn(&arn)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("HTTP listener forwarding to the group");
+    w.put_pod(web("web-1", "10.0.1.1").build());
+    w.put_pod(web("web-2", "10.0.1.2").build());
+    let r = w.resync().await;
+    assert_eq!(r.group(&arn).unwrap().outcome, Outcome::Changed, "{r:#?}");
+    let want = ["10.0.1.1:8080", "10.0.1.2:8080"];
+    assert_eq!(w.targets(&arn).await, want);
+    assert_eq!(w.ledger(&arn).await, want);
+    w.emulator.store().delete_pod("shop", "web-1");
+    w.resync().await;
+    assert_eq!(w.targets(&arn).await, ["10.0.1.2:8080"]);
+}

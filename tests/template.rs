@@ -119,8 +119,16 @@ impl Template {
             );
             values.insert((*k).to_owned(), Value::String((*v).to_owned()));
         }
+        let lists = self.doc["Parameters"]
+            .as_object()
+            .expect("Parameters")
+            .iter()
+            .filter(|(_, p)| p["Type"] == "CommaDelimitedList")
+            .map(|(k, _)| k.clone())
+            .collect();
         let mut deployment = Deployment {
             params: values,
+            lists,
             conditions: BTreeMap::new(),
         };
         let conditions = self.doc["Conditions"]
@@ -138,6 +146,8 @@ impl Template {
 /// Parameter values and condition results of one deployment of the template.
 struct Deployment {
     params: BTreeMap<String, Value>,
+    /// The `CommaDelimitedList` parameters: a `Ref` to one is a list.
+    lists: BTreeSet<String>,
     conditions: BTreeMap<String, bool>,
 }
 
@@ -194,9 +204,10 @@ fn scalar_string(v: &Value) -> Value {
     }
 }
 
-/// Replaces `{"Ref": <parameter>}` by the parameter's value, `{"Ref": <resource>}` by
-/// `refs[resource]` when given, and `Fn::If` by its chosen branch; everything else is
-/// left as it is.
+/// Replaces `{"Ref": <parameter>}` by the parameter's value (a list of strings for a
+/// `CommaDelimitedList`, split at commas as CloudFormation does), `{"Ref": <resource>}`
+/// by `refs[resource]` when given, `Fn::If` by its chosen branch, and `Fn::Join` of
+/// strings by the joined string; everything else is left as it is.
 fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> Value {
     let params = &deployment.params;
     match v {
@@ -212,10 +223,26 @@ fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> V
             };
             resolve(chosen, deployment, refs)
         }
+        Value::Object(map) if map.len() == 1 && map.contains_key("Fn::Join") => {
+            let args = map["Fn::Join"].as_array().expect("Fn::Join [sep, list]");
+            let sep = args[0].as_str().expect("separator");
+            let list = resolve(&args[1], deployment, refs);
+            let items: Option<Vec<&str>> = list
+                .as_array()
+                .map(|items| items.iter().map(Value::as_str).collect())
+                .unwrap_or_default();
+            match items {
+                Some(items) => Value::String(items.join(sep)),
+                None => json!({ "Fn::Join": [sep, list] }),
+            }
+        }
         Value::Object(map) if map.len() == 1 && map.contains_key("Ref") => {
             let name = map["Ref"].as_str().expect("Ref names a string");
             if let Some(p) = params.get(name) {
-                p.clone()
+                match (deployment.lists.contains(name), p.as_str()) {
+                    (true, Some(list)) => list.split(',').map(|i| json!(i.trim())).collect(),
+                    _ => p.clone(),
+                }
             } else if let Some(r) = refs.get(name) {
                 Value::String((*r).to_owned())
             } else {
@@ -604,7 +631,11 @@ fn every_grant_is_what_the_functions_need() {
                 assert_eq!(
                     s["Condition"],
                     json!({ "ForAllValues:StringLike": { "dynamodb:LeadingKeys": [
-                        { "Fn::Sub": "tg#arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*" },
+                        { "Fn::If": [
+                            "HasTargetAccounts",
+                            { "Fn::Sub": "tg#arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:*:targetgroup/*" },
+                            { "Fn::Sub": "tg#arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*" },
+                        ] },
                         { "Fn::Sub": "owners#${ClusterName}" },
                         { "Fn::Sub": "tg#${ClusterName}#*" },
                     ] } }),
@@ -618,6 +649,13 @@ fn every_grant_is_what_the_functions_need() {
                 );
             } else if action == "sqs:SendMessage" {
                 assert_eq!(resource, &get_att("DeadLetterQueue", "Arn"), "{owner}");
+            } else if action == "sts:AssumeRole" {
+                // checked by target_account_roles_are_assumable_only_when_listed
+                assert_eq!(
+                    resource,
+                    &json!({ "Ref": "TargetAccountRoleArns" }),
+                    "{owner}"
+                );
             } else {
                 panic!("{owner}: unexpected grant {action}");
             }
@@ -628,6 +666,188 @@ fn every_grant_is_what_the_functions_need() {
         assert!(seen.contains(*needed), "{needed} is not granted");
     }
     assert!(seen.contains("eks:DescribeCluster"));
+}
+
+/// Cross-account: both functions may assume exactly the roles listed in
+/// TargetAccountRoleArns, and nothing at all when the list is empty (the default); the
+/// list and the external ID reach both functions as the settings read them.
+#[test]
+fn target_account_roles_are_assumable_only_when_listed() {
+    let t = Template::load();
+    let roles =
+        "arn:aws:iam::222222222222:role/tgsync-demo,arn:aws:iam::333333333333:role/net/tgsync-demo";
+    let refs = BTreeMap::from([("StateTable", "tgsync-StateTable-ABC123")]);
+    for (given, listed) in [
+        (vec![("ClusterName", "demo")], Vec::<&str>::new()),
+        (
+            vec![
+                ("ClusterName", "demo"),
+                ("TargetAccountRoleArns", roles),
+                ("TargetAccountExternalId", "demo-7f3a"),
+            ],
+            roles.split(',').collect(),
+        ),
+    ] {
+        let deployment = t.parameters(&given);
+        // The grants this deployment creates: statements of resources whose condition
+        // (if any) holds.
+        let mut assumable: Vec<Value> = Vec::new();
+        for (owner, s) in statements(&t) {
+            let acts = actions(&s);
+            if !acts.iter().any(|a| action_matches(a, "sts:AssumeRole")) {
+                continue;
+            }
+            let resource_name = owner.split('/').next().unwrap_or_default();
+            let condition = &t.resource(resource_name)["Condition"];
+            assert_eq!(
+                condition, "HasTargetAccounts",
+                "{owner}: sts:AssumeRole only under HasTargetAccounts"
+            );
+            assert_eq!(acts, ["sts:AssumeRole"], "{owner}: nothing else from STS");
+            assert!(s.get("Condition").is_none(), "{owner}");
+            let attached = &t.props(resource_name)["Roles"];
+            assert_eq!(
+                attached,
+                &json!([{ "Ref": "ResyncRole" }, { "Ref": "PodEventsRole" }]),
+                "{owner}: both functions assume the roles"
+            );
+            if deployment.conditions["HasTargetAccounts"] {
+                assumable.extend(as_list(&resolve(&s["Resource"], &deployment, &refs)));
+            }
+        }
+        let want: Vec<Value> = listed.iter().map(|a| json!(a)).collect();
+        assert_eq!(assumable, want, "{given:?}");
+        assert_eq!(
+            deployment.conditions["HasTargetAccounts"],
+            !listed.is_empty(),
+            "{given:?}"
+        );
+        for function in ["ResyncFunction", "PodEventsFunction"] {
+            let vars = t.props(function)["Environment"]["Variables"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{function}: Environment.Variables"));
+            let env: BTreeMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| {
+                    let v = resolve(v, &deployment, &refs);
+                    let v = v.as_str().unwrap_or_else(|| {
+                        panic!("{function}: {k} does not resolve to a string: {v}")
+                    });
+                    (k.clone(), v.to_owned())
+                })
+                .collect();
+            let settings = Settings::from_lookup(|k| env.get(k).cloned())
+                .unwrap_or_else(|e| panic!("{function}: {e}"));
+            let arns: Vec<&str> = settings
+                .target_account_roles
+                .iter()
+                .map(|r| r.arn())
+                .collect();
+            assert_eq!(arns, listed, "{function} with {given:?}");
+            assert_eq!(
+                settings.target_account_external_id.is_some(),
+                !listed.is_empty(),
+                "{function} with {given:?}"
+            );
+        }
+    }
+}
+
+/// infra/target-account-role.yaml, the role a target account creates: trusted by the
+/// two function roles (with the external ID when given), allowed to read every group
+/// and to change only the groups tagged for the cluster, as the stack's own policy.
+#[test]
+fn target_account_role_matches_the_stacks_own_limits() {
+    let yaml: serde_norway::Value = serde_norway::from_str(&read("infra/target-account-role.yaml"))
+        .expect("infra/target-account-role.yaml is YAML");
+    let doc = to_json(yaml);
+    let role = &doc["Resources"]["TargetAccountRole"]["Properties"];
+    let trust = &as_list(&role["AssumeRolePolicyDocument"]["Statement"])[0];
+    assert_eq!(trust["Action"], "sts:AssumeRole");
+    assert_eq!(
+        trust["Principal"]["AWS"],
+        json!([{ "Ref": "ResyncRoleArn" }, { "Ref": "PodEventsRoleArn" }])
+    );
+    assert_eq!(
+        trust["Condition"],
+        json!({ "Fn::If": ["HasExternalId",
+            { "StringEquals": { "sts:ExternalId": { "Ref": "ExternalId" } } },
+            { "Ref": "AWS::NoValue" }] })
+    );
+    let t = Template::load();
+    let own: Vec<Value> = statements(&t).into_iter().map(|(_, s)| s).collect();
+    let statements: Vec<Value> = as_list(&role["Policies"])
+        .iter()
+        .flat_map(|p| as_list(&p["PolicyDocument"]["Statement"]))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut released = false;
+    for s in &statements {
+        // The release of untagged groups, under !If ReleaseUntagged: as the stack's.
+        if let Some(branches) = s.get("Fn::If").and_then(Value::as_array) {
+            assert_eq!(branches[0], "ReleaseUntagged");
+            assert_eq!(branches[2], json!({ "Ref": "AWS::NoValue" }));
+            let stack = own
+                .iter()
+                .find(|o| o["Sid"] == "ReleaseUntaggedTargetGroups")
+                .expect("the stack grants the release");
+            assert_eq!(&branches[1], stack, "the same statement as the stack's");
+            released = true;
+            continue;
+        }
+        assert_eq!(s["Effect"], "Allow");
+        let acts = actions(s);
+        seen.extend(acts.iter().cloned());
+        if acts.iter().any(|a| MUTATIONS.contains(&a.as_str())) {
+            assert_eq!(acts, MUTATIONS, "the two mutations, named exactly");
+            let stack = own
+                .iter()
+                .find(|o| actions(o) == MUTATIONS)
+                .expect("the stack grants the mutations");
+            assert_eq!(
+                s["Resource"], stack["Resource"],
+                "target groups of the account and region"
+            );
+            let branches = s["Condition"]["Fn::If"].as_array().expect("Condition: !If");
+            assert_eq!(branches[0], "SharedGroups");
+            assert_eq!(branches[2], stack["Condition"], "exact match by default");
+            assert_eq!(
+                branches[1],
+                json!({ "StringLike": { "aws:ResourceTag/tgsync/cluster": [
+                    { "Ref": "ClusterName" },
+                    { "Fn::Sub": "${ClusterName} *" },
+                    { "Fn::Sub": "* ${ClusterName}" },
+                    { "Fn::Sub": "* ${ClusterName} *" },
+                ] } }),
+                "the StringLike variant for groups shared by several clusters"
+            );
+        } else {
+            let stack = own
+                .iter()
+                .find(|o| actions(o) == acts)
+                .unwrap_or_else(|| panic!("the stack grants {acts:?} too"));
+            assert_eq!(s["Resource"], stack["Resource"], "{acts:?}");
+            assert!(
+                acts.iter()
+                    .all(|a| a.starts_with("elasticloadbalancing:Describe")),
+                "{acts:?}"
+            );
+        }
+    }
+    let want: BTreeSet<String> = [
+        "elasticloadbalancing:DescribeTargetGroups",
+        "elasticloadbalancing:DescribeTags",
+        "elasticloadbalancing:DescribeTargetHealth",
+    ]
+    .iter()
+    .chain(&MUTATIONS)
+    .map(|a| (*a).to_owned())
+    .collect();
+    assert_eq!(seen, want);
+    assert!(
+        released,
+        "the target account role can release untagged groups too"
+    );
 }
 
 #[test]

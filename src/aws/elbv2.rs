@@ -24,7 +24,7 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
-use super::{error_summary, is_access_denied_code, is_throttling_code};
+use super::{credentials_failure, error_summary, is_access_denied_code, is_throttling_code};
 use crate::core::{HealthState, MAX_TARGETS_PER_CALL, Target};
 use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
 
@@ -94,6 +94,18 @@ impl Elbv2TargetGroups {
     pub fn with_describe_rate(mut self, rate: MutationRate) -> Self {
         self.describes = Arc::new(Pace::new(Some(rate)));
         self
+    }
+
+    /// The adapter for another account: calls go through `client` (whose credentials
+    /// are a role in that account), and share this adapter's paces, call counters and
+    /// out-of-VPC memory. The paces are the deployment's ELBv2 budget: however many
+    /// accounts it serves, it never sends more than its configured rates in total. (The
+    /// out-of-VPC memory is keyed by target group ARN, which names the account.)
+    pub fn for_client(&self, client: Client) -> Self {
+        Self {
+            client,
+            ..self.clone()
+        }
     }
 
     /// Builds the client from an SDK configuration (normally [`super::sdk_config`]).
@@ -361,8 +373,11 @@ const NOT_FOUND: &str = "TargetGroupNotFound";
 fn elb_error<E, R>(operation: &'static str, arn: Option<&str>, err: SdkError<E, R>) -> ElbError
 where
     E: ProvideErrorMetadata + Error + 'static,
-    R: Debug,
+    R: Debug + 'static,
 {
+    if let Some(message) = credentials_failure(&err) {
+        return ElbError::Credentials { operation, message };
+    }
     match (err.code(), arn) {
         (Some(NOT_FOUND), Some(arn)) => ElbError::NotFound {
             arn: arn.to_owned(),

@@ -7,6 +7,7 @@
 //! survives the SDK's retries is mapped to the crate's typed errors with a short
 //! `Code: message` an operator can act on.
 
+pub mod accounts;
 mod calls;
 pub mod dynamo;
 pub mod elbv2;
@@ -22,6 +23,7 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
+pub use accounts::{Accounts, TargetAccountRole};
 pub use calls::ApiCalls;
 pub use dynamo::{DynamoState, IAM_ACTIONS as DYNAMODB_IAM_ACTIONS, create_table};
 pub use elbv2::{Elbv2TargetGroups, MutationRate, RateError};
@@ -92,6 +94,46 @@ where
         (Some(code), _) => code.to_owned(),
         _ => DisplayErrorContext(err).to_string(),
     }
+}
+
+/// What the credentials provider said when a call failed for want of credentials (for a
+/// target account: the role could not be assumed), found anywhere in the error's chain;
+/// `None` for any other failure. Such a failure is not worth retrying call by call: the
+/// provider's own STS client has already retried what was transient.
+pub fn credentials_failure<E, R>(err: &SdkError<E, R>) -> Option<String>
+where
+    E: Error + 'static,
+    R: Debug + 'static,
+{
+    let mut next: Option<&(dyn Error + 'static)> = Some(err);
+    while let Some(e) = next {
+        if e.is::<aws_credential_types::provider::error::CredentialsError>() {
+            return Some(chain_summary(e));
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// `Code: message` of the first service error in `err`'s chain (what STS said when a
+/// role could not be assumed), or else the chain's messages joined by `: `; never the
+/// SDK's debug dump of the raw response.
+fn chain_summary(err: &(dyn Error + 'static)) -> String {
+    let mut messages = Vec::new();
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(meta) = e.downcast_ref::<aws_smithy_types::error::ErrorMetadata>()
+            && let Some(code) = meta.code()
+        {
+            return match meta.message() {
+                Some(message) if !message.is_empty() => format!("{code}: {message}"),
+                _ => code.to_owned(),
+            };
+        }
+        messages.push(e.to_string());
+        next = e.source();
+    }
+    messages.join(": ")
 }
 
 /// Error codes AWS services use for throttling (the SDK's own retry classifier list):

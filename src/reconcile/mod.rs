@@ -134,6 +134,9 @@ pub struct Bindings {
     pub bound: Vec<BoundGroup>,
     /// Binding errors, one report per group.
     pub errors: Vec<GroupReport>,
+    /// Accounts whose discovery failed (their groups are unknown and left untouched):
+    /// one run-level error each in the report.
+    pub accounts_failed: Vec<crate::groups::AccountError>,
 }
 
 /// Which groups a run looks at beyond their binding: `focus` narrows a pod event to the
@@ -153,6 +156,10 @@ pub(crate) struct Scope<'a> {
     /// (written before the index existed) is added.
     indexed: Option<&'a std::collections::BTreeSet<String>>,
 }
+
+/// What pod-events reuses between events: the bound groups, and the accounts whose
+/// discovery failed (reported with every event until the next discovery).
+type CachedBindings = (Arc<Vec<BoundGroup>>, Arc<Vec<String>>);
 
 /// The reconcile engine. Cheap to share behind an `Arc`.
 pub struct Engine<P, G, S> {
@@ -174,7 +181,7 @@ pub struct Engine<P, G, S> {
     /// Prefix of lease owner ids (`resync`, `pod-events`), for debugging held leases.
     pub owner_prefix: String,
     rng: Mutex<fastrand::Rng>,
-    bindings_cache: tokio::sync::Mutex<Option<(UnixMillis, Arc<Vec<BoundGroup>>)>>,
+    bindings_cache: tokio::sync::Mutex<Option<(UnixMillis, CachedBindings)>>,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -243,11 +250,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
 
     /// Discovers target groups and splits them into valid bindings and binding errors
     /// (bad tags, or tags asking for more than the deployment's binding policy allows).
+    /// An account whose discovery failed is listed in `accounts_failed`; `Err` only when
+    /// the single account there is could not be read.
     pub async fn bindings(&self) -> Result<Bindings, crate::groups::ElbError> {
         let read_at = self.clock.now();
-        let mut out = Bindings::default();
+        let discovery = self.groups.discover_accounts().await?;
+        let mut out = Bindings {
+            accounts_failed: discovery.failed,
+            ..Bindings::default()
+        };
         let policy = &self.settings.binding_policy;
-        for group in self.groups.discover().await? {
+        for group in discovery.groups {
             match Binding::for_cluster(&group.tags, &group.facts, &self.cluster, policy) {
                 None => {}
                 Some(Ok(binding)) => out.bound.push(BoundGroup {
@@ -311,31 +324,50 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let Bindings {
             mut bound,
             mut errors,
+            accounts_failed,
         } = bindings;
-        // A full resync also looks for ledgers of groups no longer bound (orphans).
+        report
+            .errors
+            .extend(accounts_failed.iter().map(ToString::to_string));
+        // A full resync also looks for ledgers of groups no longer bound (orphans). A
+        // group of an account whose discovery failed is not known to be unbound: it is
+        // left out (or, when the failed account is not known, the whole look).
         let tagged: BTreeSet<String> = bound
             .iter()
             .map(|b| b.group.arn.clone())
             .chain(errors.iter().map(|e| e.target_group_arn.clone()))
             .collect();
-        let indexed = if opts.only.is_none() {
-            match self.state.indexed_groups(&self.cluster).await {
-                Ok(indexed) => Some(indexed),
+        let unread: Option<BTreeSet<&str>> = accounts_failed
+            .iter()
+            .map(|f| f.account.as_deref())
+            .collect();
+        let indexed = match (&opts.only, unread) {
+            (None, Some(unread)) => match self.state.indexed_groups(&self.cluster).await {
+                Ok(mut indexed) => {
+                    indexed.retain(|arn| {
+                        crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
+                    });
+                    Some(indexed)
+                }
                 Err(e) => {
                     report.errors.push(format!(
                         "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
                     ));
                     None
                 }
-            }
-        } else {
-            None
+            },
+            _ => None,
         };
         if let Some(only) = &opts.only {
             for arn in only {
                 let known = bound.iter().any(|b| &b.group.arn == arn)
                     || errors.iter().any(|e| &e.target_group_arn == arn);
-                if !known {
+                // A group of an account that could not be read is covered by that
+                // account's error.
+                let unread = accounts_failed.iter().any(|f| {
+                    f.account.is_some() && f.account.as_deref() == crate::groups::arn_account(arn)
+                });
+                if !known && !unread {
                     report.errors.push(format!(
                         "target group {arn} was requested but is not bound to cluster `{}` (missing, or its tgsync/cluster tag does not name this cluster)",
                         self.cluster

@@ -70,7 +70,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     ) -> Result<Report, PodEventError> {
         let started = self.clock.now();
         let mut report = Report::new("pod-events", &self.cluster, opts.dry_run, started);
-        let bound = self.cached_bindings().await?;
+        let (bound, accounts_failed) = self.cached_bindings().await?;
+        // An account that could not be read may hold groups this pod belongs in: say so
+        // in every report until it can be read again.
+        report.errors.extend(accounts_failed.iter().cloned());
         let in_namespace: Vec<BoundGroup> = bound
             .iter()
             .filter(|b| b.binding.namespace == event.namespace)
@@ -242,17 +245,30 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// Bound groups, cached per container for `discovery_ttl`: pod events are frequent,
     /// binding tags change rarely, and discovery costs ELBv2 Describe calls. (A pass
     /// that changes a group re-reads its tags first; see `pass::refresh_binding`.)
-    async fn cached_bindings(&self) -> Result<Arc<Vec<BoundGroup>>, crate::groups::ElbError> {
+    /// The accounts whose discovery failed are cached with them (their errors are
+    /// reported by every event meanwhile; retrying a role that cannot be assumed on every
+    /// event would only spend STS and ELBv2 calls).
+    async fn cached_bindings(&self) -> Result<super::CachedBindings, crate::groups::ElbError> {
         let now = self.clock.now();
         let mut cache = self.bindings_cache.lock().await;
-        if let Some((at, bound)) = cache.as_ref()
+        if let Some((at, cached)) = cache.as_ref()
             && now < at.plus(self.settings.discovery_ttl)
         {
-            return Ok(bound.clone());
+            return Ok(cached.clone());
         }
-        let bound = Arc::new(self.bindings().await?.bound);
-        *cache = Some((now, bound.clone()));
-        Ok(bound)
+        let bindings = self.bindings().await?;
+        let cached = (
+            Arc::new(bindings.bound),
+            Arc::new(
+                bindings
+                    .accounts_failed
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+        );
+        *cache = Some((now, cached.clone()));
+        Ok(cached)
     }
 
     /// Drops the cached bindings (a group vanished or its tags changed).

@@ -62,7 +62,8 @@ pub enum Fate {
     Throttled,
     /// Answered by the proxy with the service's internal error (HTTP 500).
     ServerError,
-    /// Refused by a [`Rules`] check with ELBv2's ValidationError (HTTP 400).
+    /// Refused by a [`Rules`] check with ELBv2's ValidationError (HTTP 400), or STS's
+    /// AccessDenied (HTTP 403).
     Refused,
     /// Applied by moto, answered with an internal error (HTTP 500): see [`Rules`].
     AnswerLost,
@@ -185,6 +186,11 @@ pub struct Rules {
     /// applied by moto, and its answer is replaced by an HTTP 500 (a response lost after
     /// the write landed, as a dropped connection or a timeout does).
     pub lose_answer: Vec<(String, String)>,
+    /// Role ARNs whose STS AssumeRole is refused with STS's AccessDenied (HTTP 403), as
+    /// for a role whose trust policy does not name the caller, or that does not exist.
+    /// moto lets anyone assume any role (it checks neither the role nor its trust
+    /// policy nor the external ID), so a role that cannot be assumed is made here.
+    pub deny_assume_role: Vec<String>,
 }
 
 struct Shared {
@@ -416,7 +422,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
         let verdict = lock(&shared.rules).judge(service, &operation, &request.body);
         let fate = match verdict {
             Verdict::Pass => lock(&shared.decider).decide(service),
-            Verdict::Refuse(_) => Fate::Refused,
+            Verdict::Refuse(_) | Verdict::Deny(_) => Fate::Refused,
             Verdict::LoseAnswer => Fate::AnswerLost,
             Verdict::Stall => Fate::Stalled,
         };
@@ -456,6 +462,20 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
                         ("x-amzn-RequestId".to_owned(), request_id.clone()),
                     ],
                     elbv2_error("Sender", "ValidationError", &message, &request_id).into_bytes(),
+                )
+            }
+            (_, Verdict::Deny(message)) => {
+                let id = shared
+                    .request_ids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let request_id = format!("c4a05000-0000-4000-8000-{id:012x}");
+                (
+                    "403 Forbidden".to_owned(),
+                    vec![
+                        ("Content-Type".to_owned(), "text/xml".to_owned()),
+                        ("x-amzn-RequestId".to_owned(), request_id.clone()),
+                    ],
+                    sts_error("AccessDenied", &message, &request_id).into_bytes(),
                 )
             }
             (Fate::AnswerLost, _) => {
@@ -567,6 +587,8 @@ enum Verdict {
     LoseAnswer,
     /// Never answer.
     Stall,
+    /// Answer STS's AccessDenied with this message.
+    Deny(String),
 }
 
 impl Rules {
@@ -584,6 +606,19 @@ impl Rules {
         }) {
             self.lose_answer.remove(i);
             return Verdict::LoseAnswer;
+        }
+        if operation == "AssumeRole" {
+            let role = text
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("RoleArn="))
+                .map(percent_decode)
+                .unwrap_or_default();
+            if self.deny_assume_role.contains(&role) {
+                return Verdict::Deny(format!(
+                    "User: arn:aws:sts::123456789012:assumed-role/tgsync-resync/test is not authorized to perform: sts:AssumeRole on resource: {role}"
+                ));
+            }
+            return Verdict::Pass;
         }
         if service != Service::Elbv2 || operation != "RegisterTargets" {
             return Verdict::Pass;
@@ -823,6 +858,15 @@ fn fault_response(
             ("x-amzn-RequestId".to_owned(), request_id.to_owned()),
         ],
         body.into_bytes(),
+    )
+}
+
+/// STS's error document (query protocol).
+fn sts_error(code: &str, message: &str, request_id: &str) -> String {
+    format!(
+        "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\
+         <Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error>\
+         <RequestId>{request_id}</RequestId></ErrorResponse>"
     )
 }
 

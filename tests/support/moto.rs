@@ -93,9 +93,62 @@ pub fn vpc_id() -> &'static str {
     })
 }
 
+/// A VPC in `account` (created once per test binary and account). moto keeps each
+/// account's resources apart; its `x-moto-account-id` header picks the account.
+pub fn vpc_in(account: &str) -> String {
+    static VPCS: OnceLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+        OnceLock::new();
+    let mut vpcs = VPCS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    vpcs.entry(account.to_owned())
+        .or_insert_with(|| {
+            let body = "Action=CreateVpc&Version=2016-11-15&CidrBlock=10.0.0.0%2F16";
+            let response = post_form_as(endpoint(), "ec2", body, Some(account));
+            between(&response, "<vpcId>", "<")
+        })
+        .clone()
+}
+
+/// Two subnets of [`vpc_id`] in different zones (an application load balancer needs
+/// two), created once per test binary.
+pub fn subnet_ids() -> &'static [String; 2] {
+    static SUBNETS: OnceLock<[String; 2]> = OnceLock::new();
+    SUBNETS.get_or_init(|| {
+        let subnet = |cidr: &str, zone: &str| {
+            let body = format!(
+                "Action=CreateSubnet&Version=2016-11-15&VpcId={}&CidrBlock={}&AvailabilityZone={zone}",
+                vpc_id(),
+                cidr.replace('/', "%2F")
+            );
+            between(&post_form(endpoint(), "ec2", &body), "<subnetId>", "<")
+        };
+        [
+            subnet("10.0.250.0/24", "us-east-1a"),
+            subnet("10.0.251.0/24", "us-east-1b"),
+        ]
+    })
+}
+
+/// The text of `response` between `open` and the next `close`.
+fn between(response: &str, open: &str, close: &str) -> String {
+    let start = response
+        .find(open)
+        .unwrap_or_else(|| panic!("no {open} in moto's answer: {response}"))
+        + open.len();
+    let end = start + response[start..].find(close).expect("element closes");
+    response[start..end].to_owned()
+}
+
 /// POSTs a form-encoded query-protocol request to moto, routed to `service` by the
 /// credential scope of a (not verified) SigV4 header; returns the whole HTTP response.
 fn post_form(endpoint: &str, service: &str, body: &str) -> String {
+    post_form_as(endpoint, service, body, None)
+}
+
+/// [`post_form`] in `account` (moto's default account when `None`).
+fn post_form_as(endpoint: &str, service: &str, body: &str, account: Option<&str>) -> String {
     let host = endpoint
         .strip_prefix("http://")
         .expect("moto endpoint is http://");
@@ -103,7 +156,8 @@ fn post_form(endpoint: &str, service: &str, body: &str) -> String {
     let request = format!(
         "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
          Authorization: AWS4-HMAC-SHA256 Credential=testing/20250101/{REGION}/{service}/aws4_request, \
-         SignedHeaders=host, Signature=0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         SignedHeaders=host, Signature=0\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        account.map_or(String::new(), |a| format!("x-moto-account-id: {a}\r\n")),
         body.len()
     );
     stream.write_all(request.as_bytes()).expect("send to moto");

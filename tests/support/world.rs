@@ -276,6 +276,29 @@ impl World {
         out.items().len()
     }
 
+    /// An engine like the world's own, on its pods, table and clock, but over `groups`
+    /// (another ELBv2 adapter: several accounts, a proxy).
+    pub fn engine_over<G: tgsync::groups::TargetGroupApi>(
+        &self,
+        groups: G,
+    ) -> Engine<KubePods, G, DynamoState> {
+        let pods = kube_pods(
+            &self.cluster,
+            &self.sdk,
+            &self.emulator,
+            Creds::default().provider(),
+        );
+        let state = DynamoState::from_sdk_config(&self.sdk, &self.table, &self.cluster);
+        Engine::new(
+            self.cluster.as_str(),
+            pods,
+            groups,
+            state,
+            Arc::new(self.clock.clone()),
+        )
+        .with_seed(1)
+    }
+
     /// A full resync with default options.
     pub async fn resync(&self) -> Report {
         self.engine.resync(&RunOptions::default()).await
@@ -346,6 +369,19 @@ pub fn build_engine_on(
     clock: Arc<dyn tgsync::clock::Clock>,
     credentials: SharedCredentialsProvider,
 ) -> LiveEngine {
+    let pods = kube_pods(cluster, sdk, emulator, credentials);
+    let groups = Elbv2TargetGroups::from_sdk_config(sdk, MutationRate::new(50, None).unwrap());
+    let state = DynamoState::from_sdk_config(sdk, table, cluster);
+    Engine::new(cluster, pods, groups, state, clock).with_seed(1)
+}
+
+/// The pod source of a world: the emulator, with EKS tokens signed by `credentials`.
+fn kube_pods(
+    cluster: &str,
+    sdk: &aws_config::SdkConfig,
+    emulator: &Emulator,
+    credentials: SharedCredentialsProvider,
+) -> KubePods {
     let access = ClusterAccess::new(
         cluster,
         aws_sdk_eks::Client::new(sdk),
@@ -357,8 +393,5 @@ pub fn build_engine_on(
             ca_pem: emulator.ca_pem().map(|p| p.as_bytes().to_vec()),
         },
     );
-    let pods = KubePods::new(Arc::new(access)).with_page_size(100);
-    let groups = Elbv2TargetGroups::from_sdk_config(sdk, MutationRate::new(50, None).unwrap());
-    let state = DynamoState::from_sdk_config(sdk, table, cluster);
-    Engine::new(cluster, pods, groups, state, clock).with_seed(1)
+    KubePods::new(Arc::new(access)).with_page_size(100)
 }

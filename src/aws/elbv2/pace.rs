@@ -12,7 +12,9 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use governor::DefaultDirectRateLimiter;
 
-use super::super::{INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, is_throttling_code};
+use super::super::{
+    INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, credentials_failure, is_throttling_code,
+};
 use super::MutationRate;
 
 /// Largest extra wait per attempt while ELBv2 keeps throttling.
@@ -81,7 +83,7 @@ impl Pace {
         mut send: impl FnMut() -> Fut,
     ) -> Result<T, SdkError<E, HttpResponse>>
     where
-        E: ProvideErrorMetadata,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
     {
         let mut attempt = 0u32;
@@ -116,8 +118,16 @@ fn throttled<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
 }
 
 /// Whether a failed call is worth another attempt: throttling, a 5xx, a timeout or a
-/// transport failure (what the SDK's standard retry classifier retries).
-pub(super) fn retryable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+/// transport failure (what the SDK's standard retry classifier retries) — but not a call
+/// that had no credentials (a role that cannot be assumed): the SDK reports that as a
+/// dispatch failure too, and the provider's STS client has already retried it.
+pub(super) fn retryable<E>(err: &SdkError<E, HttpResponse>) -> bool
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    if credentials_failure(err).is_some() {
+        return false;
+    }
     match err {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             true

@@ -1,0 +1,460 @@
+//! [`TargetGroupApi`] across accounts: this deployment's own account, plus one account
+//! per role of `TGSYNC_TARGET_ACCOUNT_ROLES`.
+//!
+//! A central networking account often owns the load balancers (PrivateLink endpoint
+//! services, shared ingress) while the pods run in workload accounts. The binding tags
+//! live next to the target group, in the account that owns it; tgsync reaches that
+//! account by assuming a role there with the SDK's own [`AssumeRoleProvider`] (each
+//! account's ELBv2 client caches the assumed credentials and refreshes them before they
+//! expire).
+//!
+//! - **Discovery** runs in every account at once. An account whose discovery fails (a
+//!   role that cannot be assumed, a denied or throttled Describe) is reported by itself
+//!   ([`Discovery::failed`]); every other account's groups are still reconciled, and the
+//!   failed account's groups are left as they are.
+//! - **Every other call** goes to the client of the account named in the target group's
+//!   ARN (`arn:aws:elasticloadbalancing:<region>:<account>:targetgroup/…`). An ARN of an
+//!   account this deployment has no client for is an error for that group alone.
+//! - **Rates**: every account's adapter shares one mutation pace and one Describe pace
+//!   (see [`Elbv2TargetGroups::for_client`]): `TGSYNC_ELB_*_PER_SECOND` are the
+//!   deployment's budget, not a budget per account.
+//!
+//! With no roles this is exactly the single-account adapter: every call goes to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::sync::{Arc, RwLock};
+
+use aws_config::SdkConfig;
+use aws_config::sts::AssumeRoleProvider;
+use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
+use aws_sdk_elasticloadbalancingv2::Client;
+
+use super::Elbv2TargetGroups;
+use crate::core::{HealthState, Target};
+use crate::groups::{AccountError, Discovery, ElbError, TargetGroup, TargetGroupApi, arn_account};
+
+/// STS limits a role session name to 64 characters.
+const MAX_SESSION_NAME: usize = 64;
+
+/// A role in another account, from `TGSYNC_TARGET_ACCOUNT_ROLES`, with the account id its
+/// ARN names (the account whose target groups it reaches).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetAccountRole {
+    arn: String,
+    account: String,
+}
+
+impl TargetAccountRole {
+    /// Parses `arn:<partition>:iam::<12-digit account>:role/<path/><name>`; the error
+    /// says what is wrong, for the configuration message.
+    pub fn parse(arn: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = arn.splitn(6, ':').collect();
+        let [prefix, partition, service, region, account, resource] = parts[..] else {
+            return Err(format!(
+                "`{arn}` is not an IAM role ARN (arn:aws:iam::123456789012:role/name)"
+            ));
+        };
+        let name = resource.strip_prefix("role/").unwrap_or_default();
+        let name_ok = !name.is_empty()
+            && !name.ends_with('/')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-/".contains(&b));
+        if prefix != "arn"
+            || partition.is_empty()
+            || !partition
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'-')
+            || service != "iam"
+            || !region.is_empty()
+            || account.len() != 12
+            || !account.bytes().all(|b| b.is_ascii_digit())
+            || !name_ok
+        {
+            return Err(format!(
+                "`{arn}` is not an IAM role ARN (arn:aws:iam::123456789012:role/name)"
+            ));
+        }
+        Ok(Self {
+            arn: arn.to_owned(),
+            account: account.to_owned(),
+        })
+    }
+
+    /// The role's ARN.
+    pub fn arn(&self) -> &str {
+        &self.arn
+    }
+
+    /// The account the role is in: the account whose target groups it reaches.
+    pub fn account(&self) -> &str {
+        &self.account
+    }
+}
+
+/// The role session name of a deployment (`tgsync-<cluster>`, cut to STS's 64
+/// characters): the target account's CloudTrail then says which cluster's tgsync acted.
+pub fn session_name(cluster: &str) -> String {
+    format!("tgsync-{cluster}")
+        .chars()
+        .take(MAX_SESSION_NAME)
+        .collect()
+}
+
+/// The ELBv2 adapter of every account a deployment reaches. Cheap to clone; clones share
+/// everything.
+#[derive(Clone)]
+pub struct Accounts {
+    home: Elbv2TargetGroups,
+    roles: Arc<Vec<RoleAccount>>,
+    /// This deployment's own account id(s), learnt from the ARNs its own discovery
+    /// returns (no STS call needed): calls for them go to `home`.
+    home_ids: Arc<RwLock<BTreeSet<String>>>,
+}
+
+/// One target account: its role and the adapter whose credentials come from it.
+#[derive(Clone)]
+struct RoleAccount {
+    role: TargetAccountRole,
+    elb: Elbv2TargetGroups,
+}
+
+impl Debug for Accounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Accounts")
+            .field(
+                "roles",
+                &self.roles.iter().map(|r| r.role.arn()).collect::<Vec<_>>(),
+            )
+            .field("home_ids", &self.home_ids())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Accounts {
+    /// This deployment's own account only (no roles): every call goes to `home`.
+    pub fn new(home: Elbv2TargetGroups) -> Self {
+        Self {
+            home,
+            roles: Arc::new(Vec::new()),
+            home_ids: Arc::default(),
+        }
+    }
+
+    /// Adds a target account reached through `role` with the adapter `elb` (normally
+    /// built by [`Accounts::assuming`]; tests may pass any adapter).
+    pub fn with_role(mut self, role: TargetAccountRole, elb: Elbv2TargetGroups) -> Self {
+        Arc::make_mut(&mut self.roles).push(RoleAccount { role, elb });
+        self
+    }
+
+    /// `home` plus one account per role, each with an ELBv2 client whose credentials
+    /// come from [`AssumeRoleProvider`] (base credentials, region, endpoint, retries and
+    /// timeouts from `sdk`; `external_id` when the target accounts' trust policies ask
+    /// for one; `session_name` from [`session_name`]). Each adapter shares `home`'s
+    /// paces. Nothing is called yet: a role that cannot be assumed fails its account's
+    /// calls, not the construction.
+    pub fn assuming(
+        home: Elbv2TargetGroups,
+        sdk: &SdkConfig,
+        roles: &[TargetAccountRole],
+        external_id: Option<&str>,
+        session_name: &str,
+    ) -> Self {
+        let mut accounts = Self::new(home.clone());
+        for role in roles {
+            let credentials = AssumedRole {
+                role: role.arn().to_owned(),
+                external_id: external_id.map(str::to_owned),
+                session_name: session_name.to_owned(),
+                base: sdk.clone(),
+                provider: tokio::sync::OnceCell::new(),
+            };
+            let config = sdk
+                .to_builder()
+                .credentials_provider(SharedCredentialsProvider::new(credentials))
+                .build();
+            accounts = accounts.with_role(role.clone(), home.for_client(Client::new(&config)));
+        }
+        accounts
+    }
+
+    /// Calls made so far per operation, over every account (the adapters share their
+    /// counters).
+    pub fn api_calls(&self) -> BTreeMap<&'static str, u64> {
+        self.home.api_calls()
+    }
+
+    /// The roles this deployment assumes, in configuration order.
+    pub fn roles(&self) -> impl Iterator<Item = &TargetAccountRole> {
+        self.roles.iter().map(|r| &r.role)
+    }
+
+    /// This deployment's own account id(s) as learnt so far.
+    fn home_ids(&self) -> BTreeSet<String> {
+        self.home_ids.read().map(|i| i.clone()).unwrap_or_default()
+    }
+
+    /// The role serving `account`, if any.
+    fn role_for(&self, account: &str) -> Option<&RoleAccount> {
+        self.roles.iter().find(|r| r.role.account() == account)
+    }
+
+    /// The adapter for the account of `arn`.
+    fn route(&self, arn: &str) -> Result<&Elbv2TargetGroups, ElbError> {
+        if self.roles.is_empty() {
+            return Ok(&self.home);
+        }
+        let account = arn_account(arn);
+        if let Some(account) = account {
+            if let Some(r) = self.role_for(account) {
+                return Ok(&r.elb);
+            }
+            if self.home_ids.read().is_ok_and(|ids| ids.contains(account)) {
+                return Ok(&self.home);
+            }
+        }
+        Err(ElbError::NoAccount {
+            arn: arn.to_owned(),
+            account: account.unwrap_or_default().to_owned(),
+        })
+    }
+
+    /// This account's discovery: its groups minus those of an account a role serves (a
+    /// role in this very account must not make its groups appear twice); their account
+    /// ids are remembered for routing.
+    fn own_groups(&self, groups: Vec<TargetGroup>) -> Vec<TargetGroup> {
+        let groups: Vec<TargetGroup> = groups
+            .into_iter()
+            .filter(|g| arn_account(&g.arn).is_none_or(|a| self.role_for(a).is_none()))
+            .collect();
+        if let Ok(mut ids) = self.home_ids.write() {
+            ids.extend(
+                groups
+                    .iter()
+                    .filter_map(|g| arn_account(&g.arn))
+                    .map(str::to_owned),
+            );
+        }
+        groups
+    }
+}
+
+impl TargetGroupApi for Accounts {
+    /// Every group of every account; an error (naming the account) when any account's
+    /// discovery failed. The engine uses [`TargetGroupApi::discover_accounts`] instead.
+    async fn discover(&self) -> Result<Vec<TargetGroup>, ElbError> {
+        let found = self.discover_accounts().await?;
+        match found.failed.into_iter().next() {
+            None => Ok(found.groups),
+            Some(failure) => Err(ElbError::Other {
+                operation: "DescribeTargetGroups",
+                message: failure.to_string(),
+            }),
+        }
+    }
+
+    async fn discover_accounts(&self) -> Result<Discovery, ElbError> {
+        if self.roles.is_empty() {
+            let groups = self.home.discover().await?;
+            return Ok(Discovery {
+                groups: self.own_groups(groups),
+                failed: Vec::new(),
+            });
+        }
+        let (home, others) = futures::join!(
+            self.home.discover(),
+            futures::future::join_all(self.roles.iter().map(|r| r.elb.discover()))
+        );
+        let mut found = Discovery::default();
+        match home {
+            Ok(groups) => found.groups = self.own_groups(groups),
+            Err(error) => found.failed.push(AccountError {
+                // Named when an earlier discovery taught it (usually the case).
+                account: self.home_ids().into_iter().next(),
+                role: None,
+                error,
+            }),
+        }
+        for (r, result) in self.roles.iter().zip(others) {
+            match result {
+                Ok(groups) => found.groups.extend(groups),
+                Err(error) => {
+                    tracing::debug!(account = r.role.account(), role = r.role.arn(), error = %error, "discovery failed in a target account");
+                    found.failed.push(AccountError {
+                        account: Some(r.role.account().to_owned()),
+                        role: Some(r.role.arn().to_owned()),
+                        error,
+                    })
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
+        self.route(arn)?.tags(arn).await
+    }
+
+    async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+        self.route(arn)?.health(arn).await
+    }
+
+    async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
+        self.route(arn)?.register(arn, targets).await
+    }
+
+    async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
+        self.route(arn)?.deregister(arn, targets).await
+    }
+}
+
+/// The credentials of one role: the SDK's [`AssumeRoleProvider`], built on first use
+/// (its builder is async, and containers are configured without awaiting). The ELBv2
+/// client's identity cache holds what it returns until shortly before expiry, so the
+/// role is assumed once an hour per container, not once per call.
+#[derive(Debug)]
+struct AssumedRole {
+    role: String,
+    external_id: Option<String>,
+    session_name: String,
+    base: SdkConfig,
+    provider: tokio::sync::OnceCell<AssumeRoleProvider>,
+}
+
+impl ProvideCredentials for AssumedRole {
+    fn provide_credentials<'a>(&'a self) -> provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        provider::future::ProvideCredentials::new(async move {
+            let provider = self
+                .provider
+                .get_or_init(|| async {
+                    let mut builder = AssumeRoleProvider::builder(self.role.as_str())
+                        .configure(&self.base)
+                        .session_name(self.session_name.as_str());
+                    if let Some(id) = &self.external_id {
+                        builder = builder.external_id(id.as_str());
+                    }
+                    builder.build().await
+                })
+                .await;
+            provider.provide_credentials().await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_arns_are_checked() {
+        let r = TargetAccountRole::parse("arn:aws:iam::222222222222:role/ops/tgsync-prod").unwrap();
+        assert_eq!(r.account(), "222222222222");
+        assert_eq!(r.arn(), "arn:aws:iam::222222222222:role/ops/tgsync-prod");
+        assert!(TargetAccountRole::parse("arn:aws-us-gov:iam::222222222222:role/x").is_ok());
+        for bad in [
+            "arn:aws:iam::22222222222:role/x",
+            "arn:aws:iam::222222222222:user/x",
+            "arn:aws:iam::222222222222:role/",
+            "arn:aws:sts::222222222222:role/x",
+            "arn:aws:iam:us-east-1:222222222222:role/x",
+            "222222222222",
+            "arn:aws:iam::222222222222:role/a,b c",
+        ] {
+            assert!(TargetAccountRole::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn group(arn: &str) -> TargetGroup {
+        TargetGroup {
+            arn: arn.to_owned(),
+            name: "web".into(),
+            facts: crate::core::GroupFacts {
+                target_type: "ip".into(),
+                port: Some(80),
+                family: crate::core::AddressFamily::Ipv4,
+            },
+            tags: BTreeMap::new(),
+        }
+    }
+
+    fn tg_arn(account: &str) -> String {
+        format!("arn:aws:elasticloadbalancing:us-east-1:{account}:targetgroup/web/0123456789abcdef")
+    }
+
+    fn accounts(roles: &[&str]) -> Accounts {
+        let sdk = SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        let home = Elbv2TargetGroups::from_sdk_config(&sdk, super::super::MutationRate::default());
+        let roles: Vec<TargetAccountRole> = roles
+            .iter()
+            .map(|a| TargetAccountRole::parse(&format!("arn:aws:iam::{a}:role/tgsync")).unwrap())
+            .collect();
+        Accounts::assuming(home, &sdk, &roles, Some("x-1"), "tgsync-test")
+    }
+
+    /// Calls go to the client of the account in the ARN: a role's account to the role's
+    /// client, this account (once discovery has shown its id) to its own, and an account
+    /// with no client is an error for that group alone, with no call made.
+    #[tokio::test]
+    async fn calls_are_routed_by_the_account_in_the_arn() {
+        let a = accounts(&["222222222222"]);
+        assert!(std::ptr::eq(
+            a.route(&tg_arn("222222222222")).unwrap(),
+            &a.roles[0].elb
+        ));
+        // This account's id is not known before its discovery names it.
+        assert!(a.route(&tg_arn("111111111111")).is_err());
+        let own = a.own_groups(vec![group(&tg_arn("111111111111"))]);
+        assert_eq!(own.len(), 1);
+        assert!(std::ptr::eq(
+            a.route(&tg_arn("111111111111")).unwrap(),
+            &a.home
+        ));
+        let err = a.health(&tg_arn("444444444444")).await.unwrap_err();
+        assert!(
+            matches!(&err, ElbError::NoAccount { account, .. } if account == "444444444444"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("TGSYNC_TARGET_ACCOUNT_ROLES"),
+            "{err}"
+        );
+        assert!(matches!(
+            a.register("arn:tg", &[]).await,
+            Err(ElbError::NoAccount { .. })
+        ));
+        // Without roles, every call goes to this account's client, as before.
+        let single = accounts(&[]);
+        assert!(std::ptr::eq(single.route("arn:tg").unwrap(), &single.home));
+        assert!(std::ptr::eq(
+            single.route(&tg_arn("444444444444")).unwrap(),
+            &single.home
+        ));
+    }
+
+    /// A role in this very account: its groups come once, through the role.
+    #[test]
+    fn a_role_in_this_account_does_not_duplicate_its_groups() {
+        let a = accounts(&["111111111111"]);
+        let own = a.own_groups(vec![group(&tg_arn("111111111111"))]);
+        assert!(own.is_empty());
+        assert!(std::ptr::eq(
+            a.route(&tg_arn("111111111111")).unwrap(),
+            &a.roles[0].elb
+        ));
+    }
+
+    #[test]
+    fn session_names_fit_sts() {
+        assert_eq!(session_name("prod"), "tgsync-prod");
+        let long = "c".repeat(100);
+        assert_eq!(session_name(&long).len(), 64);
+    }
+}

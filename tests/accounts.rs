@@ -1,0 +1,461 @@
+//! Target groups in other accounts: a deployment assumes one role per target account
+//! (`TGSYNC_TARGET_ACCOUNT_ROLES`) and fills the groups tagged for its cluster there, as
+//! in its own account. Production adapters against moto, whose STS AssumeRole hands out
+//! credentials of the role's account (moto keeps every account's resources apart), and
+//! the Kubernetes API emulator. The engine's AWS calls go through a rule proxy in front
+//! of moto: moto lets anyone assume any role, so the proxy refuses AssumeRole of the
+//! roles a test wants unassumable, with STS's own AccessDenied answer.
+
+#[path = "support/chaos_proxy.rs"]
+mod chaos_proxy;
+#[path = "support/moto.rs"]
+mod moto;
+#[path = "support/world.rs"]
+mod world;
+
+use aws_config::sts::AssumeRoleProvider;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_elasticloadbalancingv2::Client;
+use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
+use chaos_proxy::{Chaos, ChaosProxy, Fate};
+use tgsync::aws::accounts::session_name;
+use tgsync::aws::{Accounts, DynamoState, Elbv2TargetGroups, MutationRate, TargetAccountRole};
+use tgsync::eks::KubePods;
+use tgsync::logging::LambdaLevel;
+use tgsync::reconcile::{Engine, PodEvent, RunOptions};
+use tgsync::report::Outcome;
+use tgsync::testkit::PodBuilder;
+use world::World;
+
+/// moto's default account: the deployment's own (its plain credentials land there).
+const HOME: &str = "123456789012";
+/// The central networking account owning an NLB.
+const NETWORK: &str = "222222222222";
+/// An account whose role tgsync cannot assume.
+const LOCKED: &str = "333333333333";
+
+/// The external ID the target accounts' trust policies ask for.
+const EXTERNAL_ID: &str = "tgsync-test-7f3a";
+
+type AccountsEngine = Engine<KubePods, Accounts, DynamoState>;
+
+fn role(account: &str) -> TargetAccountRole {
+    TargetAccountRole::parse(&format!("arn:aws:iam::{account}:role/tgsync-net")).expect("role ARN")
+}
+
+fn web(name: &str, ip: &str) -> PodBuilder {
+    PodBuilder::new("shop", name).label("app", "web").ip(ip)
+}
+
+/// An ELBv2 client acting in `account`, as that account's own operator (its IaC): a
+/// role there, assumed straight from moto's STS.
+async fn operator_in(account: &str) -> Client {
+    let base = moto::sdk_config().await;
+    let provider = AssumeRoleProvider::builder(role(account).arn())
+        .configure(&base)
+        .session_name("operator")
+        .build()
+        .await;
+    let config = base
+        .to_builder()
+        .credentials_provider(SharedCredentialsProvider::new(provider))
+        .build();
+    Client::new(&config)
+}
+
+/// Creates an IP target group named `name` in the account of `elb`, tagged for `w`'s
+/// cluster (plus `extra`), and returns its ARN.
+async fn group_in(
+    elb: &Client,
+    account: &str,
+    w: &World,
+    name: &str,
+    extra: &[(&str, &str)],
+) -> String {
+    let mut tags = vec![
+        ("tgsync/cluster", w.cluster.as_str()),
+        ("tgsync/namespace", "shop"),
+        ("tgsync/selector", "app=web"),
+    ];
+    tags.extend_from_slice(extra);
+    let out = elb
+        .create_target_group()
+        .name(name)
+        .protocol(ProtocolEnum::Tcp)
+        .port(8080)
+        .vpc_id(moto::vpc_in(account))
+        .target_type(TargetTypeEnum::Ip)
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .send()
+        .await
+        .expect("target group created");
+    let arn = out.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_owned();
+    assert_eq!(tgsync::groups::arn_account(&arn), Some(account), "{arn}");
+    arn
+}
+
+/// Registered targets of `arn` (`ip:port`, sorted, draining ones excluded), read in the
+/// group's own account.
+async fn targets_in(elb: &Client, arn: &str) -> Vec<String> {
+    let out = elb
+        .describe_target_health()
+        .target_group_arn(arn)
+        .send()
+        .await
+        .expect("describe target health");
+    let mut v: Vec<String> = out
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health()
+                .and_then(|h| h.state())
+                .is_none_or(|s| s.as_str() != "draining")
+        })
+        .map(|d| {
+            let t = d.target().unwrap();
+            format!("{}:{}", t.id().unwrap(), t.port().unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `w`'s deployment with target account `roles`, the external ID, and every AWS call
+/// of the engine (STS, ELBv2) through a proxy that refuses AssumeRole of `denied` and
+/// requires `AvailabilityZone=all` for IPs outside 10.0.0.0/16, as ELBv2 does.
+async fn deployment(
+    w: &World,
+    roles: &[TargetAccountRole],
+    denied: &[&TargetAccountRole],
+) -> (ChaosProxy, AccountsEngine) {
+    let proxy = ChaosProxy::start(
+        moto::endpoint(),
+        Chaos {
+            fault_share: 0.0,
+            seed: 1,
+        },
+    )
+    .await;
+    proxy.set_rules(|r| {
+        r.deny_assume_role = denied.iter().map(|d| d.arn().to_owned()).collect();
+        r.vpc = Some(("10.0.0.0".parse().unwrap(), 16));
+    });
+    let sdk = chaos_proxy::sdk_config(&proxy).await;
+    let home = Elbv2TargetGroups::from_sdk_config(&sdk, MutationRate::new(50, None).unwrap());
+    let groups = Accounts::assuming(
+        home,
+        &sdk,
+        roles,
+        Some(EXTERNAL_ID),
+        &session_name(&w.cluster),
+    );
+    (proxy, w.engine_over(groups))
+}
+
+/// Whether the state table holds the item of group `arn`.
+async fn has_item(w: &World, arn: &str) -> bool {
+    w.ddb
+        .get_item()
+        .table_name(&w.table)
+        .key("pk", AttributeValue::S(format!("tg#{arn}")))
+        .key("sk", AttributeValue::S("group".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get item")
+        .item
+        .is_some()
+}
+
+/// Groups of the same name in this account and in a networking account both fill with
+/// the cluster's pods; each keeps its own ledger (keyed by the ARN, which names the
+/// account), each report names its account, a hand-registered target in the other
+/// account stays, and an IP outside the VPC goes in with `AvailabilityZone=all` there
+/// too. The role is assumed with the external ID and a session name naming the cluster.
+#[tokio::test]
+async fn groups_in_two_accounts_converge_without_colliding() {
+    let w = World::new().await;
+    let net = operator_in(NETWORK).await;
+    let name = moto::unique("x").chars().take(32).collect::<String>();
+    let name = name.trim_end_matches('-');
+    let home_elb = operator_in(HOME).await;
+    let home_arn = group_in(&home_elb, HOME, &w, name, &[]).await;
+    let net_arn = group_in(&net, NETWORK, &w, name, &[]).await;
+    assert_ne!(home_arn, net_arn);
+    net.register_targets()
+        .target_group_arn(&net_arn)
+        .targets(
+            TargetDescription::builder()
+                .id("10.0.200.9")
+                .port(8080)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("hand registration");
+    w.put_pod(web("web-1", "10.0.1.1").build());
+    w.put_pod(web("web-2", "10.0.1.2").build());
+    w.put_pod(web("web-3", "192.168.5.5").build());
+    let (proxy, engine) = deployment(&w, &[role(NETWORK)], &[]).await;
+
+    let r = engine.resync(&RunOptions::default()).await;
+    assert!(r.errors.is_empty(), "{r:#?}");
+    let want = ["10.0.1.1:8080", "10.0.1.2:8080", "192.168.5.5:8080"];
+    for (arn, account) in [(&home_arn, HOME), (&net_arn, NETWORK)] {
+        let g = r
+            .group(arn)
+            .unwrap_or_else(|| panic!("{arn} reported: {r:#?}"));
+        assert_eq!(g.outcome, Outcome::Changed, "{r:#?}");
+        assert_eq!(g.account, account);
+        assert_eq!(g.name, name);
+        assert_eq!(w.ledger(arn).await, want, "{arn}");
+    }
+    assert_eq!(targets_in(&home_elb, &home_arn).await, want);
+    assert_eq!(
+        targets_in(&net, &net_arn).await,
+        [
+            "10.0.1.1:8080",
+            "10.0.1.2:8080",
+            "10.0.200.9:8080",
+            "192.168.5.5:8080"
+        ],
+        "the hand-registered target stays"
+    );
+    assert_eq!(r.group(&net_arn).unwrap().foreign_kept.len(), 1, "{r:#?}");
+    // Reports and metric lines name the account.
+    let json = serde_json::to_value(&r).unwrap();
+    let accounts: Vec<&str> = json["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["account"].as_str().unwrap())
+        .collect();
+    assert_eq!(accounts.len(), 2);
+    assert!(
+        accounts.contains(&HOME) && accounts.contains(&NETWORK),
+        "{json}"
+    );
+    let lines: Vec<serde_json::Value> = tgsync::metrics::emf_lines(&r, LambdaLevel::Info)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["Account"] == NETWORK && l["TargetGroupArn"] == net_arn.as_str()),
+        "{lines:#?}"
+    );
+    // The out-of-VPC IP went with AvailabilityZone=all in both accounts (moto does not
+    // show zones, so the calls that went through are read), the others without.
+    let registers: Vec<String> = proxy
+        .records()
+        .into_iter()
+        .filter(|r| r.operation == "RegisterTargets" && r.fate == Fate::Forwarded)
+        .map(|r| r.body)
+        .collect();
+    for arn in [&home_arn, &net_arn] {
+        let encoded = arn.replace(':', "%3A").replace('/', "%2F");
+        let of_group: Vec<&String> = registers.iter().filter(|b| b.contains(&encoded)).collect();
+        assert!(
+            of_group.iter().any(|b| b.contains("192.168.5.5")
+                && b.contains("AvailabilityZone=all")
+                && b.matches("AvailabilityZone").count() == 1),
+            "{arn}: {of_group:#?}"
+        );
+    }
+    // The role was assumed through STS with the external ID and the cluster's session
+    // name; each account's groups were changed with its own credentials.
+    let assumed: Vec<String> = proxy
+        .records()
+        .into_iter()
+        .filter(|r| r.operation == "AssumeRole")
+        .map(|r| r.body)
+        .collect();
+    assert!(!assumed.is_empty(), "no AssumeRole went out");
+    for body in &assumed {
+        assert!(
+            body.contains(&format!("ExternalId={EXTERNAL_ID}")),
+            "{body}"
+        );
+        assert!(
+            body.contains(&format!("RoleSessionName={}", session_name(&w.cluster))),
+            "{body}"
+        );
+        assert!(body.contains(NETWORK), "{body}");
+    }
+
+    // A pod leaves: deregistered in both accounts; the foreign target stays.
+    w.emulator.store().delete_pod("shop", "web-2");
+    let r = engine.resync(&RunOptions::default()).await;
+    for arn in [&home_arn, &net_arn] {
+        let gone: Vec<String> = r
+            .group(arn)
+            .unwrap()
+            .deregistered
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(gone, ["10.0.1.2:8080"], "{r:#?}");
+    }
+    assert_eq!(
+        targets_in(&net, &net_arn).await,
+        ["10.0.1.1:8080", "10.0.200.9:8080", "192.168.5.5:8080"]
+    );
+    let r = engine.resync(&RunOptions::default()).await;
+    assert!(
+        r.groups.iter().all(|g| g.outcome == Outcome::InSync),
+        "{r:#?}"
+    );
+    // The credentials were cached by the client: one AssumeRole for three runs.
+    let assumed = proxy
+        .records()
+        .iter()
+        .filter(|r| r.operation == "AssumeRole")
+        .count();
+    assert_eq!(assumed, 1, "assumed once, then cached");
+}
+
+/// A role that cannot be assumed fails its account alone: one run-level error naming the
+/// account and the role (counted by the metrics), that account's group untouched (not
+/// even a state row), the other accounts converged; the refusal is not retried call by
+/// call. pod-events reports the same error. Once the role can be assumed, the account
+/// converges.
+#[tokio::test]
+async fn a_role_that_cannot_be_assumed_fails_only_its_account() {
+    let w = World::new().await;
+    let net = operator_in(NETWORK).await;
+    let locked = operator_in(LOCKED).await;
+    let home_arn = w.group("shop", "app=web", 8080, &[]).await;
+    let net_arn = group_in(&net, NETWORK, &w, &tg_name(), &[]).await;
+    // Exclusive: if tgsync reached it, the hand-registered target would go.
+    let locked_arn = group_in(
+        &locked,
+        LOCKED,
+        &w,
+        &tg_name(),
+        &[("tgsync/mode", "exclusive")],
+    )
+    .await;
+    locked
+        .register_targets()
+        .target_group_arn(&locked_arn)
+        .targets(
+            TargetDescription::builder()
+                .id("10.0.200.9")
+                .port(8080)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("hand registration");
+    w.put_pod(web("web-1", "10.0.1.1").build());
+    let (locked_role, net_role) = (role(LOCKED), role(NETWORK));
+    let (proxy, engine) = deployment(
+        &w,
+        &[net_role.clone(), locked_role.clone()],
+        &[&locked_role],
+    )
+    .await;
+
+    let started = std::time::Instant::now();
+    let r = engine.resync(&RunOptions::default()).await;
+    assert_eq!(r.errors.len(), 1, "{r:#?}");
+    let error = &r.errors[0];
+    for needed in [
+        format!("account {LOCKED}"),
+        locked_role.arn().to_owned(),
+        "AccessDenied".to_owned(),
+        "left untouched".to_owned(),
+    ] {
+        assert!(error.contains(&needed), "{needed} in {error}");
+    }
+    assert!(r.group(&locked_arn).is_none(), "{r:#?}");
+    for arn in [&home_arn, &net_arn] {
+        assert_eq!(r.group(arn).unwrap().outcome, Outcome::Changed, "{r:#?}");
+    }
+    assert_eq!(w.targets(&home_arn).await, ["10.0.1.1:8080"]);
+    assert_eq!(targets_in(&net, &net_arn).await, ["10.0.1.1:8080"]);
+    assert_eq!(targets_in(&locked, &locked_arn).await, ["10.0.200.9:8080"]);
+    assert!(
+        !has_item(&w, &locked_arn).await,
+        "no state for an unread account"
+    );
+    let run_line: serde_json::Value =
+        serde_json::from_str(&tgsync::metrics::emf_lines(&r, LambdaLevel::Info)[0]).unwrap();
+    assert_eq!(run_line["ReconcileErrors"], 1, "{run_line}");
+    // One refused AssumeRole, not a retry storm (the provider's STS client retries what
+    // is transient; an AccessDenied is not).
+    let denied = proxy
+        .records()
+        .iter()
+        .filter(|r| r.operation == "AssumeRole" && r.fate == Fate::Refused)
+        .count();
+    assert_eq!(denied, 1, "{:#?}", proxy.records());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Asking for the locked group alone: the account's error says why, once.
+    let only = engine
+        .resync(&RunOptions {
+            only: Some(vec![locked_arn.clone()]),
+            ..RunOptions::default()
+        })
+        .await;
+    assert_eq!(only.errors.len(), 1, "{only:#?}");
+    assert!(only.errors[0].contains(LOCKED), "{only:#?}");
+
+    // pod-events carries the account's error too, and still serves the other accounts.
+    w.put_pod(web("web-2", "10.0.1.2").build());
+    let event = PodEvent {
+        namespace: "shop".into(),
+        name: "web-2".into(),
+        uid: None,
+        labels: None,
+        deleted: false,
+        reason: "invoke".into(),
+    };
+    let r = engine
+        .pod_event(&event, std::time::Duration::ZERO, &RunOptions::default())
+        .await
+        .expect("pod event");
+    assert_eq!(r.errors.len(), 1, "{r:#?}");
+    assert!(r.errors[0].contains(LOCKED), "{r:#?}");
+    assert_eq!(
+        targets_in(&net, &net_arn).await,
+        ["10.0.1.1:8080", "10.0.1.2:8080"],
+        "{r:#?}"
+    );
+    assert_eq!(targets_in(&locked, &locked_arn).await, ["10.0.200.9:8080"]);
+
+    // The role's trust is fixed: the next run converges that account as well.
+    proxy.set_rules(|r| r.deny_assume_role.clear());
+    let r = engine.resync(&RunOptions::default()).await;
+    assert!(r.errors.is_empty(), "{r:#?}");
+    assert_eq!(r.group(&locked_arn).unwrap().account, LOCKED);
+    assert_eq!(
+        targets_in(&locked, &locked_arn).await,
+        ["10.0.1.1:8080", "10.0.1.2:8080"],
+        "{r:#?}"
+    );
+}
+
+/// A valid target group name unique to this call.
+fn tg_name() -> String {
+    moto::unique("x")
+        .chars()
+        .take(32)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_owned()
+}
