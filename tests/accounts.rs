@@ -448,6 +448,17 @@ async fn a_role_that_cannot_be_assumed_fails_only_its_account() {
         ["10.0.1.1:8080", "10.0.1.2:8080"],
         "{r:#?}"
     );
+
+    // A new container whose role is refused again: the group it filled in that account
+    // is not known to be unbound, so it is not reported orphaned (nor touched).
+    let (_proxy, refused) = deployment(&w, &[net_role, locked_role.clone()], &[&locked_role]).await;
+    let r = refused.resync(&RunOptions::default()).await;
+    assert_eq!(r.errors.len(), 1, "{r:#?}");
+    assert_eq!(r.orphans.as_deref(), Some(&[][..]), "{r:#?}");
+    assert_eq!(
+        targets_in(&locked, &locked_arn).await,
+        ["10.0.1.1:8080", "10.0.1.2:8080"]
+    );
 }
 
 /// A valid target group name unique to this call.
