@@ -157,6 +157,45 @@ macro_rules! fields {
     };
 }
 
+/// `impl Deserialize for $ty` by a visitor that reads one map (or one sequence) with
+/// `$body`: the serde boilerplate every hand-written reader below would repeat.
+macro_rules! deserialize_from {
+    (map, $ty:ty, $expecting:literal, |$map:ident| $body:block) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct MapVisitor;
+                impl<'de> Visitor<'de> for MapVisitor {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> Result<$ty, A::Error> {
+                        $body
+                    }
+                }
+                d.deserialize_map(MapVisitor)
+            }
+        }
+    };
+    (seq, $ty:ty, $expecting:literal, |$seq:ident| $body:block) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct SeqVisitor;
+                impl<'de> Visitor<'de> for SeqVisitor {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(self, mut $seq: A) -> Result<$ty, A::Error> {
+                        $body
+                    }
+                }
+                d.deserialize_seq(SeqVisitor)
+            }
+        }
+    };
+}
+
 /// A string borrowed from the input when it has no escapes (serde's own `Cow<str>`
 /// always copies), for values that are compared rather than kept.
 struct Str<'de>(Cow<'de, str>);
@@ -233,48 +272,36 @@ fields!(ListField {
     "items" => Items,
 });
 
-impl<'de> Deserialize<'de> for PageBody {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct PageVisitor;
-        impl<'de> Visitor<'de> for PageVisitor {
-            type Value = PageBody;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a PodList")
+// As kube's `ObjectList`: `metadata` optional, `items` required but `null`
+// is empty, each at most once.
+deserialize_from!(map, PageBody, "a PodList", |map| {
+    let mut meta: Option<ListMeta> = None;
+    let mut pods: Option<Vec<PodFacts>> = None;
+    while let Some(key) = map.next_key::<ListField>()? {
+        match key {
+            ListField::Metadata if meta.is_some() => {
+                return Err(de::Error::duplicate_field("metadata"));
             }
-            // As kube's `ObjectList`: `metadata` optional, `items` required but `null`
-            // is empty, each at most once.
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PageBody, A::Error> {
-                let mut meta: Option<ListMeta> = None;
-                let mut pods: Option<Vec<PodFacts>> = None;
-                while let Some(key) = map.next_key::<ListField>()? {
-                    match key {
-                        ListField::Metadata if meta.is_some() => {
-                            return Err(de::Error::duplicate_field("metadata"));
-                        }
-                        ListField::Metadata => meta = Some(map.next_value()?),
-                        ListField::Items if pods.is_some() => {
-                            return Err(de::Error::duplicate_field("items"));
-                        }
-                        ListField::Items => {
-                            let items: Option<Items> = map.next_value()?;
-                            pods = Some(items.map(|i| i.0).unwrap_or_default());
-                        }
-                        ListField::Other => skip(&mut map)?,
-                    }
-                }
-                let pods = pods.ok_or_else(|| de::Error::missing_field("items"))?;
-                let meta = meta.unwrap_or_default();
-                Ok(PageBody(PodListPage {
-                    pods,
-                    resource_version: meta.resource_version,
-                    continue_token: meta.continue_token,
-                    remaining_item_count: meta.remaining_item_count,
-                }))
+            ListField::Metadata => meta = Some(map.next_value()?),
+            ListField::Items if pods.is_some() => {
+                return Err(de::Error::duplicate_field("items"));
             }
+            ListField::Items => {
+                let items: Option<Items> = map.next_value()?;
+                pods = Some(items.map(|i| i.0).unwrap_or_default());
+            }
+            ListField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(PageVisitor)
     }
-}
+    let pods = pods.ok_or_else(|| de::Error::missing_field("items"))?;
+    let meta = meta.unwrap_or_default();
+    Ok(PageBody(PodListPage {
+        pods,
+        resource_version: meta.resource_version,
+        continue_token: meta.continue_token,
+        remaining_item_count: meta.remaining_item_count,
+    }))
+});
 
 /// The `metadata` of a list.
 #[derive(Default)]
@@ -290,57 +317,31 @@ fields!(ListMetaField {
     "remainingItemCount" => RemainingItemCount,
 });
 
-impl<'de> Deserialize<'de> for ListMeta {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ListMetaVisitor;
-        impl<'de> Visitor<'de> for ListMetaVisitor {
-            type Value = ListMeta;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("ListMeta")
+deserialize_from!(map, ListMeta, "ListMeta", |map| {
+    let mut meta = ListMeta::default();
+    while let Some(key) = map.next_key::<ListMetaField>()? {
+        match key {
+            ListMetaField::ResourceVersion => meta.resource_version = map.next_value()?,
+            ListMetaField::Continue => meta.continue_token = map.next_value()?,
+            ListMetaField::RemainingItemCount => {
+                meta.remaining_item_count = map.next_value()?;
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ListMeta, A::Error> {
-                let mut meta = ListMeta::default();
-                while let Some(key) = map.next_key::<ListMetaField>()? {
-                    match key {
-                        ListMetaField::ResourceVersion => {
-                            meta.resource_version = map.next_value()?
-                        }
-                        ListMetaField::Continue => meta.continue_token = map.next_value()?,
-                        ListMetaField::RemainingItemCount => {
-                            meta.remaining_item_count = map.next_value()?;
-                        }
-                        ListMetaField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(meta)
-            }
+            ListMetaField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(ListMetaVisitor)
     }
-}
+    Ok(meta)
+});
 
 /// The `items` array, each pod reduced to its facts as soon as it is read.
 struct Items(Vec<PodFacts>);
 
-impl<'de> Deserialize<'de> for Items {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ItemsVisitor;
-        impl<'de> Visitor<'de> for ItemsVisitor {
-            type Value = Items;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of pods")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items, A::Error> {
-                let mut pods = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-                while let Some(pod) = seq.next_element::<LeanPod<'de>>()? {
-                    pods.push(pod.facts);
-                }
-                Ok(Items(pods))
-            }
-        }
-        d.deserialize_seq(ItemsVisitor)
+deserialize_from!(seq, Items, "a list of pods", |seq| {
+    let mut pods = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+    while let Some(pod) = seq.next_element::<LeanPod<'de>>()? {
+        pods.push(pod.facts);
     }
-}
+    Ok(Items(pods))
+});
 
 // ---------------------------------------------------------------------------------------
 // One pod.
@@ -360,38 +361,26 @@ fields!(PodField {
     "status" => Status,
 });
 
-impl<'de> Deserialize<'de> for LeanPod<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct PodVisitor;
-        impl<'de> Visitor<'de> for PodVisitor {
-            type Value = LeanPod<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a Pod")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut meta: Option<Meta<'de>> = None;
-                let mut spec: Option<Spec> = None;
-                let mut status: Option<Status> = None;
-                while let Some(key) = map.next_key::<PodField>()? {
-                    match key {
-                        PodField::ApiVersion => expect_str(&mut map, "v1")?,
-                        PodField::Kind => expect_str(&mut map, "Pod")?,
-                        PodField::Metadata => meta = map.next_value()?,
-                        PodField::Spec => spec = map.next_value()?,
-                        PodField::Status => status = map.next_value()?,
-                        PodField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(assemble(
-                    meta.unwrap_or_default(),
-                    spec.unwrap_or_default(),
-                    status.unwrap_or_default(),
-                ))
-            }
+deserialize_from!(map, LeanPod<'de>, "a Pod", |map| {
+    let mut meta: Option<Meta<'de>> = None;
+    let mut spec: Option<Spec> = None;
+    let mut status: Option<Status> = None;
+    while let Some(key) = map.next_key::<PodField>()? {
+        match key {
+            PodField::ApiVersion => expect_str(&mut map, "v1")?,
+            PodField::Kind => expect_str(&mut map, "Pod")?,
+            PodField::Metadata => meta = map.next_value()?,
+            PodField::Spec => spec = map.next_value()?,
+            PodField::Status => status = map.next_value()?,
+            PodField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(PodVisitor)
     }
-}
+    Ok(assemble(
+        meta.unwrap_or_default(),
+        spec.unwrap_or_default(),
+        status.unwrap_or_default(),
+    ))
+});
 
 /// The facts, by the rules of [`PodFacts::take_from`].
 fn assemble<'de>(meta: Meta<'de>, spec: Spec, status: Status) -> LeanPod<'de> {
@@ -441,99 +430,63 @@ fields!(MetaField {
     "resourceVersion" => ResourceVersion,
 });
 
-impl<'de> Deserialize<'de> for Meta<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct MetaVisitor;
-        impl<'de> Visitor<'de> for MetaVisitor {
-            type Value = Meta<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("ObjectMeta")
+deserialize_from!(map, Meta<'de>, "ObjectMeta", |map| {
+    let mut meta = Meta::default();
+    while let Some(key) = map.next_key::<MetaField>()? {
+        match key {
+            MetaField::Name => meta.name = map.next_value()?,
+            MetaField::Namespace => meta.namespace = map.next_value()?,
+            MetaField::Uid => meta.uid = map.next_value()?,
+            MetaField::Labels => {
+                let labels: Option<LabelEntries> = map.next_value()?;
+                meta.labels = labels.map(|l| l.0);
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut meta = Meta::default();
-                while let Some(key) = map.next_key::<MetaField>()? {
-                    match key {
-                        MetaField::Name => meta.name = map.next_value()?,
-                        MetaField::Namespace => meta.namespace = map.next_value()?,
-                        MetaField::Uid => meta.uid = map.next_value()?,
-                        MetaField::Labels => {
-                            let labels: Option<LabelEntries> = map.next_value()?;
-                            meta.labels = labels.map(|l| l.0);
-                        }
-                        MetaField::Annotations => {
-                            let exclude: Option<ExcludeAnnotation> = map.next_value()?;
-                            meta.excluded = exclude.is_some_and(|e| e.0);
-                        }
-                        MetaField::DeletionTimestamp => {
-                            // Any value but null: k8s-openapi would also parse the time.
-                            let at: Option<IgnoredAny> = map.next_value()?;
-                            meta.terminating = at.is_some();
-                        }
-                        MetaField::ResourceVersion => {
-                            let version: Option<Str<'de>> = map.next_value()?;
-                            meta.resource_version = version.map(|v| v.0);
-                        }
-                        MetaField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(meta)
+            MetaField::Annotations => {
+                let exclude: Option<ExcludeAnnotation> = map.next_value()?;
+                meta.excluded = exclude.is_some_and(|e| e.0);
             }
+            MetaField::DeletionTimestamp => {
+                // Any value but null: k8s-openapi would also parse the time.
+                let at: Option<IgnoredAny> = map.next_value()?;
+                meta.terminating = at.is_some();
+            }
+            MetaField::ResourceVersion => {
+                let version: Option<Str<'de>> = map.next_value()?;
+                meta.resource_version = version.map(|v| v.0);
+            }
+            MetaField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(MetaVisitor)
     }
-}
+    Ok(meta)
+});
 
 /// `metadata.labels`, without building a map.
 struct LabelEntries(Labels);
 
-impl<'de> Deserialize<'de> for LabelEntries {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct LabelsVisitor;
-        impl<'de> Visitor<'de> for LabelsVisitor {
-            type Value = LabelEntries;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map of labels")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4).min(64));
-                while let Some(entry) = map.next_entry::<String, String>()? {
-                    entries.push(entry);
-                }
-                Ok(LabelEntries(Labels::from_object_entries(entries)))
-            }
-        }
-        d.deserialize_map(LabelsVisitor)
+deserialize_from!(map, LabelEntries, "a map of labels", |map| {
+    let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4).min(64));
+    while let Some(entry) = map.next_entry::<String, String>()? {
+        entries.push(entry);
     }
-}
+    Ok(LabelEntries(Labels::from_object_entries(entries)))
+});
 
 /// Whether `metadata.annotations` holds `tgsync/exclude: "true"` (case-insensitive,
 /// trimmed); other annotations, often large, are skipped unread.
 struct ExcludeAnnotation(bool);
 
-impl<'de> Deserialize<'de> for ExcludeAnnotation {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct AnnotationsVisitor;
-        impl<'de> Visitor<'de> for AnnotationsVisitor {
-            type Value = ExcludeAnnotation;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map of annotations")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut excluded = false;
-                while let Some(key) = map.next_key::<Str<'de>>()? {
-                    if key.0 == EXCLUDE_ANNOTATION {
-                        let value: Str<'de> = map.next_value()?;
-                        excluded = value.0.trim().eq_ignore_ascii_case("true");
-                    } else {
-                        skip(&mut map)?;
-                    }
-                }
-                Ok(ExcludeAnnotation(excluded))
-            }
+deserialize_from!(map, ExcludeAnnotation, "a map of annotations", |map| {
+    let mut excluded = false;
+    while let Some(key) = map.next_key::<Str<'de>>()? {
+        if key.0 == EXCLUDE_ANNOTATION {
+            let value: Str<'de> = map.next_value()?;
+            excluded = value.0.trim().eq_ignore_ascii_case("true");
+        } else {
+            skip(&mut map)?;
         }
-        d.deserialize_map(AnnotationsVisitor)
     }
-}
+    Ok(ExcludeAnnotation(excluded))
+});
 
 /// What tgsync reads of `spec`.
 #[derive(Default)]
@@ -550,53 +503,41 @@ fields!(SpecField {
     "hostNetwork" => HostNetwork,
 });
 
-impl<'de> Deserialize<'de> for Spec {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct SpecVisitor;
-        impl<'de> Visitor<'de> for SpecVisitor {
-            type Value = Spec;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("PodSpec")
+deserialize_from!(map, Spec, "PodSpec", |map| {
+    let mut spec = Spec::default();
+    // The API server sends `initContainers` before `containers`; sidecar
+    // ports are kept apart and appended after the regular ones.
+    let mut sidecar_ports = Vec::new();
+    while let Some(key) = map.next_key::<SpecField>()? {
+        match key {
+            SpecField::Containers => {
+                spec.named_ports.clear();
+                map.next_value_seed(ContainersSeed {
+                    ports: &mut spec.named_ports,
+                    sidecars: false,
+                })?;
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec, A::Error> {
-                let mut spec = Spec::default();
-                // The API server sends `initContainers` before `containers`; sidecar
-                // ports are kept apart and appended after the regular ones.
-                let mut sidecar_ports = Vec::new();
-                while let Some(key) = map.next_key::<SpecField>()? {
-                    match key {
-                        SpecField::Containers => {
-                            spec.named_ports.clear();
-                            map.next_value_seed(ContainersSeed {
-                                ports: &mut spec.named_ports,
-                                sidecars: false,
-                            })?;
-                        }
-                        SpecField::InitContainers => {
-                            sidecar_ports.clear();
-                            map.next_value_seed(ContainersSeed {
-                                ports: &mut sidecar_ports,
-                                sidecars: true,
-                            })?;
-                        }
-                        SpecField::ReadinessGates => {
-                            let gates: Option<GateDeclared> = map.next_value()?;
-                            spec.gated = gates.is_some_and(|g| g.0);
-                        }
-                        SpecField::HostNetwork => {
-                            let host: Option<bool> = map.next_value()?;
-                            spec.host_network = host.unwrap_or(false);
-                        }
-                        SpecField::Other => skip(&mut map)?,
-                    }
-                }
-                spec.named_ports.append(&mut sidecar_ports);
-                Ok(spec)
+            SpecField::InitContainers => {
+                sidecar_ports.clear();
+                map.next_value_seed(ContainersSeed {
+                    ports: &mut sidecar_ports,
+                    sidecars: true,
+                })?;
             }
+            SpecField::ReadinessGates => {
+                let gates: Option<GateDeclared> = map.next_value()?;
+                spec.gated = gates.is_some_and(|g| g.0);
+            }
+            SpecField::HostNetwork => {
+                let host: Option<bool> = map.next_value()?;
+                spec.host_network = host.unwrap_or(false);
+            }
+            SpecField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(SpecVisitor)
     }
-}
+    spec.named_ports.append(&mut sidecar_ports);
+    Ok(spec)
+});
 
 /// `spec.containers` or `spec.initContainers` (`null` is empty): appends the named
 /// ports to `ports`; of init containers, only those of native sidecars.
@@ -737,33 +678,21 @@ fields!(PortField {
     "containerPort" => ContainerPort,
 });
 
-impl<'de> Deserialize<'de> for Port {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct PortVisitor;
-        impl<'de> Visitor<'de> for PortVisitor {
-            type Value = Port;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("ContainerPort")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Port, A::Error> {
-                let mut name = None;
-                let mut number: Option<i32> = None;
-                while let Some(key) = map.next_key::<PortField>()? {
-                    match key {
-                        PortField::Name => name = map.next_value()?,
-                        PortField::ContainerPort => number = map.next_value()?,
-                        PortField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(Port {
-                    name,
-                    number: number.unwrap_or_default(),
-                })
-            }
+deserialize_from!(map, Port, "ContainerPort", |map| {
+    let mut name = None;
+    let mut number: Option<i32> = None;
+    while let Some(key) = map.next_key::<PortField>()? {
+        match key {
+            PortField::Name => name = map.next_value()?,
+            PortField::ContainerPort => number = map.next_value()?,
+            PortField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(PortVisitor)
     }
-}
+    Ok(Port {
+        name,
+        number: number.unwrap_or_default(),
+    })
+});
 
 /// Whether `spec.readinessGates` declares [`READINESS_GATE`].
 struct GateDeclared(bool);
@@ -772,54 +701,30 @@ fields!(GateField {
     "conditionType" => ConditionType,
 });
 
-impl<'de> Deserialize<'de> for GateDeclared {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct GatesVisitor;
-        impl<'de> Visitor<'de> for GatesVisitor {
-            type Value = GateDeclared;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of readiness gates")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<GateDeclared, A::Error> {
-                let mut declared = false;
-                while let Some(gate) = seq.next_element::<Gate<'de>>()? {
-                    declared |= gate.0.as_deref() == Some(READINESS_GATE);
-                }
-                Ok(GateDeclared(declared))
-            }
-        }
-        d.deserialize_seq(GatesVisitor)
+deserialize_from!(seq, GateDeclared, "a list of readiness gates", |seq| {
+    let mut declared = false;
+    while let Some(gate) = seq.next_element::<Gate<'de>>()? {
+        declared |= gate.0.as_deref() == Some(READINESS_GATE);
     }
-}
+    Ok(GateDeclared(declared))
+});
 
 /// One `PodReadinessGate`: its `conditionType`.
 struct Gate<'de>(Option<Cow<'de, str>>);
 
-impl<'de> Deserialize<'de> for Gate<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct GateVisitor;
-        impl<'de> Visitor<'de> for GateVisitor {
-            type Value = Gate<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("PodReadinessGate")
+deserialize_from!(map, Gate<'de>, "PodReadinessGate", |map| {
+    let mut condition_type = None;
+    while let Some(key) = map.next_key::<GateField>()? {
+        match key {
+            GateField::ConditionType => {
+                let ty: Option<Str<'de>> = map.next_value()?;
+                condition_type = ty.map(|t| t.0);
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut condition_type = None;
-                while let Some(key) = map.next_key::<GateField>()? {
-                    match key {
-                        GateField::ConditionType => {
-                            let ty: Option<Str<'de>> = map.next_value()?;
-                            condition_type = ty.map(|t| t.0);
-                        }
-                        GateField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(Gate(condition_type))
-            }
+            GateField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(GateVisitor)
     }
-}
+    Ok(Gate(condition_type))
+});
 
 /// What tgsync reads of `status`.
 #[derive(Default)]
@@ -838,52 +743,40 @@ fields!(StatusField {
     "podIPs" => PodIps,
 });
 
-impl<'de> Deserialize<'de> for Status {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct StatusVisitor;
-        impl<'de> Visitor<'de> for StatusVisitor {
-            type Value = Status;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("PodStatus")
+deserialize_from!(map, Status, "PodStatus", |map| {
+    let mut phase: Option<String> = None;
+    let mut conditions = Conditions::default();
+    let mut listed = FirstIps::default();
+    let mut single: Option<Str<'de>> = None;
+    while let Some(key) = map.next_key::<StatusField>()? {
+        match key {
+            StatusField::Phase => phase = map.next_value()?,
+            StatusField::Conditions => {
+                let read: Option<Conditions> = map.next_value()?;
+                conditions = read.unwrap_or_default();
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Status, A::Error> {
-                let mut phase: Option<String> = None;
-                let mut conditions = Conditions::default();
-                let mut listed = FirstIps::default();
-                let mut single: Option<Str<'de>> = None;
-                while let Some(key) = map.next_key::<StatusField>()? {
-                    match key {
-                        StatusField::Phase => phase = map.next_value()?,
-                        StatusField::Conditions => {
-                            let read: Option<Conditions> = map.next_value()?;
-                            conditions = read.unwrap_or_default();
-                        }
-                        StatusField::PodIps => {
-                            let read: Option<PodIps> = map.next_value()?;
-                            listed = read.map(|l| l.0).unwrap_or_default();
-                        }
-                        StatusField::PodIp => single = map.next_value()?,
-                        StatusField::Other => skip(&mut map)?,
-                    }
-                }
-                let mut ips = listed;
-                if listed.offered == 0
-                    && let Some(ip) = single
-                {
-                    ips.offer(&ip.0);
-                }
-                Ok(Status {
-                    phase: phase.unwrap_or_default(),
-                    ready: conditions.ready,
-                    containers_ready: conditions.containers_ready,
-                    gate_open: conditions.gate_open,
-                    ips,
-                })
+            StatusField::PodIps => {
+                let read: Option<PodIps> = map.next_value()?;
+                listed = read.map(|l| l.0).unwrap_or_default();
             }
+            StatusField::PodIp => single = map.next_value()?,
+            StatusField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(StatusVisitor)
     }
-}
+    let mut ips = listed;
+    if listed.offered == 0
+        && let Some(ip) = single
+    {
+        ips.offer(&ip.0);
+    }
+    Ok(Status {
+        phase: phase.unwrap_or_default(),
+        ready: conditions.ready,
+        containers_ready: conditions.containers_ready,
+        gate_open: conditions.gate_open,
+        ips,
+    })
+});
 
 /// `status.conditions`, reduced to the three tgsync reads (the last of a type wins).
 #[derive(Default)]
@@ -893,31 +786,19 @@ struct Conditions {
     gate_open: bool,
 }
 
-impl<'de> Deserialize<'de> for Conditions {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ConditionsVisitor;
-        impl<'de> Visitor<'de> for ConditionsVisitor {
-            type Value = Conditions;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of pod conditions")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Conditions, A::Error> {
-                let mut c = Conditions::default();
-                while let Some(condition) = seq.next_element::<Condition<'de>>()? {
-                    let is_true = condition.status.as_deref() == Some("True");
-                    match condition.type_.as_deref().unwrap_or_default() {
-                        "Ready" => c.ready = is_true,
-                        "ContainersReady" => c.containers_ready = is_true,
-                        READINESS_GATE => c.gate_open = is_true,
-                        _ => {}
-                    }
-                }
-                Ok(c)
-            }
+deserialize_from!(seq, Conditions, "a list of pod conditions", |seq| {
+    let mut c = Conditions::default();
+    while let Some(condition) = seq.next_element::<Condition<'de>>()? {
+        let is_true = condition.status.as_deref() == Some("True");
+        match condition.type_.as_deref().unwrap_or_default() {
+            "Ready" => c.ready = is_true,
+            "ContainersReady" => c.containers_ready = is_true,
+            READINESS_GATE => c.gate_open = is_true,
+            _ => {}
         }
-        d.deserialize_seq(ConditionsVisitor)
     }
-}
+    Ok(c)
+});
 
 /// One `PodCondition`: its `type` and `status`.
 struct Condition<'de> {
@@ -930,38 +811,26 @@ fields!(ConditionField {
     "status" => Status,
 });
 
-impl<'de> Deserialize<'de> for Condition<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ConditionVisitor;
-        impl<'de> Visitor<'de> for ConditionVisitor {
-            type Value = Condition<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("PodCondition")
+deserialize_from!(map, Condition<'de>, "PodCondition", |map| {
+    let mut c = Condition {
+        type_: None,
+        status: None,
+    };
+    while let Some(key) = map.next_key::<ConditionField>()? {
+        match key {
+            ConditionField::Type => {
+                let ty: Option<Str<'de>> = map.next_value()?;
+                c.type_ = ty.map(|t| t.0);
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut c = Condition {
-                    type_: None,
-                    status: None,
-                };
-                while let Some(key) = map.next_key::<ConditionField>()? {
-                    match key {
-                        ConditionField::Type => {
-                            let ty: Option<Str<'de>> = map.next_value()?;
-                            c.type_ = ty.map(|t| t.0);
-                        }
-                        ConditionField::Status => {
-                            let status: Option<Str<'de>> = map.next_value()?;
-                            c.status = status.map(|s| s.0);
-                        }
-                        ConditionField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(c)
+            ConditionField::Status => {
+                let status: Option<Str<'de>> = map.next_value()?;
+                c.status = status.map(|s| s.0);
             }
+            ConditionField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(ConditionVisitor)
     }
-}
+    Ok(c)
+});
 
 /// `status.podIPs`, reduced to the first address of each family.
 struct PodIps(FirstIps);
@@ -970,54 +839,30 @@ fields!(PodIpField {
     "ip" => Ip,
 });
 
-impl<'de> Deserialize<'de> for PodIps {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct PodIpsVisitor;
-        impl<'de> Visitor<'de> for PodIpsVisitor {
-            type Value = PodIps;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of pod IPs")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PodIps, A::Error> {
-                let mut ips = FirstIps::default();
-                while let Some(entry) = seq.next_element::<PodIpEntry<'de>>()? {
-                    ips.offer(entry.0.as_deref().unwrap_or_default());
-                }
-                Ok(PodIps(ips))
-            }
-        }
-        d.deserialize_seq(PodIpsVisitor)
+deserialize_from!(seq, PodIps, "a list of pod IPs", |seq| {
+    let mut ips = FirstIps::default();
+    while let Some(entry) = seq.next_element::<PodIpEntry<'de>>()? {
+        ips.offer(entry.0.as_deref().unwrap_or_default());
     }
-}
+    Ok(PodIps(ips))
+});
 
 /// One `PodIP`: its `ip`.
 struct PodIpEntry<'de>(Option<Cow<'de, str>>);
 
-impl<'de> Deserialize<'de> for PodIpEntry<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct PodIpVisitor;
-        impl<'de> Visitor<'de> for PodIpVisitor {
-            type Value = PodIpEntry<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("PodIP")
+deserialize_from!(map, PodIpEntry<'de>, "PodIP", |map| {
+    let mut ip = None;
+    while let Some(key) = map.next_key::<PodIpField>()? {
+        match key {
+            PodIpField::Ip => {
+                let read: Option<Str<'de>> = map.next_value()?;
+                ip = read.map(|i| i.0);
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut ip = None;
-                while let Some(key) = map.next_key::<PodIpField>()? {
-                    match key {
-                        PodIpField::Ip => {
-                            let read: Option<Str<'de>> = map.next_value()?;
-                            ip = read.map(|i| i.0);
-                        }
-                        PodIpField::Other => skip(&mut map)?,
-                    }
-                }
-                Ok(PodIpEntry(ip))
-            }
+            PodIpField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(PodIpVisitor)
     }
-}
+    Ok(PodIpEntry(ip))
+});
 
 // ---------------------------------------------------------------------------------------
 // Watch events.
@@ -1062,52 +907,40 @@ enum EventObject {
     Pending(serde_json::Value),
 }
 
-impl<'de> Deserialize<'de> for EventBody {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct EventVisitor;
-        impl<'de> Visitor<'de> for EventVisitor {
-            type Value = EventBody;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a watch event")
+deserialize_from!(map, EventBody, "a watch event", |map| {
+    let mut ty: Option<EventType> = None;
+    let mut object: Option<EventObject> = None;
+    while let Some(key) = map.next_key::<EventField>()? {
+        match key {
+            EventField::Type if ty.is_some() => {
+                return Err(de::Error::duplicate_field("type"));
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EventBody, A::Error> {
-                let mut ty: Option<EventType> = None;
-                let mut object: Option<EventObject> = None;
-                while let Some(key) = map.next_key::<EventField>()? {
-                    match key {
-                        EventField::Type if ty.is_some() => {
-                            return Err(de::Error::duplicate_field("type"));
-                        }
-                        EventField::Type => {
-                            let name: Str<'de> = map.next_value()?;
-                            ty = Some(EventType::parse(&name.0)?);
-                        }
-                        EventField::Object if object.is_some() => {
-                            return Err(de::Error::duplicate_field("object"));
-                        }
-                        EventField::Object => {
-                            object = Some(match ty {
-                                Some(ty) => EventObject::Decoded(map.next_value_seed(ty)?),
-                                None => EventObject::Pending(map.next_value()?),
-                            });
-                        }
-                        EventField::Other => skip(&mut map)?,
-                    }
-                }
-                let ty = ty.ok_or_else(|| de::Error::missing_field("type"))?;
-                match object {
-                    Some(EventObject::Decoded(event)) => Ok(EventBody(event)),
-                    Some(EventObject::Pending(value)) => ty
-                        .deserialize(value)
-                        .map(EventBody)
-                        .map_err(de::Error::custom),
-                    None => Err(de::Error::missing_field("object")),
-                }
+            EventField::Type => {
+                let name: Str<'de> = map.next_value()?;
+                ty = Some(EventType::parse(&name.0)?);
             }
+            EventField::Object if object.is_some() => {
+                return Err(de::Error::duplicate_field("object"));
+            }
+            EventField::Object => {
+                object = Some(match ty {
+                    Some(ty) => EventObject::Decoded(map.next_value_seed(ty)?),
+                    None => EventObject::Pending(map.next_value()?),
+                });
+            }
+            EventField::Other => skip(&mut map)?,
         }
-        d.deserialize_map(EventVisitor)
     }
-}
+    let ty = ty.ok_or_else(|| de::Error::missing_field("type"))?;
+    match object {
+        Some(EventObject::Decoded(event)) => Ok(EventBody(event)),
+        Some(EventObject::Pending(value)) => ty
+            .deserialize(value)
+            .map(EventBody)
+            .map_err(de::Error::custom),
+        None => Err(de::Error::missing_field("object")),
+    }
+});
 
 /// Decodes an event's `object` by its type.
 impl<'de> DeserializeSeed<'de> for EventType {
