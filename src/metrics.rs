@@ -59,22 +59,20 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
         report,
         level,
         &["Function", "Cluster"],
-        Map::from_iter([
-            ("Function".to_owned(), json!(report.function)),
-            ("Cluster".to_owned(), json!(report.cluster)),
-            ("GroupsReconciled".to_owned(), json!(t.groups)),
-            ("DriftFound".to_owned(), json!(t.changed)),
-            ("Registered".to_owned(), json!(t.registered)),
-            ("Deregistered".to_owned(), json!(t.deregistered)),
-            ("Forgotten".to_owned(), json!(t.forgotten)),
-            ("ReconcileErrors".to_owned(), json!(errors)),
-            ("LeaseHeld".to_owned(), json!(t.lease_held)),
-            ("BackingOff".to_owned(), json!(t.backing_off)),
-            ("Duration".to_owned(), json!(report.duration_ms)),
+        [
+            ("GroupsReconciled", json!(t.groups)),
+            ("DriftFound", json!(t.changed)),
+            ("Registered", json!(t.registered)),
+            ("Deregistered", json!(t.deregistered)),
+            ("Forgotten", json!(t.forgotten)),
+            ("ReconcileErrors", json!(errors)),
+            ("LeaseHeld", json!(t.lease_held)),
+            ("BackingOff", json!(t.backing_off)),
+            ("Duration", json!(report.duration_ms)),
             // The heartbeat: one per finished run. A run that crashes, times out or is
             // never invoked writes none, and the heartbeat alarm sees the gap.
-            ("RunsCompleted".to_owned(), json!(1)),
-        ]),
+            ("RunsCompleted", json!(1)),
+        ],
     )];
     if report.orphans.is_some() {
         // A gauge of groups no longer bound whose ledger still holds our targets, from
@@ -84,11 +82,7 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
             report,
             level,
             &["Function", "Cluster"],
-            Map::from_iter([
-                ("Function".to_owned(), json!(report.function)),
-                ("Cluster".to_owned(), json!(report.cluster)),
-                ("OrphanedGroups".to_owned(), json!(t.orphaned)),
-            ]),
+            [("OrphanedGroups", json!(t.orphaned))],
         ));
     }
     for g in report.groups.iter().filter(|g| g.is_eventful()) {
@@ -97,26 +91,21 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
             report,
             level,
             &["Function", "Cluster", "TargetGroup"],
-            Map::from_iter([
-                ("Function".to_owned(), json!(report.function)),
-                ("Cluster".to_owned(), json!(report.cluster)),
-                ("TargetGroup".to_owned(), json!(g.name)),
-                ("TargetGroupArn".to_owned(), json!(g.target_group_arn)),
+            [
+                ("TargetGroup", json!(g.name)),
+                ("TargetGroupArn", json!(g.target_group_arn)),
                 // A property, not a dimension: the ARN already tells groups apart, and
                 // each dimension value would be one more billed custom metric.
-                ("Account".to_owned(), json!(g.account)),
+                ("Account", json!(g.account)),
                 (
-                    "Outcome".to_owned(),
+                    "Outcome",
                     serde_json::to_value(g.outcome).unwrap_or(Value::Null),
                 ),
-                (
-                    "DriftFound".to_owned(),
-                    json!(u8::from(g.outcome == Outcome::Changed)),
-                ),
-                ("Registered".to_owned(), json!(g.registered.len())),
-                ("Deregistered".to_owned(), json!(g.deregistered.len())),
-                ("ReconcileErrors".to_owned(), json!(u8::from(failed))),
-            ]),
+                ("DriftFound", json!(u8::from(g.outcome == Outcome::Changed))),
+                ("Registered", json!(g.registered.len())),
+                ("Deregistered", json!(g.deregistered.len())),
+                ("ReconcileErrors", json!(u8::from(failed))),
+            ],
         ));
     }
     lines
@@ -145,12 +134,21 @@ const UNITS: [(&str, &str); 11] = [
     ("OrphanedGroups", "Count"),
 ];
 
+/// One EMF line of `report`: its `Function` and `Cluster`, then `fields`.
 fn line(
     report: &Report,
     level: LambdaLevel,
     dimensions: &[&str],
-    mut fields: Map<String, Value>,
+    fields: impl IntoIterator<Item = (&'static str, Value)>,
 ) -> String {
+    let mut fields: Map<String, Value> = [
+        ("Function", json!(report.function)),
+        ("Cluster", json!(report.cluster)),
+    ]
+    .into_iter()
+    .chain(fields)
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect();
     let metrics: Vec<Value> = UNITS
         .iter()
         .filter(|(name, _)| fields.contains_key(*name))

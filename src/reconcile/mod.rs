@@ -37,10 +37,10 @@ use crate::core::checkpoint::{Rotation, rank_order};
 use crate::core::{BackoffPolicy, Binding, BindingPolicy, UnixMillis};
 use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
-use crate::lease::Timings;
+use crate::lease::{self, Timings};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Outcome, Report};
-use crate::state::StateStore;
+use crate::state::{StateError, StateStore};
 
 /// Tunables of the engine.
 #[derive(Debug, Clone)]
@@ -492,6 +492,25 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let now = self.clock.now();
         opts.deadline
             .is_some_and(|d| d > now && now.plus(START_CUTOFF) >= d)
+    }
+
+    /// Takes `group`'s lease as this engine's holder, waiting for another holder until
+    /// the run's cut-off (at most `lease_wait`).
+    async fn take_lease(
+        &self,
+        group: &str,
+        opts: &RunOptions,
+    ) -> Result<lease::Taken<'_, S>, StateError> {
+        lease::take(
+            &self.state,
+            self.clock.as_ref(),
+            group,
+            self.new_owner(),
+            self.settings.lease,
+            &self.cluster,
+            self.lease_wait_until(opts),
+        )
+        .await
     }
 
     /// Until when a run may wait for another holder of a lease.

@@ -124,16 +124,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             report.error = Some(DEFERRED.into());
             return report;
         }
-        let taken = lease::take(
-            &self.state,
-            self.clock.as_ref(),
-            &bound.group.arn,
-            self.new_owner(),
-            self.settings.lease,
-            &self.cluster,
-            self.lease_wait_until(opts),
-        )
-        .await;
+        let taken = self.take_lease(&bound.group.arn, opts).await;
         match taken {
             Ok(Taken::Held(lease, state)) => {
                 self.run_leased(bound, *lease, state, report, opts).await

@@ -75,16 +75,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let mut rounds = 0;
         let (lease, state) = loop {
             rounds += 1;
-            let taken = lease::take(
-                &self.state,
-                self.clock.as_ref(),
-                arn,
-                self.new_owner(),
-                self.settings.lease,
-                &self.cluster,
-                self.lease_wait_until(opts),
-            )
-            .await;
+            let taken = self.take_lease(arn, opts).await;
             match taken {
                 Ok(Taken::Held(lease, state)) => break (lease, state),
                 // Another reconcile served "a change", not this release: ask again.

@@ -47,6 +47,17 @@ struct Shared {
     report: Mutex<WatchReport>,
 }
 
+impl Shared {
+    /// Makes `listed` the whole of `namespace`'s pod states.
+    fn replace_pods(&self, namespace: &str, listed: Vec<PodFacts>) {
+        let mut pods = lock(&self.pods);
+        pods.retain(|(ns, _), _| ns != namespace);
+        for p in listed {
+            pods.insert((namespace.to_owned(), p.pod.name.clone()), p);
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -202,12 +213,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         listed: Vec<PodFacts>,
         shared: &Shared,
     ) {
-        {
-            let mut pods = lock(&shared.pods);
-            for p in listed {
-                pods.insert((namespace.to_owned(), p.pod.name.clone()), p);
-            }
-        }
+        shared.replace_pods(namespace, listed);
         for b in groups {
             if self.gate_pending(b, shared) {
                 lock(&shared.gated).insert(b.group.arn.clone());
@@ -345,13 +351,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         listed: Vec<PodFacts>,
         shared: &Shared,
     ) {
-        {
-            let mut pods = lock(&shared.pods);
-            pods.retain(|(ns, _), _| ns != namespace);
-            for p in listed {
-                pods.insert((namespace.to_owned(), p.pod.name.clone()), p);
-            }
-        }
+        shared.replace_pods(namespace, listed);
         lock(&shared.dirty).extend(groups.iter().map(|b| b.group.arn.clone()));
         shared.wake.notify_one();
     }

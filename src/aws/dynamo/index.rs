@@ -90,28 +90,23 @@ impl DynamoState {
             values.insert(":zero".to_owned(), items::n(0));
         }
         let key = items::group_key(group);
+        // One key and condition: a Delete of the item, or only a check of it.
+        macro_rules! guarded {
+            ($kind:ident) => {
+                $kind::builder()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(key))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(|e| build_error(op, e))?
+            };
+        }
         let guard = if delete {
-            TransactWriteItem::builder().delete(
-                Delete::builder()
-                    .table_name(self.table.as_ref())
-                    .set_key(Some(key))
-                    .condition_expression(condition)
-                    .set_expression_attribute_names(Some(names))
-                    .set_expression_attribute_values(Some(values))
-                    .build()
-                    .map_err(|e| build_error(op, e))?,
-            )
+            TransactWriteItem::builder().delete(guarded!(Delete))
         } else {
-            TransactWriteItem::builder().condition_check(
-                ConditionCheck::builder()
-                    .table_name(self.table.as_ref())
-                    .set_key(Some(key))
-                    .condition_expression(condition)
-                    .set_expression_attribute_names(Some(names))
-                    .set_expression_attribute_values(Some(values))
-                    .build()
-                    .map_err(|e| build_error(op, e))?,
-            )
+            TransactWriteItem::builder().condition_check(guarded!(ConditionCheck))
         };
         let drop_row = TransactWriteItem::builder().delete(
             Delete::builder()
