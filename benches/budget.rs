@@ -27,7 +27,7 @@ mod world;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chaos_proxy::{Chaos, ChaosProxy, is_describe, is_mutation, max_in_window, times_of};
+use chaos_proxy::{ChaosProxy, is_describe, is_mutation, max_in_window, times_of};
 use serde_json::{Value, json};
 use tgsync::aws::{DynamoState, Elbv2TargetGroups, MutationRate};
 use tgsync::clock::SystemClock;
@@ -89,14 +89,7 @@ fn started_event(w: &World, pod: &str) -> Value {
 async fn deployment(bounded: bool) {
     let w = World::new().await;
     let arn = w.group("shop", "app=web", 8080, &[]).await;
-    let proxy = ChaosProxy::start(
-        moto::endpoint(),
-        Chaos {
-            fault_share: 0.0,
-            seed: 1,
-        },
-    )
-    .await;
+    let proxy = ChaosProxy::transparent().await;
     let sdk = chaos_proxy::sdk_config(&proxy).await;
     let (resync_share, pod_share, pod_containers) = if bounded {
         (0.6, 0.4, 2u32)

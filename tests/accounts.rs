@@ -18,7 +18,7 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_elasticloadbalancingv2::Client;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
-use chaos_proxy::{Chaos, ChaosProxy, Fate};
+use chaos_proxy::{ChaosProxy, Fate};
 use tgsync::aws::accounts::session_name;
 use tgsync::aws::{Accounts, DynamoState, Elbv2TargetGroups, MutationRate, TargetAccountRole};
 use tgsync::eks::KubePods;
@@ -136,14 +136,7 @@ async fn deployment(
     roles: &[TargetAccountRole],
     denied: &[&TargetAccountRole],
 ) -> (ChaosProxy, AccountsEngine) {
-    let proxy = ChaosProxy::start(
-        moto::endpoint(),
-        Chaos {
-            fault_share: 0.0,
-            seed: 1,
-        },
-    )
-    .await;
+    let proxy = ChaosProxy::transparent().await;
     proxy.set_rules(|r| {
         r.deny_assume_role = denied.iter().map(|d| d.arn().to_owned()).collect();
         r.vpc = Some(("10.0.0.0".parse().unwrap(), 16));

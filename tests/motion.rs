@@ -13,7 +13,7 @@ mod world;
 
 use std::time::Duration;
 
-use chaos_proxy::{Chaos, ChaosProxy, Fate};
+use chaos_proxy::{ChaosProxy, Fate};
 use kube_emulator::{Emulator, EmulatorConfig};
 use serde_json::{Value, json};
 use tgsync::aws::MutationRate;
@@ -28,14 +28,7 @@ fn web(name: &str, ip: &str) -> PodBuilder {
 
 /// A proxy in front of moto that only applies [`chaos_proxy::Rules`] (no random faults).
 async fn rules_proxy() -> ChaosProxy {
-    ChaosProxy::start(
-        moto::endpoint(),
-        Chaos {
-            fault_share: 0.0,
-            seed: 1,
-        },
-    )
-    .await
+    ChaosProxy::transparent().await
 }
 
 /// ELBv2 refuses a whole RegisterTargets call for one target. The others in the chunk

@@ -2,38 +2,21 @@
 //! bindings cache, ledger) meeting during rollouts and failures, against the fakes.
 //! Each test is a user-visible outcome: what is in the group, what the report says.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Engine, RunOptions};
+use super::RunOptions;
+use super::tests::{TG, TestEngine, fake_engine, web_group};
 use crate::clock::{Clock, ManualClock};
-use crate::core::{HealthState, Target, UnixMillis};
-use crate::fakes::{FakeElb, FakePods, FakeState};
+use crate::core::{HealthState, Target};
+use crate::fakes::FakePods;
 use crate::input::pod_event::{Parsed, parse};
 use crate::report::{Outcome, Report};
-use crate::testkit::{PodBuilder, bound_group, mark_terminating, set_condition};
-
-const TG: &str =
-    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
-
-type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+use crate::testkit::{PodBuilder, mark_terminating, set_condition};
 
 fn engine() -> (TestEngine, ManualClock) {
-    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
-    let elb = FakeElb::default();
-    elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
-    let e = Engine::new(
-        "demo",
-        FakePods::default(),
-        elb,
-        FakeState::default(),
-        Arc::new(clock.clone()),
-    )
-    .with_settings(super::tests::no_waiting())
-    .with_seed(11);
-    (e, clock)
+    fake_engine(FakePods::default(), web_group(), 11)
 }
 
 fn t(s: &str) -> Target {

@@ -5,35 +5,21 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Engine, RunOptions};
-use crate::clock::ManualClock;
-use crate::core::{HealthState, Target, UnixMillis};
-use crate::fakes::{FakeElb, FakePods, FakeState};
+use super::RunOptions;
+use super::tests::{TG, TestEngine, fake_engine, web_group};
+use crate::core::{HealthState, Target};
+use crate::fakes::FakePods;
 use crate::input::pod_event::{Parsed, parse};
 use crate::report::Outcome;
 use crate::testkit::{PodBuilder, bound_group, mark_terminating};
 
-const TG: &str =
-    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
 const OTHER: &str =
     "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/api/1123456789abcdef";
 
-type TestEngine = Engine<FakePods, FakeElb, FakeState>;
-
 fn engine() -> TestEngine {
-    let elb = FakeElb::default();
-    elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
+    let elb = web_group();
     elb.add_group(bound_group(OTHER, "demo", "shop", "app=api", 8080));
-    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
-    Engine::new(
-        "demo",
-        FakePods::default(),
-        elb,
-        FakeState::default(),
-        Arc::new(clock),
-    )
-    .with_settings(super::tests::no_waiting())
-    .with_seed(3)
+    fake_engine(FakePods::default(), elb, 3).0
 }
 
 /// An exporter event about `name`, shaped like `events/pod-started.json`.

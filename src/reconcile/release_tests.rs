@@ -1,26 +1,16 @@
 //! Release and the orphan index against the in-memory fakes: what the moto tests cannot
 //! stage cheaply (another cluster's entries, a held lease, a ledger older than the index).
 
-use std::sync::Arc;
-
-use super::tests::no_waiting;
-use super::{Engine, RunOptions};
+use super::RunOptions;
+use super::tests::{TG, TestEngine, fake_engine, web_group};
 use crate::clock::{Clock, ManualClock};
 use crate::core::{HealthState, PodRef, Target, UnixMillis};
-use crate::fakes::{FakeElb, FakePods, FakeState};
+use crate::fakes::FakePods;
 use crate::report::Outcome;
 use crate::state::{Acquire, GroupState, LedgerEntry, StateStore};
-use crate::testkit::{PodBuilder, bound_group};
-
-const TG: &str =
-    "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
-
-type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+use crate::testkit::PodBuilder;
 
 fn engine() -> (TestEngine, ManualClock) {
-    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
-    let elb = FakeElb::default();
-    elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
     let pods = FakePods::default();
     pods.put(
         PodBuilder::new("shop", "web-1")
@@ -28,16 +18,7 @@ fn engine() -> (TestEngine, ManualClock) {
             .ip("10.0.1.1")
             .build(),
     );
-    let e = Engine::new(
-        "demo",
-        pods,
-        elb,
-        FakeState::default(),
-        Arc::new(clock.clone()),
-    )
-    .with_settings(no_waiting())
-    .with_seed(3);
-    (e, clock)
+    fake_engine(pods, web_group(), 3)
 }
 
 fn t(s: &str) -> Target {

@@ -11,26 +11,37 @@ use crate::report::Outcome;
 use crate::state::{Acquire, StateStore};
 use crate::testkit::{PodBuilder, bound_group};
 
-const TG: &str =
+pub(super) const TG: &str =
     "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
 const TG2: &str =
     "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/api/1123456789abcdef";
 
-type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+pub(super) type TestEngine = Engine<FakePods, FakeElb, FakeState>;
 
 fn engine() -> (TestEngine, ManualClock) {
-    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    fake_engine(FakePods::default(), web_group(), 7)
+}
+
+/// Fake ELBv2 with one group, [`TG`], bound to `app=web` pods of `shop` on port 8080.
+pub(super) fn web_group() -> FakeElb {
     let elb = FakeElb::default();
     elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
+    elb
+}
+
+/// An engine of cluster `demo` on the fakes and a manual clock, never waiting for a
+/// lease, with a fixed random `seed`.
+pub(super) fn fake_engine(pods: FakePods, elb: FakeElb, seed: u64) -> (TestEngine, ManualClock) {
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
     let e = Engine::new(
         "demo",
-        FakePods::default(),
+        pods,
         elb,
         FakeState::default(),
         Arc::new(clock.clone()),
     )
     .with_settings(no_waiting())
-    .with_seed(7);
+    .with_seed(seed);
     (e, clock)
 }
 

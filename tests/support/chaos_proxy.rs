@@ -218,6 +218,18 @@ impl Drop for ChaosProxy {
 }
 
 impl ChaosProxy {
+    /// A proxy in front of moto that faults nothing until its rules say otherwise.
+    pub async fn transparent() -> Self {
+        Self::start(
+            crate::moto::endpoint(),
+            Chaos {
+                fault_share: 0.0,
+                seed: 1,
+            },
+        )
+        .await
+    }
+
     /// Starts a proxy in front of `upstream` (`http://host:port`, moto's endpoint).
     pub async fn start(upstream: &str, chaos: Chaos) -> Self {
         let upstream = upstream

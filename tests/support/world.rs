@@ -308,6 +308,55 @@ impl World {
     pub async fn resync_with(&self, opts: RunOptions) -> Report {
         self.engine.resync(&opts).await
     }
+
+    /// The command that starts function binary `bin` as Lambda `name` of this world:
+    /// the Runtime API at `runtime_api`, AWS calls to `aws_endpoint` (the EKS token
+    /// still names moto's STS, which the emulator trusts), the emulator's CA in a file,
+    /// nothing else of this process's environment. The caller adds and spawns.
+    pub fn function(
+        &self,
+        bin: &str,
+        name: &str,
+        runtime_api: &str,
+        aws_endpoint: &str,
+    ) -> std::process::Command {
+        let ca = self.ca_file();
+        std::fs::write(&ca, self.emulator.ca_pem().expect("TLS emulator")).expect("CA file");
+        let mut command = std::process::Command::new(bin);
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
+            .env("AWS_LAMBDA_FUNCTION_NAME", name)
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_REGION", moto::REGION)
+            .env("AWS_ENDPOINT_URL", aws_endpoint)
+            .env("AWS_ENDPOINT_URL_STS", moto::endpoint())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_SESSION_TOKEN", "testing")
+            .env("TGSYNC_CLUSTER_NAME", &self.cluster)
+            .env("TGSYNC_TABLE_NAME", &self.table)
+            .env("TGSYNC_CLUSTER_ENDPOINT", self.emulator.url())
+            .env("TGSYNC_CLUSTER_CA_FILE", &ca)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        command
+    }
+}
+
+impl World {
+    /// Where [`World::function`] writes the emulator's CA.
+    fn ca_file(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{}-ca.pem", self.cluster))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.ca_file());
+    }
 }
 
 /// AWS credentials of a world (moto accepts any).

@@ -99,8 +99,6 @@ async fn main() {
     let warmup = 10;
     let w = World::new().await;
     let arn = w.group("shop", "app=web", 8080, &[]).await;
-    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
-    std::fs::write(&ca, w.emulator.ca_pem().unwrap()).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -127,29 +125,15 @@ async fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _function = Reaper(
-        Command::new(env!("CARGO_BIN_EXE_tgsync-pod-events"))
-            .env_clear()
-            .env(
-                "AWS_LAMBDA_RUNTIME_API",
-                format!("http://127.0.0.1:{port}/.rt"),
-            )
-            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_REGION", moto::REGION)
-            .env("AWS_ENDPOINT_URL", moto::endpoint())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_SESSION_TOKEN", "testing")
-            .env("TGSYNC_CLUSTER_NAME", &w.cluster)
-            .env("TGSYNC_TABLE_NAME", &w.table)
-            .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
-            .env("TGSYNC_CLUSTER_CA_FILE", &ca)
-            .env("AWS_LAMBDA_LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("function binary starts"),
+        w.function(
+            env!("CARGO_BIN_EXE_tgsync-pod-events"),
+            "_",
+            &format!("http://127.0.0.1:{port}/.rt"),
+            moto::endpoint(),
+        )
+        .env("AWS_LAMBDA_LOG_LEVEL", "warn")
+        .spawn()
+        .expect("function binary starts"),
     );
     let mut samples = Vec::with_capacity(events);
     for i in 0..(warmup + events) {
@@ -189,5 +173,4 @@ async fn main() {
         ms(percentile(&samples, 0.99)),
         ms(*samples.last().unwrap())
     );
-    let _ = std::fs::remove_file(ca);
 }

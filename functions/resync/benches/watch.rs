@@ -31,10 +31,10 @@ mod runtime_api;
 #[path = "../../../tests/support/world.rs"]
 mod world;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use chaos_proxy::{Chaos, ChaosProxy, Record};
+use chaos_proxy::{ChaosProxy, Record};
 use measure::{ms, percentile};
 use runtime_api::RuntimeApi;
 use tgsync::testkit::{PodBuilder, set_condition};
@@ -100,32 +100,17 @@ fn gate_is_open(w: &World, name: &str) -> bool {
 
 /// Starts the release binary on `runtime`, its AWS calls through `proxy`.
 fn start_function(w: &World, proxy: &ChaosProxy, runtime: &RuntimeApi, watch: u64) -> Reaper {
-    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
-    std::fs::write(&ca, w.emulator.ca_pem().expect("TLS emulator")).expect("CA file");
     Reaper(
-        Command::new(env!("CARGO_BIN_EXE_tgsync-resync"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_LAMBDA_RUNTIME_API", runtime.address())
-            .env("AWS_LAMBDA_FUNCTION_NAME", "tgsync-resync")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_REGION", moto::REGION)
-            .env("AWS_ENDPOINT_URL", proxy.url())
-            .env("AWS_ENDPOINT_URL_STS", moto::endpoint())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_SESSION_TOKEN", "testing")
-            .env("TGSYNC_CLUSTER_NAME", &w.cluster)
-            .env("TGSYNC_TABLE_NAME", &w.table)
-            .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
-            .env("TGSYNC_CLUSTER_CA_FILE", &ca)
-            .env("TGSYNC_WATCH_SECONDS", watch.to_string())
-            .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("function binary starts"),
+        w.function(
+            env!("CARGO_BIN_EXE_tgsync-resync"),
+            "tgsync-resync",
+            runtime.address(),
+            proxy.url(),
+        )
+        .env("TGSYNC_WATCH_SECONDS", watch.to_string())
+        .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
+        .spawn()
+        .expect("function binary starts"),
     )
 }
 
@@ -135,14 +120,7 @@ fn scheduled() -> serde_json::Value {
 }
 
 async fn proxy(initial_for: Option<Duration>) -> ChaosProxy {
-    let proxy = ChaosProxy::start(
-        moto::endpoint(),
-        Chaos {
-            fault_share: 0.0,
-            seed: 1,
-        },
-    )
-    .await;
+    let proxy = ChaosProxy::transparent().await;
     proxy.set_rules(|r| r.initial_for = initial_for);
     proxy
 }

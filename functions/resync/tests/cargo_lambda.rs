@@ -100,8 +100,6 @@ async fn built_binary_converges_a_group_under_cargo_lambda() {
                 .build(),
         );
     }
-    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
-    std::fs::write(&ca, w.emulator.ca_pem().unwrap()).unwrap();
 
     let port = free_port();
     let _watch = Reaper(
@@ -123,30 +121,15 @@ async fn built_binary_converges_a_group_under_cargo_lambda() {
     );
     wait_for_port(port);
     let _function = Reaper(
-        Command::new(env!("CARGO_BIN_EXE_tgsync-resync"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env(
-                "AWS_LAMBDA_RUNTIME_API",
-                format!("http://127.0.0.1:{port}/.rt"),
-            )
-            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_REGION", moto::REGION)
-            .env("AWS_ENDPOINT_URL", moto::endpoint())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_SESSION_TOKEN", "testing")
-            .env("TGSYNC_CLUSTER_NAME", &w.cluster)
-            .env("TGSYNC_TABLE_NAME", &w.table)
-            .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
-            .env("TGSYNC_CLUSTER_CA_FILE", &ca)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("function binary starts"),
+        w.function(
+            env!("CARGO_BIN_EXE_tgsync-resync"),
+            "_",
+            &format!("http://127.0.0.1:{port}/.rt"),
+            moto::endpoint(),
+        )
+        .env("RUST_LOG", "info")
+        .spawn()
+        .expect("function binary starts"),
     );
 
     // Dry run first: a plan, and nothing changed.
@@ -166,5 +149,4 @@ async fn built_binary_converges_a_group_under_cargo_lambda() {
     assert_eq!(report["groups"][0]["outcome"], "changed", "{report}");
     assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
     assert_eq!(w.ledger(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
-    let _ = std::fs::remove_file(ca);
 }

@@ -14,11 +14,10 @@ mod runtime_api;
 #[path = "../../../tests/support/world.rs"]
 mod world;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chaos_proxy::{Chaos, ChaosProxy, Fate};
+use chaos_proxy::{ChaosProxy, Fate};
 use runtime_api::RuntimeApi;
 use serde_json::{Value, json};
 use tgsync::clock::SystemClock;
@@ -47,38 +46,16 @@ async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
     assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
     // A new pod gives the binary something to register; its call is held.
     w.put_pod(web("web-3", "10.0.1.3").build());
-    let proxy = ChaosProxy::start(
-        moto::endpoint(),
-        Chaos {
-            fault_share: 0.0,
-            seed: 1,
-        },
-    )
-    .await;
+    let proxy = ChaosProxy::transparent().await;
     proxy.set_rules(|r| r.stall = vec![("RegisterTargets".into(), String::new())]);
     let runtime = RuntimeApi::start().await;
-    let ca = std::env::temp_dir().join(format!("{}-ca.pem", w.cluster));
-    std::fs::write(&ca, w.emulator.ca_pem().expect("TLS emulator")).expect("CA file");
-    let mut function = Command::new(env!("CARGO_BIN_EXE_tgsync-resync"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("AWS_LAMBDA_RUNTIME_API", runtime.address())
-        .env("AWS_LAMBDA_FUNCTION_NAME", "tgsync-resync")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-        .env("AWS_REGION", moto::REGION)
-        .env("AWS_ENDPOINT_URL", proxy.url())
-        // The EKS token names moto's STS, which the emulator trusts.
-        .env("AWS_ENDPOINT_URL_STS", moto::endpoint())
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_SESSION_TOKEN", "testing")
-        .env("TGSYNC_CLUSTER_NAME", &w.cluster)
-        .env("TGSYNC_TABLE_NAME", &w.table)
-        .env("TGSYNC_CLUSTER_ENDPOINT", w.emulator.url())
-        .env("TGSYNC_CLUSTER_CA_FILE", &ca)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let mut function = w
+        .function(
+            env!("CARGO_BIN_EXE_tgsync-resync"),
+            "tgsync-resync",
+            runtime.address(),
+            proxy.url(),
+        )
         .spawn()
         .expect("function binary starts");
     runtime.invoke(event("scheduled.json"), Duration::from_secs(120));
@@ -124,5 +101,4 @@ async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
     assert_eq!(group["deregistered"], json!(["10.0.1.1:8080"]), "{report}");
     assert!(!w.targets(&arn).await.contains(&"10.0.1.1:8080".to_owned()));
     assert!(took <= BOUND, "took {took:?}, bound {BOUND:?}");
-    let _ = std::fs::remove_file(ca);
 }
