@@ -17,7 +17,7 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_elasticloadbalancingv2::Client;
-use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
+use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetTypeEnum};
 use chaos_proxy::{ChaosProxy, Fate};
 use tgsync::aws::accounts::session_name;
 use tgsync::aws::{Accounts, DynamoState, Elbv2TargetGroups, MutationRate, TargetAccountRole};
@@ -26,7 +26,7 @@ use tgsync::logging::LambdaLevel;
 use tgsync::reconcile::{Engine, PodEvent, RunOptions};
 use tgsync::report::Outcome;
 use tgsync::testkit::PodBuilder;
-use world::World;
+use world::{World, register_in, targets_in};
 
 /// moto's default account: the deployment's own (its plain credentials land there).
 const HOME: &str = "123456789012";
@@ -102,32 +102,6 @@ async fn group_in(
     arn
 }
 
-/// Registered targets of `arn` (`ip:port`, sorted, draining ones excluded), read in the
-/// group's own account.
-async fn targets_in(elb: &Client, arn: &str) -> Vec<String> {
-    let out = elb
-        .describe_target_health()
-        .target_group_arn(arn)
-        .send()
-        .await
-        .expect("describe target health");
-    let mut v: Vec<String> = out
-        .target_health_descriptions()
-        .iter()
-        .filter(|d| {
-            d.target_health()
-                .and_then(|h| h.state())
-                .is_none_or(|s| s.as_str() != "draining")
-        })
-        .map(|d| {
-            let t = d.target().unwrap();
-            format!("{}:{}", t.id().unwrap(), t.port().unwrap())
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// `w`'s deployment with target account `roles`, the external ID, and every AWS call
 /// of the engine (STS, ELBv2) through a proxy that refuses AssumeRole of `denied` and
 /// requires `AvailabilityZone=all` for IPs outside 10.0.0.0/16, as ELBv2 does.
@@ -183,17 +157,7 @@ async fn groups_in_two_accounts_converge_without_colliding() {
     let home_arn = group_in(&home_elb, HOME, &w, name, &[]).await;
     let net_arn = group_in(&net, NETWORK, &w, name, &[]).await;
     assert_ne!(home_arn, net_arn);
-    net.register_targets()
-        .target_group_arn(&net_arn)
-        .targets(
-            TargetDescription::builder()
-                .id("10.0.200.9")
-                .port(8080)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("hand registration");
+    register_in(&net, &net_arn, "10.0.200.9", 8080).await;
     w.put_pod(web("web-1", "10.0.1.1").build());
     w.put_pod(web("web-2", "10.0.1.2").build());
     w.put_pod(web("web-3", "192.168.5.5").build());
@@ -337,18 +301,7 @@ async fn a_role_that_cannot_be_assumed_fails_only_its_account() {
         &[("tgsync/mode", "exclusive")],
     )
     .await;
-    locked
-        .register_targets()
-        .target_group_arn(&locked_arn)
-        .targets(
-            TargetDescription::builder()
-                .id("10.0.200.9")
-                .port(8080)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("hand registration");
+    register_in(&locked, &locked_arn, "10.0.200.9", 8080).await;
     w.put_pod(web("web-1", "10.0.1.1").build());
     let (locked_role, net_role) = (role(LOCKED), role(NETWORK));
     let (proxy, engine) = deployment(

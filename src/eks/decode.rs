@@ -512,17 +512,17 @@ deserialize_from!(map, Spec, "PodSpec", |map| {
         match key {
             SpecField::Containers => {
                 spec.named_ports.clear();
-                map.next_value_seed(ContainersSeed {
+                map.next_value_seed(NullIsEmpty(ContainersSeed {
                     ports: &mut spec.named_ports,
                     sidecars: false,
-                })?;
+                }))?;
             }
             SpecField::InitContainers => {
                 sidecar_ports.clear();
-                map.next_value_seed(ContainersSeed {
+                map.next_value_seed(NullIsEmpty(ContainersSeed {
                     ports: &mut sidecar_ports,
                     sidecars: true,
-                })?;
+                }))?;
             }
             SpecField::ReadinessGates => {
                 let gates: Option<GateDeclared> = map.next_value()?;
@@ -539,24 +539,20 @@ deserialize_from!(map, Spec, "PodSpec", |map| {
     Ok(spec)
 });
 
-/// `spec.containers` or `spec.initContainers` (`null` is empty): appends the named
-/// ports to `ports`; of init containers, only those of native sidecars.
-struct ContainersSeed<'p> {
-    ports: &'p mut Vec<(String, u16)>,
-    sidecars: bool,
-}
+/// A sequence read by the visitor it wraps, where `null` is empty.
+struct NullIsEmpty<V>(V);
 
-impl<'de> DeserializeSeed<'de> for ContainersSeed<'_> {
+impl<'de, V: Visitor<'de, Value = ()>> DeserializeSeed<'de> for NullIsEmpty<V> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for ContainersSeed<'_> {
+impl<'de, V: Visitor<'de, Value = ()>> Visitor<'de> for NullIsEmpty<V> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of containers")
+        self.0.expecting(f)
     }
     fn visit_none<E: de::Error>(self) -> Result<(), E> {
         Ok(())
@@ -565,7 +561,21 @@ impl<'de> Visitor<'de> for ContainersSeed<'_> {
         Ok(())
     }
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
+        d.deserialize_seq(self.0)
+    }
+}
+
+/// `spec.containers` or `spec.initContainers` (`null` is empty): appends the named
+/// ports to `ports`; of init containers, only those of native sidecars.
+struct ContainersSeed<'p> {
+    ports: &'p mut Vec<(String, u16)>,
+    sidecars: bool,
+}
+
+impl<'de> Visitor<'de> for ContainersSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of containers")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let sidecars = self.sidecars;
@@ -611,9 +621,9 @@ impl<'de> Visitor<'de> for ContainerSeed<'_> {
                 ContainerField::Ports => {
                     // A repeated `ports` replaces the earlier one.
                     self.ports.truncate(start);
-                    map.next_value_seed(PortsSeed {
+                    map.next_value_seed(NullIsEmpty(PortsSeed {
                         ports: &mut *self.ports,
-                    })?;
+                    }))?;
                 }
                 ContainerField::RestartPolicy => {
                     let policy: Option<Str<'de>> = map.next_value()?;
@@ -635,26 +645,10 @@ struct PortsSeed<'p> {
     ports: &'p mut Vec<(String, u16)>,
 }
 
-impl<'de> DeserializeSeed<'de> for PortsSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
 impl<'de> Visitor<'de> for PortsSeed<'_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of container ports")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(port) = seq.next_element::<Port>()? {

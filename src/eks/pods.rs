@@ -505,14 +505,19 @@ mod tests {
     }
 
     fn pods_over(server: &Scripted) -> KubePods {
+        pods_at(server.url().clone()).with_page_size(2)
+    }
+
+    /// Pods of an API server at `url`, over plain HTTP.
+    fn pods_at(url: Url) -> KubePods {
         let access = test_server::access(
             CLOSED,
             Overrides {
-                endpoint: Some(server.url().clone()),
+                endpoint: Some(url),
                 ca_pem: None,
             },
         );
-        KubePods::new(Arc::new(access)).with_page_size(2)
+        KubePods::new(Arc::new(access))
     }
 
     fn names(facts: &[PodFacts]) -> Vec<&str> {
@@ -726,17 +731,7 @@ mod tests {
         let server = Scripted::start(vec![]).await;
         let url = server.url().clone();
         drop(server);
-        let access = test_server::access(
-            CLOSED,
-            Overrides {
-                endpoint: Some(url),
-                ca_pem: None,
-            },
-        );
-        let err = KubePods::new(Arc::new(access))
-            .list("shop", None)
-            .await
-            .unwrap_err();
+        let err = pods_at(url).list("shop", None).await.unwrap_err();
         let PodsError::List { reason, .. } = &err else {
             panic!("expected a list error, got {err:?}");
         };
@@ -835,17 +830,7 @@ mod tests {
             stream.write_all(partial.as_bytes()).await.unwrap();
             stream.shutdown().await.unwrap();
         });
-        let access = test_server::access(
-            CLOSED,
-            Overrides {
-                endpoint: Some(url),
-                ca_pem: None,
-            },
-        );
-        let err = KubePods::new(Arc::new(access))
-            .list("shop", None)
-            .await
-            .unwrap_err();
+        let err = pods_at(url).list("shop", None).await.unwrap_err();
         server.await.unwrap();
         let PodsError::List { reason, .. } = &err else {
             panic!("expected a list error, got {err:?}");

@@ -154,43 +154,12 @@ impl World {
     /// Registered targets as `ip:port`, sorted, as DescribeTargetHealth shows them
     /// (draining ones excluded).
     pub async fn targets(&self, arn: &str) -> Vec<String> {
-        let out = self
-            .elb
-            .describe_target_health()
-            .target_group_arn(arn)
-            .send()
-            .await
-            .expect("describe target health");
-        let mut v: Vec<String> = out
-            .target_health_descriptions()
-            .iter()
-            .filter(|d| {
-                d.target_health()
-                    .and_then(|h| h.state())
-                    .is_none_or(|s| s.as_str() != "draining")
-            })
-            .map(|d| {
-                let t = d.target().unwrap();
-                format!(
-                    "{}:{}",
-                    t.id().unwrap_or_default(),
-                    t.port().unwrap_or_default()
-                )
-            })
-            .collect();
-        v.sort();
-        v
+        targets_in(&self.elb, arn).await
     }
 
     /// Registers a target by hand, as an operator would.
     pub async fn register_by_hand(&self, arn: &str, ip: &str, port: i32) {
-        self.elb
-            .register_targets()
-            .target_group_arn(arn)
-            .targets(TargetDescription::builder().id(ip).port(port).build())
-            .send()
-            .await
-            .expect("register by hand");
+        register_in(&self.elb, arn, ip, port).await;
     }
 
     /// Deregisters a target by hand.
@@ -357,6 +326,51 @@ impl Drop for World {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.ca_file());
     }
+}
+
+/// Registered targets of `arn` as `ip:port`, sorted, read through `elb` (the group's
+/// account) as DescribeTargetHealth shows them (draining ones excluded).
+pub async fn targets_in(elb: &aws_sdk_elasticloadbalancingv2::Client, arn: &str) -> Vec<String> {
+    let out = elb
+        .describe_target_health()
+        .target_group_arn(arn)
+        .send()
+        .await
+        .expect("describe target health");
+    let mut v: Vec<String> = out
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health()
+                .and_then(|h| h.state())
+                .is_none_or(|s| s.as_str() != "draining")
+        })
+        .map(|d| {
+            let t = d.target().unwrap();
+            format!(
+                "{}:{}",
+                t.id().unwrap_or_default(),
+                t.port().unwrap_or_default()
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Registers `ip:port` in `arn` by hand through `elb`, as an operator would.
+pub async fn register_in(
+    elb: &aws_sdk_elasticloadbalancingv2::Client,
+    arn: &str,
+    ip: &str,
+    port: i32,
+) {
+    elb.register_targets()
+        .target_group_arn(arn)
+        .targets(TargetDescription::builder().id(ip).port(port).build())
+        .send()
+        .await
+        .expect("register by hand");
 }
 
 /// AWS credentials of a world (moto accepts any).
