@@ -168,7 +168,11 @@ async fn metric_lines_of_a_run_pass_warn_error_and_fatal() {
     for configured in [LambdaLevel::Warn, LambdaLevel::Error, LambdaLevel::Fatal] {
         let level = tgsync::metrics::emf_level(Some(configured));
         let lines = tgsync::metrics::emf_lines(&report, level);
-        assert_eq!(lines.len(), 2, "the run line and the failing group's line");
+        assert_eq!(
+            lines.len(),
+            3,
+            "the run line, the orphan gauge (a full resync looks for orphans) and the failing group's line"
+        );
         for l in &lines {
             let v: Value = serde_json::from_str(l).unwrap();
             // Lambda passes a line at or above the configured level.
@@ -179,7 +183,10 @@ async fn metric_lines_of_a_run_pass_warn_error_and_fatal() {
             aws_smithy_types::DateTime::from_str(ts, aws_smithy_types::date_time::Format::DateTime)
                 .unwrap_or_else(|e| panic!("{ts}: {e}"));
             assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "tgsync");
-            assert!(v["ReconcileErrors"].as_u64().unwrap() >= 1, "{l}");
+            match v.get("OrphanedGroups") {
+                Some(orphaned) => assert_eq!(orphaned, 0, "{l}"),
+                None => assert!(v["ReconcileErrors"].as_u64().unwrap() >= 1, "{l}"),
+            }
         }
     }
     // A dry run feeds no metric.
