@@ -259,3 +259,67 @@ async fn every_mutation_attempt_stays_within_the_client_rate_limit() {
         );
     }
 }
+
+/// The SDK's standard retries draw on a quota per service and region that a throttling
+/// storm empties (5 tokens a retry out of 500, 1 back per success) and that outlives the
+/// storm, shared by every client of the process: from then on a call gives up at its
+/// first fault. tgsync paces and bounds its attempts itself, so after a storm of 150
+/// throttled retries a call that meets one fault must still be retried and succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttling_storm_leaves_later_calls_their_retries() {
+    use chaos_proxy::{ChaosProxy, Mix};
+    use tgsync::aws::DynamoState;
+    use tgsync::state::StateStore;
+
+    let w = world::World::new().await;
+    let proxy = ChaosProxy::transparent().await;
+    let sdk = chaos_proxy::sdk_config(&proxy).await;
+    let state = DynamoState::from_sdk_config(&sdk, w.table.as_str(), w.cluster.as_str());
+    let group = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/storm/0";
+    // The storm: every DynamoDB request throttled; each of these reads gives up after
+    // all its attempts.
+    proxy.set_mix(Mix {
+        throttle: 1.0,
+        error: 0.0,
+        after_apply: 0.0,
+    });
+    let storm = futures::future::join_all((0..25).map(|_| state.load(group))).await;
+    assert!(
+        storm.iter().all(Result::is_err),
+        "every read in the storm failed"
+    );
+    let retries = proxy
+        .records()
+        .iter()
+        .filter(|r| r.service == Service::DynamoDb && r.attempt.is_some_and(|a| a > 1))
+        .count();
+    assert!(
+        retries >= 100,
+        "the storm must be large enough to empty the SDK's default retry quota (500 tokens, 5 a retry): {retries} retries"
+    );
+    // After it: one read whose first answer is lost to a 500.
+    proxy.set_mix(Mix {
+        throttle: 0.0,
+        error: 0.0,
+        after_apply: 0.0,
+    });
+    proxy.set_rules(|r| r.lose_answer = vec![("GetItem".into(), String::new())]);
+    let before = proxy.records().len();
+    let read = state.load(group).await;
+    let after: Vec<(String, Fate)> = proxy.records()[before..]
+        .iter()
+        .map(|r| (r.operation.clone(), r.fate))
+        .collect();
+    assert!(
+        read.is_ok(),
+        "the read is retried after the storm: {read:?} ({after:?})"
+    );
+    assert_eq!(
+        after[..2],
+        [
+            ("GetItem".to_owned(), Fate::AnswerLost),
+            ("GetItem".to_owned(), Fate::Forwarded)
+        ],
+        "one lost answer, then the retry"
+    );
+}

@@ -28,7 +28,6 @@ use std::sync::{Arc, RwLock};
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
-use aws_sdk_elasticloadbalancingv2::Client;
 
 use super::Elbv2TargetGroups;
 use crate::core::{HealthState, Target};
@@ -175,7 +174,8 @@ impl Accounts {
                 .to_builder()
                 .credentials_provider(SharedCredentialsProvider::new(credentials))
                 .build();
-            accounts = accounts.with_role(role.clone(), home.for_client(Client::new(&config)));
+            accounts =
+                accounts.with_role(role.clone(), home.for_client(super::elbv2::client(&config)));
         }
         accounts
     }

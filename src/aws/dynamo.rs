@@ -140,7 +140,10 @@ impl DynamoState {
         table_name: impl Into<String>,
         cluster: impl Into<String>,
     ) -> Self {
-        Self::new(Client::new(config), table_name, cluster)
+        let config = aws_sdk_dynamodb::config::Builder::from(config)
+            .retry_partition(super::retry_partition("tgsync-dynamodb"))
+            .build();
+        Self::new(Client::from_conf(config), table_name, cluster)
     }
 
     /// Caps the items per Query page of the earlier layout's rows. Only for tests:

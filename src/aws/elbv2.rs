@@ -110,7 +110,7 @@ impl Elbv2TargetGroups {
 
     /// Builds the client from an SDK configuration (normally [`super::sdk_config`]).
     pub fn from_sdk_config(config: &aws_config::SdkConfig, rate: MutationRate) -> Self {
-        Self::new(Client::new(config), rate)
+        Self::new(client(config), rate)
     }
 
     /// Calls made so far per operation (each page counts; SDK retries do not), for
@@ -289,6 +289,16 @@ impl Elbv2TargetGroups {
                 .map_err(|e| Failure::new(operation, arn, e)),
         }
     }
+}
+
+/// An ELBv2 client of `config` in tgsync's retry partition (see
+/// [`super::retry_partition`]).
+pub(crate) fn client(config: &aws_config::SdkConfig) -> Client {
+    Client::from_conf(
+        aws_sdk_elasticloadbalancingv2::config::Builder::from(config)
+            .retry_partition(super::retry_partition("tgsync-elasticloadbalancing"))
+            .build(),
+    )
 }
 
 /// A per-request override that turns the SDK's own retries off: [`Pace::attempts`]

@@ -52,6 +52,24 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// timeout so the function can still report and release its lease.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(40);
 
+/// The retry partition of tgsync's clients of `service`: the SDK's standard retries
+/// without the SDK's retry quota.
+///
+/// By default every client of a service and region in the process draws its retries
+/// from one quota (500 tokens, 5 per retry, 1 back per success). A throttling storm
+/// empties it in about 100 retries, and it stays empty across warm invocations: from
+/// then on each call gives up on its first throttled or failed answer, so groups fail
+/// run after run exactly while the service is struggling. tgsync bounds its attempts
+/// itself (every ELBv2 attempt through its client-side buckets; every call by
+/// [`MAX_ATTEMPTS`], backoff and [`OPERATION_TIMEOUT`], at its own concurrency), so the
+/// quota only costs convergence.
+pub fn retry_partition(service: &'static str) -> aws_sdk_dynamodb::config::retry::RetryPartition {
+    use aws_sdk_dynamodb::config::retry::{RetryPartition, TokenBucket};
+    RetryPartition::custom(service)
+        .token_bucket(TokenBucket::unlimited())
+        .build()
+}
+
 /// The loader behind [`sdk_config`]: the standard credential and region chain with
 /// tgsync's retry and timeout settings. Tests and the local sandbox start from it and
 /// override the endpoint, region and credentials explicitly, so they exercise exactly

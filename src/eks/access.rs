@@ -212,7 +212,11 @@ impl ClusterAccess {
                     reason: "the AWS config has no credentials provider".to_owned(),
                 })?;
         let sts = token::sts_endpoint(&region, |key| std::env::var(key).ok())?;
-        let eks = aws_sdk_eks::Client::new(sdk_config);
+        let eks = aws_sdk_eks::Client::from_conf(
+            aws_sdk_eks::config::Builder::from(sdk_config)
+                .retry_partition(crate::aws::retry_partition("tgsync-eks"))
+                .build(),
+        );
         Ok(Self::new(cluster, eks, credentials, region, sts, overrides))
     }
 
