@@ -378,15 +378,13 @@ impl StateStore for DynamoState {
         now: UnixMillis,
         until: UnixMillis,
     ) -> Result<bool, StateError> {
-        let renew = Update::default()
-            .set("#u = :until")
-            .condition("#o = :me AND #u >= :now")
-            .value(
-                ":me",
-                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-            )
-            .value(":until", items::n(until.0))
-            .value(":now", items::n(now.0));
+        let renew = fenced(
+            Update::default()
+                .set("#u = :until")
+                .value(":until", items::n(until.0)),
+            owner,
+            now,
+        );
         Ok(self.update(group, renew, false).await?.is_ok())
     }
 
