@@ -17,7 +17,7 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_elasticloadbalancingv2::Client;
-use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetTypeEnum};
+use aws_sdk_elasticloadbalancingv2::types::TargetTypeEnum;
 use chaos_proxy::{ChaosProxy, Fate};
 use tgsync::aws::accounts::session_name;
 use tgsync::aws::{Accounts, DynamoState, Elbv2TargetGroups, MutationRate, TargetAccountRole};
@@ -26,7 +26,7 @@ use tgsync::logging::LambdaLevel;
 use tgsync::reconcile::{Engine, PodEvent, RunOptions};
 use tgsync::report::Outcome;
 use tgsync::testkit::PodBuilder;
-use world::{World, register_in, targets_in};
+use world::{World, create_group, register_in, targets_in};
 
 /// moto's default account: the deployment's own (its plain credentials land there).
 const HOME: &str = "123456789012";
@@ -79,25 +79,15 @@ async fn group_in(
         ("tgsync/selector", "app=web"),
     ];
     tags.extend_from_slice(extra);
-    let out = elb
-        .create_target_group()
-        .name(name)
-        .protocol(ProtocolEnum::Tcp)
-        .port(8080)
-        .vpc_id(moto::vpc_in(account))
-        .target_type(TargetTypeEnum::Ip)
-        .set_tags(Some(
-            tags.iter()
-                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
-                .collect(),
-        ))
-        .send()
-        .await
-        .expect("target group created");
-    let arn = out.target_groups()[0]
-        .target_group_arn()
-        .unwrap()
-        .to_owned();
+    let arn = create_group(
+        elb,
+        name,
+        &moto::vpc_in(account),
+        TargetTypeEnum::Ip,
+        8080,
+        &tags,
+    )
+    .await;
     assert_eq!(tgsync::groups::arn_account(&arn), Some(account), "{arn}");
     arn
 }

@@ -124,26 +124,7 @@ impl World {
             .collect::<String>()
             .trim_end_matches('-')
             .to_owned();
-        let out = self
-            .elb
-            .create_target_group()
-            .name(name)
-            .protocol(ProtocolEnum::Tcp)
-            .port(port)
-            .vpc_id(moto::vpc_id())
-            .target_type(kind)
-            .set_tags(Some(
-                tags.iter()
-                    .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
-                    .collect(),
-            ))
-            .send()
-            .await
-            .expect("target group created");
-        out.target_groups()[0]
-            .target_group_arn()
-            .unwrap()
-            .to_owned()
+        create_group(&self.elb, &name, moto::vpc_id(), kind, port, tags).await
     }
 
     /// Puts a pod into the emulated cluster.
@@ -326,6 +307,37 @@ impl Drop for World {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.ca_file());
     }
+}
+
+/// Creates target group `name` (TCP on `port`, of `kind`, in `vpc`) with exactly these
+/// tags through `elb` (whose credentials pick the account), and returns its ARN.
+pub async fn create_group(
+    elb: &aws_sdk_elasticloadbalancingv2::Client,
+    name: &str,
+    vpc: &str,
+    kind: TargetTypeEnum,
+    port: i32,
+    tags: &[(&str, &str)],
+) -> String {
+    let out = elb
+        .create_target_group()
+        .name(name)
+        .protocol(ProtocolEnum::Tcp)
+        .port(port)
+        .vpc_id(vpc)
+        .target_type(kind)
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .send()
+        .await
+        .expect("target group created");
+    out.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_owned()
 }
 
 /// Registered targets of `arn` as `ip:port`, sorted, read through `elb` (the group's
