@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
-    Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, Rules, Target, desired_targets, plan,
+    BackoffState, Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, Rules, Target,
+    UnixMillis, desired_targets, plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
@@ -25,11 +26,18 @@ pub(super) enum Observed {
     Change(GroupReport),
 }
 
-/// The report's words for a group whose registrations wait for its backoff.
-pub(super) fn backing_off_error(failures: u32) -> String {
-    format!(
+/// Notes in `report` that the group's registrations wait for its backoff until `until`,
+/// in the words an operator acts on (the caller sets the outcome).
+pub(super) fn note_backoff(
+    report: &mut GroupReport,
+    until: UnixMillis,
+    backoff: Option<&BackoffState>,
+) {
+    let failures = backoff.map_or(0, |b| b.failures);
+    report.next_attempt_at = Some(until);
+    report.error = Some(format!(
         "registrations back off after {failures} consecutive failure(s); deregistrations still happen at once; invoke resync with \"force\": true to retry now"
-    )
+    ));
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -105,8 +113,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         {
             // Only registrations are due, and they wait: no need to read health.
             report.outcome = Outcome::BackingOff;
-            report.next_attempt_at = Some(until);
-            report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+            note_backoff(&mut report, until, state.backoff.as_ref());
             return Observed::Done(report);
         }
         let actual = match self.groups.health(arn).await {
@@ -128,8 +135,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if opts.dry_run {
             report.outcome = Outcome::Planned;
             if let Gate::Wait { until } = gate {
-                report.next_attempt_at = Some(until);
-                report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+                note_backoff(&mut report, until, state.backoff.as_ref());
             }
             report.plan = Some(plan);
             return Observed::Done(report);
@@ -145,8 +151,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         if let Gate::Wait { until } = gate {
             report.outcome = Outcome::BackingOff;
-            report.next_attempt_at = Some(until);
-            report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+            note_backoff(&mut report, until, state.backoff.as_ref());
             return Observed::Done(report);
         }
         // Right as it is. A scheduled run remembers that when the desired set is new to

@@ -2,7 +2,7 @@
 //! write-ahead apply, with backoff holding back registrations only, and everything the
 //! pass learned written in the write that ends it.
 
-use super::observe::{backing_off_error, pod_errors};
+use super::observe::{note_backoff, pod_errors};
 use super::{BoundGroup, Engine, RunOptions};
 use crate::core::checkpoint::fingerprint;
 use crate::core::{
@@ -161,8 +161,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             && !plan.register.is_empty()
         {
             report.outcome = Outcome::BackingOff;
-            report.next_attempt_at = Some(until);
-            report.error = Some(backing_off_error(state.backoff.map_or(0, |b| b.failures)));
+            note_backoff(report, until, state.backoff.as_ref());
             std::mem::take(&mut plan.register)
         } else {
             Vec::new()
