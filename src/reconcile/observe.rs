@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
-    BackoffState, Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, Rules, Target,
+    BackoffState, Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, PodRef, Rules, Target,
     UnixMillis, desired_targets, plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
@@ -193,22 +193,29 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .map(|(t, _)| *t)
             .collect();
         for pod in desired.gates_to_open(|t| healthy.contains(t)) {
-            match self
-                .pods
-                .open_gate(&pod.namespace, &pod.name, &pod.uid)
-                .await
-            {
-                Ok(()) => {
-                    let name = pod.to_string();
-                    if !report.gates_opened.contains(&name) {
-                        report.gates_opened.push(name);
-                    }
+            self.open_gate(pod, report).await;
+        }
+    }
+
+    /// Opens `pod`'s readiness gate (the patch carries its UID, never a namesake's) and
+    /// records the result in `report`: the pod among `gates_opened`, or a pod error (usually
+    /// RBAC: `patch` on `pods/status`).
+    pub(super) async fn open_gate(&self, pod: &PodRef, report: &mut GroupReport) {
+        let name = pod.to_string();
+        match self
+            .pods
+            .open_gate(&pod.namespace, &pod.name, &pod.uid)
+            .await
+        {
+            Ok(()) => {
+                if !report.gates_opened.contains(&name) {
+                    report.gates_opened.push(name);
                 }
-                Err(e) => report.pod_errors.push(PodError {
-                    pod: pod.to_string(),
-                    error: e.to_string(),
-                }),
             }
+            Err(e) => report.pod_errors.push(PodError {
+                pod: name,
+                error: e.to_string(),
+            }),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::{BoundGroup, Engine, RunOptions, START_CUTOFF, Scope};
 use crate::core::{HealthState, PodFacts, Target, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
-use crate::report::{Outcome, PodError, Report};
+use crate::report::{Outcome, Report};
 use crate::state::StateStore;
 
 /// How often a starting pod is read again while waiting for it to turn ready.
@@ -221,22 +221,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             if !healthy {
                 continue;
             }
-            let opened = self
-                .pods
-                .open_gate(&pod.pod.namespace, &pod.pod.name, &pod.pod.uid)
-                .await;
+            // `waiting` holds only groups with a report.
             if let Some(g) = report
                 .groups
                 .iter_mut()
                 .find(|g| g.target_group_arn == group.group.arn)
             {
-                match opened {
-                    Ok(()) => g.gates_opened.push(name),
-                    Err(e) => g.pod_errors.push(PodError {
-                        pod: name,
-                        error: e.to_string(),
-                    }),
-                }
+                self.open_gate(&pod.pod, g).await;
             }
             return;
         }

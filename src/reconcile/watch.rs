@@ -23,7 +23,7 @@ use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::{HealthState, PodFacts, Selector, Target, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{Listing, PodSource, PodsError, WatchEvent};
-use crate::report::{GroupReport, Outcome, PodError, WatchReport};
+use crate::report::{GroupReport, Outcome, WatchReport};
 use crate::state::StateStore;
 use futures::StreamExt as _;
 
@@ -439,25 +439,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     if !healthy {
                         continue;
                     }
-                    let name = pod.pod.to_string();
-                    match self
-                        .pods
-                        .open_gate(&pod.pod.namespace, &pod.pod.name, &pod.pod.uid)
-                        .await
-                    {
-                        Ok(()) => lock(&shared.report).gates_opened.push(name),
-                        Err(e) => {
-                            let mut r = GroupReport::new(
-                                &b.group.arn,
-                                &b.group.group_name(),
-                                Outcome::InSync,
-                            );
-                            r.pod_errors.push(PodError {
-                                pod: name,
-                                error: e.to_string(),
-                            });
-                            lock(&shared.report).changes.push(r);
-                        }
+                    let mut r =
+                        GroupReport::new(&b.group.arn, &b.group.group_name(), Outcome::InSync);
+                    self.open_gate(&pod.pod, &mut r).await;
+                    let mut report = lock(&shared.report);
+                    if r.pod_errors.is_empty() {
+                        report.gates_opened.append(&mut r.gates_opened);
+                    } else {
+                        report.changes.push(r);
                     }
                 }
             }
