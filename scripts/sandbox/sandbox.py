@@ -276,6 +276,21 @@ def pod_path(name: str, sub: str = "") -> str:
     return f"/api/v1/namespaces/{NAMESPACE}/pods/{urllib.parse.quote(name)}{sub}"
 
 
+def mark_ready(name: str) -> dict:
+    """Turns pod `name` ready, as the kubelet does (a strategic-merge patch of its
+    status); returns the pod as the API server then has it."""
+    patch = {
+        "status": {
+            "conditions": [
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "Ready", "status": "True"},
+            ],
+            "containerStatuses": [{"name": "app", "ready": True}],
+        }
+    }
+    return kube("PATCH", pod_path(name, "/status"), patch, "application/strategic-merge-patch+json")
+
+
 def list_pods() -> list[dict]:
     q = urllib.parse.urlencode({"labelSelector": SELECTOR})
     return kube("GET", f"/api/v1/namespaces/{NAMESPACE}/pods?{q}")["items"]
@@ -543,18 +558,7 @@ def step_started(arn: str) -> None:
     sender = threading.Thread(target=lambda: result.update(report=invoke("pod-events", event)))
     sender.start()
     time.sleep(0.8)
-    patch = {
-        "status": {
-            "conditions": [
-                {"type": "ContainersReady", "status": "True"},
-                {"type": "Ready", "status": "True"},
-            ],
-            "containerStatuses": [{"name": "app", "ready": True}],
-        }
-    }
-    pod = kube(
-        "PATCH", pod_path(NOT_READY_POD, "/status"), patch, "application/strategic-merge-patch+json"
-    )
+    pod = mark_ready(NOT_READY_POD)
     ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
     out(f"  {bold('kube')}    PATCH {pod_path(NOT_READY_POD, '/status')} (strategic merge), "
         f"0.8 s after the event: Ready {ready_before} -> {ready.get('Ready')} ({target})")
@@ -614,16 +618,7 @@ def step_watch(arn: str) -> None:
     )
     runner.start()
     time.sleep(2.0)
-    patch = {
-        "status": {
-            "conditions": [
-                {"type": "ContainersReady", "status": "True"},
-                {"type": "Ready", "status": "True"},
-            ],
-            "containerStatuses": [{"name": "app", "ready": True}],
-        }
-    }
-    kube("PATCH", pod_path(WATCH_POD, "/status"), patch, "application/strategic-merge-patch+json")
+    mark_ready(WATCH_POD)
     patched = time.monotonic()
     delay = None
     while time.monotonic() - patched < 10:
