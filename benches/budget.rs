@@ -116,7 +116,7 @@ async fn deployment(bounded: bool) {
         use_checkpoint: true,
         ..RunOptions::default()
     };
-    let watching = resync.resync_and_watch(&opts, until);
+    let watching = resync.run_scheduled(&opts, until);
     // Lambda runs at most `concurrency` invocations at once: each container takes the
     // next queued event when it is done.
     let queue = std::sync::Mutex::new(std::collections::VecDeque::new());

@@ -111,6 +111,7 @@ impl App {
                 verify_describes_per_second: settings.verify_describes_per_second,
                 schedule_period: settings.schedule,
                 binding_policy: settings.binding_policy(),
+                relist_after: settings.relist,
                 ..EngineSettings::default()
             })
             .with_owner_prefix(function);
@@ -136,6 +137,9 @@ where
     if let Err(e) = &app {
         tracing::error!("configuration error: {e}");
     }
+    if let Ok(app) = &app {
+        graceful_shutdown(app.clone()).await;
+    }
     let handler = &handler;
     let app = &app;
     lambda_runtime::run(lambda_runtime::service_fn(
@@ -146,6 +150,61 @@ where
         },
     ))
     .await
+}
+
+/// How long the shutdown hook lets passes in flight give their leases back: Lambda
+/// allows 500 ms between SIGTERM and SIGKILL.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(400);
+
+/// On SIGTERM (Lambda shutting the container down, also at an invocation's timeout) or
+/// SIGINT: every pass in flight stops before its next change and gives its lease back
+/// with a request for another pass, within [`SHUTDOWN_GRACE`]; then the process exits.
+/// Lambda sends SIGTERM only to a runtime with an extension registered, so a no-op
+/// internal extension is registered first (before the runtime loop starts, as Lambda
+/// requires); where no Extensions API answers (local runs), the signal handler still
+/// works and the registration is skipped with one log line.
+async fn graceful_shutdown(app: Arc<App>) {
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        let registered = lambda_extension::Extension::new()
+            .with_events(&[])
+            .with_extension_name("tgsync-graceful-shutdown")
+            .register()
+            .await;
+        match registered {
+            Ok(extension) => {
+                tokio::spawn(async move {
+                    // Never returns while the container lives: no event is subscribed.
+                    let _ = extension.run().await;
+                });
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "no Lambda Extensions API: SIGTERM is not announced here")
+            }
+        }
+    }
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!(
+            "cannot listen for SIGTERM; leases in flight at shutdown expire on their own"
+        );
+        return;
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutting down: passes in flight give their leases back");
+        app.engine.shut_down();
+        let give_up = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while app.engine.passes_in_flight() > 0 && tokio::time::Instant::now() < give_up {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        std::process::exit(0);
+    });
 }
 
 /// Installs aws-lc-rs as the process-wide rustls provider, so kube and the AWS SDK agree

@@ -57,6 +57,11 @@ pub struct Settings {
     /// schedule's period): how long after it started a scheduled resync keeps watching
     /// the bound namespaces and reconciling groups as their pods change.
     pub watch: Duration,
+    /// `TGSYNC_RELIST_MINUTES` (default 120; 0 = never): a watched namespace whose
+    /// LIST is older than this is listed again. A safety net only: the watch resumes
+    /// from its last version and relists at once on a gap (410) or an error; at 100,000
+    /// pods a LIST is ~430 MiB, so every 2 h costs under 1 % of a LIST per minute.
+    pub relist: Option<Duration>,
     /// `TGSYNC_ALLOWED_NAMESPACES` (space separated; empty or unset: any): the only
     /// namespaces a `tgsync/namespace` tag may name. Whoever can tag a group can point
     /// pods at it; this bounds what such a tag can reach.
@@ -178,6 +183,10 @@ impl Settings {
                 60 * number(&get, "TGSYNC_SCHEDULE_MINUTES", 1, 1, 1440)?,
             ),
             watch: Duration::from_secs(number(&get, "TGSYNC_WATCH_SECONDS", 0, 0, 840)?),
+            relist: match number(&get, "TGSYNC_RELIST_MINUTES", 120u64, 0, 10_080)? {
+                0 => None,
+                minutes => Some(Duration::from_secs(60 * minutes)),
+            },
             max_containers: number(&get, "TGSYNC_MAX_CONTAINERS", 1, 1, 1000)?,
             budget_share: decimal(&get, "TGSYNC_BUDGET_SHARE", 1.0, 0.01, 1.0)?,
             allowed_namespaces: namespaces(&get, "TGSYNC_ALLOWED_NAMESPACES")?,

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::clock::ManualClock;
 use crate::core::{BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target, UnixMillis};
-use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
+use crate::groups::{ElbError, Fence, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::state::{
     Acquire, Change, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
@@ -526,8 +526,15 @@ impl TargetGroupApi for FakeElb {
         }
     }
 
-    async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
+    async fn register(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
         self.chaos.pause().await;
+        // The fence is asked as the attempt goes out; then it takes its time.
+        fenced("RegisterTargets", fence)?;
         self.slow_mutation.wait().await;
         {
             let mut lag = lock(&self.read_lag);
@@ -566,8 +573,14 @@ impl TargetGroupApi for FakeElb {
         }
     }
 
-    async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
+    async fn deregister(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
         self.chaos.pause().await;
+        fenced("DeregisterTargets", fence)?;
         self.slow_mutation.wait().await;
         self.mutate("DeregisterTargets", arn, |group| {
             for t in targets {
@@ -579,6 +592,13 @@ impl TargetGroupApi for FakeElb {
     }
 }
 
+/// The fence's answer as the real adapter gives it, right before the call goes out.
+fn fenced(operation: &'static str, fence: &dyn Fence) -> Result<(), ElbError> {
+    fence
+        .check()
+        .map_err(|reason| ElbError::Fenced { operation, reason })
+}
+
 /// A fake state table: one record per group with DynamoDB's conditional-write
 /// semantics (the lease, fencing, the version check of unleased writes).
 #[derive(Debug, Default)]
@@ -586,8 +606,9 @@ pub struct FakeState {
     /// Scheduling noise for race tests.
     pub chaos: Chaos,
     groups: Mutex<HashMap<String, GroupState>>,
-    /// `(cluster, group)` pairs of the orphan index.
-    index: Mutex<BTreeSet<(String, String)>>,
+    /// `(cluster, group)` pairs of the orphan index, with the namespace and selector
+    /// recorded.
+    index: Mutex<BTreeMap<(String, String), (String, Selector)>>,
     fail: AtomicBool,
     fail_renewals: AtomicBool,
     slow_read: Delay,
@@ -622,7 +643,7 @@ impl FakeState {
 
     /// Whether `group` is in `cluster`'s index.
     pub fn indexed(&self, cluster: &str, group: &str) -> bool {
-        lock(&self.index).contains(&(cluster.to_owned(), group.to_owned()))
+        lock(&self.index).contains_key(&(cluster.to_owned(), group.to_owned()))
     }
 
     /// Whether the group has an item at all (release deletes it when nothing is left).
@@ -701,6 +722,9 @@ fn apply(state: &mut GroupState, change: &Change) {
     if let Some(checkpoint) = change.checkpoint {
         state.checkpoint = checkpoint;
     }
+    if let Some(seen) = &change.seen {
+        state.seen.clone_from(seen);
+    }
     if !change.is_empty() {
         state.version += 1;
     }
@@ -739,18 +763,14 @@ impl StateStore for FakeState {
                     until,
                 });
                 entry.dirty = false;
+                entry.checkpoint = None;
+                entry.version += 1;
                 Ok(Acquire::Acquired(entry.clone()))
             }
         }
     }
 
-    async fn renew(
-        &self,
-        group: &str,
-        owner: &str,
-        now: UnixMillis,
-        until: UnixMillis,
-    ) -> Result<bool, StateError> {
+    async fn renew(&self, group: &str, owner: &str, until: UnixMillis) -> Result<bool, StateError> {
         self.check("UpdateItem").await?;
         if self.fail_renewals.load(Ordering::SeqCst) {
             return Err(StateError::Dynamo {
@@ -759,14 +779,17 @@ impl StateStore for FakeState {
             });
         }
         let mut groups = lock(&self.groups);
-        match groups.get_mut(group) {
-            Some(state) if ours(state, owner, now) => {
-                if let Some(l) = state.lease.as_mut() {
-                    l.until = until;
-                }
+        // Ownership only: an expired lease nobody took since is taken back.
+        match groups
+            .get_mut(group)
+            .and_then(|s| s.lease.as_mut())
+            .filter(|l| l.owner == owner)
+        {
+            Some(l) => {
+                l.until = until;
                 Ok(true)
             }
-            _ => Ok(false),
+            None => Ok(false),
         }
     }
 
@@ -821,6 +844,7 @@ impl StateStore for FakeState {
         owner: &str,
         now: UnixMillis,
         change: &Change,
+        dirty: bool,
     ) -> Result<(), StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
@@ -831,6 +855,7 @@ impl StateStore for FakeState {
                 apply(state, change);
             }
             state.lease = None;
+            state.dirty |= dirty;
         }
         Ok(())
     }
@@ -861,15 +886,35 @@ impl StateStore for FakeState {
     async fn indexed_groups(&self, cluster: &str) -> Result<BTreeSet<String>, StateError> {
         self.check("GetItem").await?;
         Ok(lock(&self.index)
-            .iter()
+            .keys()
             .filter(|(c, _)| c == cluster)
             .map(|(_, g)| g.clone())
             .collect())
     }
 
-    async fn index(&self, group: &str, cluster: &str) -> Result<(), StateError> {
+    async fn indexed_selections(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<(String, Option<Selector>)>, StateError> {
+        self.check("GetItem").await?;
+        Ok(lock(&self.index)
+            .iter()
+            .filter(|((c, _), _)| c == cluster)
+            .map(|(_, (ns, sel))| (ns.clone(), Some(sel.clone())))
+            .collect())
+    }
+
+    async fn index(
+        &self,
+        group: &str,
+        cluster: &str,
+        binding: &crate::core::Binding,
+    ) -> Result<(), StateError> {
         self.check("PutItem").await?;
-        lock(&self.index).insert((cluster.to_owned(), group.to_owned()));
+        lock(&self.index).insert(
+            (cluster.to_owned(), group.to_owned()),
+            (binding.namespace.clone(), binding.selector.clone()),
+        );
         Ok(())
     }
 

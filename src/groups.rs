@@ -22,6 +22,32 @@ pub struct TargetGroup {
     pub tags: BTreeMap<String, String>,
 }
 
+/// Whether a mutating ELBv2 call may still go out. Implemented by the lease: checked
+/// before every attempt — first tries, retries and chunk splits alike — so a holder that
+/// lost its lease (or is about to) sends nothing more, however long its call has been
+/// retrying.
+pub trait Fence: Send + Sync {
+    /// `Err` with the reason when no further attempt may be sent.
+    fn check(&self) -> Result<(), String>;
+}
+
+tokio::task_local! {
+    /// Set for work that may wait for ELBv2's Describe budget behind reactions.
+    static BACKGROUND: ();
+}
+
+/// Runs `work` as background work: its ELBv2 Describe calls (discovery, the full diff's
+/// verifications) yield the client-side budget to calls made for pod changes and gates,
+/// so a reaction never queues behind a large fleet's verification.
+pub async fn in_background<F: Future>(work: F) -> F::Output {
+    BACKGROUND.scope((), work).await
+}
+
+/// Whether the calling task runs [`in_background`] work.
+pub fn is_background() -> bool {
+    BACKGROUND.try_with(|()| ()).is_ok()
+}
+
 /// ELBv2 operations tgsync needs. Implementations rate-limit the mutating calls and retry
 /// throttling and 5xx with backoff and jitter.
 pub trait TargetGroupApi: Send + Sync {
@@ -58,18 +84,22 @@ pub trait TargetGroupApi: Send + Sync {
 
     /// RegisterTargets with at most 200 targets. When ELBv2 refuses the call because of
     /// some of them, the others are still registered and the refused ones come back in
-    /// [`ElbError::Rejected`] with ELBv2's reason.
+    /// [`ElbError::Rejected`] with ELBv2's reason. `fence` is checked before every
+    /// attempt ([`ElbError::Fenced`] when it refuses).
     fn register(
         &self,
         arn: &str,
         targets: &[Target],
+        fence: &dyn Fence,
     ) -> impl Future<Output = Result<(), ElbError>> + Send;
 
-    /// DeregisterTargets with at most 200 targets.
+    /// DeregisterTargets with at most 200 targets; `fence` as for
+    /// [`TargetGroupApi::register`].
     fn deregister(
         &self,
         arn: &str,
         targets: &[Target],
+        fence: &dyn Fence,
     ) -> impl Future<Output = Result<(), ElbError>> + Send;
 }
 
@@ -177,6 +207,15 @@ pub enum ElbError {
         arn: String,
         /// Its account (empty when the ARN names none).
         account: String,
+    },
+    /// The fence refused the next attempt (the lease was lost or ran out): nothing more
+    /// was sent; whoever holds the group now finishes it.
+    #[error("ELBv2 {operation} not sent: {reason}")]
+    Fenced {
+        /// The API operation.
+        operation: &'static str,
+        /// Why the fence refused.
+        reason: String,
     },
     /// Any other failure.
     #[error("ELBv2 {operation} failed: {message}")]

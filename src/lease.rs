@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::core::UnixMillis;
+use crate::groups::Fence;
 use crate::state::{Acquire, Change, GroupState, Release, StateError, StateStore};
 
 /// The lease's clock settings.
@@ -29,6 +30,9 @@ pub struct Timings {
     pub write_margin: Duration,
     /// How often a waiter looks at a held lease.
     pub poll: Duration,
+    /// The longest (real time) a pass waits for its lease to be renewed before a write
+    /// ([`Lease::ready`]) before it counts the lease as lost.
+    pub ready_wait: Duration,
 }
 
 impl Default for Timings {
@@ -38,9 +42,16 @@ impl Default for Timings {
             renew_every: Duration::from_secs(5),
             write_margin: Duration::from_secs(4),
             poll: Duration::from_secs(1),
+            ready_wait: Duration::from_secs(20),
         }
     }
 }
+
+/// While a renewal is due and unanswered, another attempt starts this often.
+pub const RENEW_RETRY: Duration = Duration::from_millis(1000);
+
+/// Renewal attempts in flight at once (a slow answer still counts when it comes).
+const RENEW_IN_FLIGHT: usize = 3;
 
 /// Times a waiter goes back to taking the lease (after a holder died or gave up) before
 /// it leaves the group to its holder and the next run.
@@ -54,6 +65,8 @@ pub enum Busy {
     Asked {
         /// The holder.
         owner: String,
+        /// Its lease's expiry as last seen: when a dead holder's group can be taken.
+        until: UnixMillis,
     },
     /// The holder ran again after our request (or a newer holder read everything
     /// afresh): our change is served.
@@ -74,8 +87,13 @@ pub enum PassEnd {
     /// Done: write `change` and release (or run again if asked).
     Done(Change),
     /// Give the group up after writing `change`, leaving any pending request for the
-    /// next run (failed, backing off, out of time).
+    /// next run (failed, backing off, out of time). The pass completed: it served every
+    /// request made before it started.
     GiveUp(Change),
+    /// The pass was cut before it completed (the run's time is up, shutdown, the lease
+    /// in trouble): write `change` (what was done so far), give the lease up and ask for
+    /// another pass (`dirty`), leaving no checkpoint.
+    Cut(Change),
     /// Stop dead without writing anything or releasing (an injected crash; tests).
     Abort,
 }
@@ -89,6 +107,8 @@ pub enum RunEnd {
     GivenUp,
     /// The lease was lost on the way; the new holder is responsible.
     Lost,
+    /// A pass was cut (see [`PassEnd::Cut`]); another pass was asked for.
+    Cut,
     /// Stopped dead (tests).
     Aborted,
 }
@@ -102,6 +122,10 @@ pub struct Lease<'a, S> {
     timings: Timings,
     until: AtomicU64,
     lost: AtomicBool,
+    /// Signalled by the heartbeat on every renewal (or loss), for [`Lease::ready`].
+    renewed: tokio::sync::Notify,
+    /// Signalled by [`Lease::ready`] to have the heartbeat renew at once.
+    renew_now: tokio::sync::Notify,
 }
 
 /// A lease owner id: the function, the cluster and a random part
@@ -145,11 +169,17 @@ pub async fn take<'a, S: StateStore>(
                     timings,
                     until: AtomicU64::new(until.0),
                     lost: AtomicBool::new(false),
+                    renewed: tokio::sync::Notify::new(),
+                    renew_now: tokio::sync::Notify::new(),
                 };
                 return Ok(Taken::Held(Box::new(lease), state));
             }
-            Acquire::HeldElsewhere { owner: holder, .. } => holder,
+            Acquire::HeldElsewhere {
+                owner: holder,
+                until,
+            } => (holder, until),
         };
+        let (holder, mut holder_until) = holder;
         let same_cluster = cluster_of(&holder) == Some(cluster);
         // Wait for the holder to serve us, or to go away without doing so: at most until
         // `wait_until`, and at most that many polls (whatever the clock says).
@@ -161,14 +191,20 @@ pub async fn take<'a, S: StateStore>(
         };
         loop {
             if polls == 0 || wait_until.is_none_or(|w| clock.now().plus(timings.poll) >= w) {
-                return Ok(Taken::Busy(Busy::Asked { owner: holder }));
+                return Ok(Taken::Busy(Busy::Asked {
+                    owner: holder,
+                    until: holder_until,
+                }));
             }
             polls -= 1;
             tokio::time::sleep(timings.poll).await;
             let state = store.peek(group).await?;
             let now = clock.now();
             match &state.lease {
-                Some(l) if l.owner == holder && l.until >= now => continue,
+                Some(l) if l.owner == holder && l.until >= now => {
+                    holder_until = l.until;
+                    continue;
+                }
                 // Expired under its holder: a dead holder. Take over.
                 Some(l) if l.owner == holder => break,
                 // A newer holder of this cluster read everything after our request.
@@ -194,13 +230,11 @@ impl<S: StateStore> Lease<'_, S> {
     }
 
     /// Whether a write may start now: the lease is not known lost and has more than the
-    /// write margin left. Call before every ELBv2 mutation.
+    /// write margin left. Synchronous, for the ELBv2 adapter's check before every attempt
+    /// ([`Fence`]); a pass calls [`Lease::ready`] first, which waits for a renewal instead
+    /// of failing when the lease is merely close to its end.
     pub fn check(&self) -> Result<(), StateError> {
-        let until = UnixMillis(self.until.load(Ordering::SeqCst));
-        if self.lost.load(Ordering::SeqCst)
-            || self.clock.now().plus(self.timings.write_margin) > until
-        {
-            self.lost.store(true, Ordering::SeqCst);
+        if self.lost.load(Ordering::SeqCst) || !self.fresh() {
             return Err(StateError::LeaseLost {
                 group: self.group.clone(),
             });
@@ -208,9 +242,47 @@ impl<S: StateStore> Lease<'_, S> {
         Ok(())
     }
 
-    /// A fenced write of `change`.
+    /// More than the write margin left (by this holder's last successful renewal).
+    fn fresh(&self) -> bool {
+        let until = UnixMillis(self.until.load(Ordering::SeqCst));
+        self.clock.now().plus(self.timings.write_margin) < until
+    }
+
+    /// Waits until a write may start: at once when the lease has more than the write
+    /// margin left; otherwise the heartbeat is asked to renew now (re-taking a lease that
+    /// expired but that nobody else took) and this waits for it, at most
+    /// [`Timings::ready_wait`] of real time. So a slow CPU or a slow state table costs time, not
+    /// the pass; only a lease another holder took (or one that could not be renewed for
+    /// that long) is lost. Call it (inside [`Lease::run`]'s pass) before every ELBv2
+    /// mutation and fenced write.
+    pub async fn ready(&self) -> Result<(), StateError> {
+        let lost = || StateError::LeaseLost {
+            group: self.group.clone(),
+        };
+        let give_up = tokio::time::Instant::now() + self.timings.ready_wait;
+        loop {
+            let renewed = self.renewed.notified();
+            let mut renewed = std::pin::pin!(renewed);
+            renewed.as_mut().enable();
+            if self.lost.load(Ordering::SeqCst) {
+                return Err(lost());
+            }
+            if self.fresh() {
+                return Ok(());
+            }
+            self.renew_now.notify_one();
+            if tokio::time::timeout_at(give_up, renewed).await.is_err() {
+                tracing::warn!(target_group = %self.group, "the lease could not be renewed in time; stopping before the next write");
+                self.lost.store(true, Ordering::SeqCst);
+                return Err(lost());
+            }
+        }
+    }
+
+    /// A fenced write of `change`: waits for the lease to be fresh ([`Lease::ready`]),
+    /// and the state table refuses it if the lease is no longer ours.
     pub async fn write(&self, change: &Change) -> Result<(), StateError> {
-        self.check()?;
+        self.ready().await?;
         let result = self
             .store
             .write(&self.group, &self.owner, self.clock.now(), change)
@@ -224,8 +296,14 @@ impl<S: StateStore> Lease<'_, S> {
     /// Runs passes under the lease, renewing it meanwhile, until one ends it: the one
     /// exit of the protocol. Each pass gets the group's state (as of taking the lease or
     /// of the last release that asked for another pass) and ends with a [`PassEnd`]. At
-    /// most `max_passes` run; `more_time` is asked before each pass (the lease is given
-    /// back untouched when there is none).
+    /// most `max_passes` run; `more_time` is asked before each pass and before each
+    /// release (with no time left the lease is given back instead of released, so a
+    /// request for another pass is never cleared by a holder that would not serve it).
+    ///
+    /// A request for a pass (`dirty`) is cleared only by taking the lease or by a release
+    /// that asks for another pass, and it is *owed* until a pass that started after it
+    /// completes: every exit that leaves it unserved (out of time, a cut pass, a lost
+    /// lease) sets `dirty` again for the next holder.
     pub async fn run(
         self,
         first: GroupState,
@@ -235,43 +313,43 @@ impl<S: StateStore> Lease<'_, S> {
     ) -> RunEnd {
         let mut state = first;
         let mut passes = 0u32;
+        // Taking the lease cleared any pending request: our first pass owes it.
+        let mut owed = true;
         loop {
             if !more_time() {
-                let now = self.clock.now();
-                if let Err(e) = self
-                    .store
-                    .abandon(&self.group, &self.owner, now, &Change::default())
-                    .await
-                {
-                    tracing::warn!(target_group = %self.group, error = %e, "giving the lease up failed; it expires on its own");
-                }
+                self.give_up(&Change::default(), owed).await;
                 return RunEnd::GivenUp;
             }
             passes += 1;
             let end = self.hold(pass(state, &self)).await;
-            let (change, give_up) = match end {
+            let (change, next) = match end {
                 PassEnd::Abort => return RunEnd::Aborted,
-                PassEnd::Done(change) => (change, false),
-                PassEnd::GiveUp(change) => (change, true),
+                PassEnd::Done(change) => {
+                    owed = false;
+                    (change, RunEnd::Released)
+                }
+                PassEnd::GiveUp(change) => {
+                    owed = false;
+                    (change, RunEnd::GivenUp)
+                }
+                PassEnd::Cut(change) => (change, RunEnd::Cut),
             };
             if self.lost.load(Ordering::SeqCst) {
                 tracing::warn!(target_group = %self.group, "lease lost during the pass");
+                // Whoever takes the lease next serves what this holder still owed.
+                self.give_up(&Change::default(), owed).await;
                 return RunEnd::Lost;
             }
-            let now = self.clock.now();
-            if give_up || passes >= max_passes {
-                return match self
-                    .store
-                    .abandon(&self.group, &self.owner, now, &change)
-                    .await
-                {
-                    Ok(()) => RunEnd::GivenUp,
-                    Err(e) => {
-                        tracing::warn!(target_group = %self.group, error = %e, "giving the lease up failed; it expires on its own");
-                        RunEnd::GivenUp
-                    }
+            let out_of_time = passes >= max_passes || !more_time();
+            if next != RunEnd::Released || out_of_time {
+                self.give_up(&change, owed).await;
+                return if next == RunEnd::Released {
+                    RunEnd::GivenUp
+                } else {
+                    next
                 };
             }
+            let now = self.clock.now();
             let until = now.plus(self.timings.duration);
             match self
                 .store
@@ -280,12 +358,15 @@ impl<S: StateStore> Lease<'_, S> {
             {
                 Ok(Release::Released) => return RunEnd::Released,
                 Ok(Release::RunAgain(s)) => {
-                    self.until.store(until.0, Ordering::SeqCst);
+                    self.until.fetch_max(until.0, Ordering::SeqCst);
                     tracing::info!(target_group = %self.group, pass = passes, "asked to run again while holding the lease");
+                    owed = true;
                     state = s;
                 }
                 Ok(Release::Lost) => {
                     tracing::warn!(target_group = %self.group, owner = %self.owner, "lease was lost before its release (expired or taken over)");
+                    // The pass's result was not recorded: ask for another pass.
+                    self.give_up(&Change::default(), true).await;
                     return RunEnd::Lost;
                 }
                 Err(e) => {
@@ -296,35 +377,110 @@ impl<S: StateStore> Lease<'_, S> {
         }
     }
 
-    /// Drives `work` while renewing the lease every `renew_every`. If renewal fails for
-    /// good the lease is marked lost, and `work` stops at its next [`Lease::check`] or
-    /// fenced write.
+    /// Gives the lease back with `change` written (if the lease is still ours), setting
+    /// `dirty` when a request is still `owed`; a failure only leaves the lease to expire.
+    async fn give_up(&self, change: &Change, owed: bool) {
+        let now = self.clock.now();
+        if let Err(e) = self
+            .store
+            .abandon(&self.group, &self.owner, now, change, owed)
+            .await
+        {
+            tracing::warn!(target_group = %self.group, error = %e, "giving the lease up failed; it expires on its own");
+        }
+    }
+
+    /// Drives `work` while the heartbeat renews the lease (see [`Lease::heartbeat`]).
     async fn hold<F: Future>(&self, work: F) -> F::Output {
-        let heartbeat = async {
-            loop {
-                tokio::time::sleep(self.timings.renew_every).await;
-                let now = self.clock.now();
-                let until = now.plus(self.timings.duration);
-                match self.store.renew(&self.group, &self.owner, now, until).await {
-                    Ok(true) => self.until.store(until.0, Ordering::SeqCst),
-                    Ok(false) => {
-                        tracing::warn!(target_group = %self.group, "lease renewal refused: lost");
-                        self.lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    Err(e) => {
-                        // Keep trying while the lease lasts; `check` stops writes in time.
-                        tracing::warn!(target_group = %self.group, error = %e, "lease renewal failed");
-                    }
-                }
-            }
-        };
         let work = std::pin::pin!(work);
-        let heartbeat = std::pin::pin!(heartbeat);
+        let heartbeat = std::pin::pin!(self.heartbeat());
         match futures::future::select(work, heartbeat).await {
             futures::future::Either::Left((out, _)) => out,
             futures::future::Either::Right(((), work)) => work.await,
         }
+    }
+
+    /// Keeps the lease alive while a pass runs: a renewal is due [`Timings::renew_every`]
+    /// after the last one that succeeded (or at once when [`Lease::ready`] asks), and
+    /// while it is not answered another attempt starts every [`RENEW_RETRY`], up to
+    /// [`RENEW_IN_FLIGHT`] at a time: a slow answer still counts when it comes, a hung
+    /// one is dropped after one lease duration, and neither holds the next attempt back.
+    /// A renewal is conditional only on the lease still being ours, so a lease that
+    /// expired under a slow holder but that nobody else took is taken back. Returns once
+    /// the lease is known lost (refused).
+    async fn heartbeat(&self) {
+        use futures::stream::{FuturesUnordered, StreamExt as _};
+        let mut in_flight = FuturesUnordered::new();
+        let mut last_start: Option<tokio::time::Instant> = None;
+        // When the lease was last extended (acquired, asked to run again, or renewed).
+        let mut confirmed = UnixMillis(
+            self.until
+                .load(Ordering::SeqCst)
+                .saturating_sub(u64::try_from(self.timings.duration.as_millis()).unwrap_or(0)),
+        );
+        loop {
+            let now = self.clock.now();
+            let due = now >= confirmed.plus(self.timings.renew_every);
+            let spaced = last_start.is_none_or(|t| t.elapsed() >= RENEW_RETRY);
+            if due && spaced && in_flight.len() < RENEW_IN_FLIGHT {
+                let until = now.plus(self.timings.duration);
+                last_start = Some(tokio::time::Instant::now());
+                in_flight.push(async move {
+                    let renewed = tokio::time::timeout(
+                        self.timings.duration,
+                        self.store.renew(&self.group, &self.owner, until),
+                    )
+                    .await;
+                    (now, until, renewed)
+                });
+                continue;
+            }
+            let wait = if due {
+                RENEW_RETRY
+            } else {
+                Duration::from_millis(
+                    confirmed
+                        .plus(self.timings.renew_every)
+                        .0
+                        .saturating_sub(now.0)
+                        .max(1),
+                )
+            };
+            tokio::select! {
+                Some((sent, until, renewed)) = in_flight.next(), if !in_flight.is_empty() => {
+                    match renewed {
+                        Ok(Ok(true)) => {
+                            self.until.fetch_max(until.0, Ordering::SeqCst);
+                            confirmed = confirmed.max(sent);
+                            self.renewed.notify_waiters();
+                        }
+                        Ok(Ok(false)) => {
+                            tracing::warn!(target_group = %self.group, "lease renewal refused: another holder has it");
+                            self.lost.store(true, Ordering::SeqCst);
+                            self.renewed.notify_waiters();
+                            return;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(target_group = %self.group, error = %e, "lease renewal failed; trying again");
+                        }
+                        Err(_) => {
+                            tracing::warn!(target_group = %self.group, "lease renewal got no answer within a lease duration; trying again");
+                        }
+                    }
+                }
+                () = self.renew_now.notified() => {
+                    // `ready` wants a renewal: make it due now.
+                    confirmed = UnixMillis(0);
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+impl<S: StateStore> Fence for Lease<'_, S> {
+    fn check(&self) -> Result<(), String> {
+        Lease::check(self).map_err(|e| e.to_string())
     }
 }
 

@@ -13,6 +13,7 @@ pub mod app;
 pub mod aws;
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod core;
 pub mod eks;
 #[cfg(any(test, feature = "testing"))]

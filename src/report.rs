@@ -113,6 +113,10 @@ pub struct GroupReport {
     /// When a backing-off group will be tried again (unix ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<UnixMillis>,
+    /// `leaseHeld`: until when the holder's lease lasts unless renewed (unix ms); a
+    /// holder that died frees the group then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<UnixMillis>,
     /// Reconcile passes run under the lease (more than one when asked to run again).
     pub passes: u32,
     /// True when the desired set was unchanged and verified recently, so target health
@@ -123,6 +127,10 @@ pub struct GroupReport {
     /// bindings must be dropped (not part of the JSON report).
     #[serde(skip)]
     pub gone: bool,
+    /// When the pass's first ELBv2 change was answered (reaction latency; not part of
+    /// the JSON report).
+    #[serde(skip)]
+    pub applied_at: Option<UnixMillis>,
 }
 
 impl GroupReport {
@@ -146,9 +154,11 @@ impl GroupReport {
             desired: 0,
             error: None,
             next_attempt_at: None,
+            lease_until: None,
             passes: 0,
             verification_skipped: false,
             gone: false,
+            applied_at: None,
         }
     }
 
@@ -240,10 +250,14 @@ pub struct WatchReport {
     /// Group passes run because of them (each an observation, and a leased pass when
     /// something was to change).
     pub passes: u64,
-    /// Watches resumed after the server ended the stream or the connection broke.
+    /// Watches resumed from a store's version without a LIST (at the start of an
+    /// invocation, or after the connection broke).
     pub resumed: u64,
-    /// Fresh LISTs after a 410 Gone.
+    /// LISTs of a namespace: a cold start, a namespace newly bound, a 410 Gone, a changed
+    /// selection, or the relist period.
     pub relisted: u64,
+    /// Pod objects those LISTs returned (0 when every store was warm).
+    pub listed_pods: u64,
     /// Targets registered.
     pub registered: usize,
     /// Targets deregistered.

@@ -15,7 +15,7 @@ use std::future::Future;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
+use crate::core::{BackoffState, Binding, Checkpoint, PodRef, Selector, Target, UnixMillis};
 
 /// One target a tgsync deployment registered or adopted, and for which pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,9 +54,15 @@ pub struct GroupState {
     /// Somebody asked for another pass while the lease was held, and no pass has served
     /// that request yet (set with or without a holder: a holder that gave up leaves it).
     pub dirty: bool,
-    /// Bumped by every change of ledger, backoff or checkpoint: writes made without the
-    /// lease are conditional on it, so they never overwrite a newer state.
+    /// Bumped by every change of ledger, backoff or checkpoint and by every taking of
+    /// the lease: writes made without the lease are conditional on it, so they never
+    /// overwrite a newer state.
     pub version: u64,
+    /// Per cluster, the pods' `resourceVersion` its last pass decided from (a LIST's, or
+    /// a watch store's), written with every change: a pass that would decide from a
+    /// store behind it reads the pods afresh, so it never undoes a newer pass of another
+    /// process with older reads.
+    pub seen: BTreeMap<String, String>,
 }
 
 impl GroupState {
@@ -78,12 +84,17 @@ pub struct Change {
     pub backoff: Option<Option<BackoffState>>,
     /// The new checkpoint (`Some(None)` clears it).
     pub checkpoint: Option<Option<Checkpoint>>,
+    /// The new per-cluster pod versions (see [`GroupState::seen`]), whole.
+    pub seen: Option<BTreeMap<String, String>>,
 }
 
 impl Change {
     /// Whether nothing would change.
     pub fn is_empty(&self) -> bool {
-        self.ledger.is_none() && self.backoff.is_none() && self.checkpoint.is_none()
+        self.ledger.is_none()
+            && self.backoff.is_none()
+            && self.checkpoint.is_none()
+            && self.seen.is_none()
     }
 }
 
@@ -128,7 +139,10 @@ pub trait StateStore: Send + Sync {
 
     /// Takes the lease for `owner` until `until` if it is free, expired at `now`, or
     /// already `owner`'s (so a retried write that had landed is not a conflict);
-    /// otherwise sets the holder's `dirty` flag.
+    /// otherwise sets the holder's `dirty` flag. Taking it clears `dirty` (the new
+    /// holder's first pass serves the request), removes the checkpoint (only a verified
+    /// result writes one back, so a holder cut mid-pass leaves none that lets the
+    /// schedule skip the group) and bumps the version.
     fn acquire(
         &self,
         group: &str,
@@ -137,13 +151,14 @@ pub trait StateStore: Send + Sync {
         until: UnixMillis,
     ) -> impl Future<Output = Result<Acquire, StateError>> + Send;
 
-    /// Extends `owner`'s lease to `until`; `Ok(false)` when it is no longer `owner`'s
-    /// or had expired at `now` (the holder must stop before its next write).
+    /// Extends `owner`'s lease to `until` while it is still `owner`'s — also after it
+    /// expired, if nobody else took it meanwhile (a slow holder takes its lease back);
+    /// `Ok(false)` when another holder has it or it was given up (the holder must stop
+    /// before its next write).
     fn renew(
         &self,
         group: &str,
         owner: &str,
-        now: UnixMillis,
         until: UnixMillis,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
 
@@ -170,13 +185,16 @@ pub trait StateStore: Send + Sync {
 
     /// Applies `change` (if the lease is still `owner`'s) and gives the lease up whatever
     /// its `dirty` flag, which stays set: a waiter that sees it knows its change was not
-    /// served and takes the group itself.
+    /// served and takes the group itself. With `dirty`, the flag is set too (the holder
+    /// leaves a request unserved: its own, or one it cleared); also when the lease had
+    /// expired but was still `owner`'s.
     fn abandon(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
         change: &Change,
+        dirty: bool,
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Records a verification made without the lease (a scheduled run that found the
@@ -199,12 +217,23 @@ pub trait StateStore: Send + Sync {
         cluster: &str,
     ) -> impl Future<Output = Result<std::collections::BTreeSet<String>, StateError>> + Send;
 
-    /// Adds `group` to `cluster`'s index (idempotent). Called before the first entry of
-    /// `cluster` goes into the group's ledger, so the index stays a superset.
+    /// The namespace and selector of each group in `cluster`'s index, as recorded with
+    /// its row (rows that recorded none are left out; an unreadable selector is `None`):
+    /// what a cold container watches first, before discovery has read every group's
+    /// tags.
+    fn indexed_selections(
+        &self,
+        cluster: &str,
+    ) -> impl Future<Output = Result<Vec<(String, Option<Selector>)>, StateError>> + Send;
+
+    /// Adds `group` to `cluster`'s index with its binding's namespace and selector
+    /// (idempotent). Called before the first entry of `cluster` goes into the group's
+    /// ledger, so the index stays a superset.
     fn index(
         &self,
         group: &str,
         cluster: &str,
+        binding: &Binding,
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Takes `group` out of `cluster`'s index, only if the group's state is still

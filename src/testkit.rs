@@ -20,6 +20,17 @@ use serde_json::json;
 use crate::core::{AddressFamily, GroupFacts};
 use crate::groups::TargetGroup;
 
+/// A fence that never refuses: for tests that call the ELBv2 adapter's mutations
+/// directly, outside any lease.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unfenced;
+
+impl crate::groups::Fence for Unfenced {
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// A pod as the API server would return it once the kubelet reports on it.
 #[derive(Debug, Clone)]
 pub struct PodBuilder {
@@ -462,6 +473,18 @@ pub fn bound_group(
             ("tgsync/namespace".to_owned(), namespace.to_owned()),
             ("tgsync/selector".to_owned(), selector.to_owned()),
         ]),
+    }
+}
+
+/// The binding [`bound_group`]'s tags make (cluster `cluster`, group port `port`).
+pub fn binding(cluster: &str, namespace: &str, selector: &str, port: u16) -> crate::core::Binding {
+    crate::core::Binding {
+        clusters: vec![cluster.to_owned()],
+        namespace: namespace.to_owned(),
+        selector: crate::core::Selector::parse(selector).unwrap_or_else(|e| panic!("{e}")),
+        port: crate::core::PortSpec::Number(port),
+        mode: crate::core::Mode::Shared,
+        family: AddressFamily::Ipv4,
     }
 }
 

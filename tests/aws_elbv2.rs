@@ -13,6 +13,7 @@ use aws_sdk_elasticloadbalancingv2::types::{
 use tgsync::aws::{Elbv2TargetGroups, MutationRate};
 use tgsync::core::{AddressFamily, HealthState, Target};
 use tgsync::groups::{ElbError, TargetGroupApi};
+use tgsync::testkit::Unfenced;
 
 async fn client() -> Client {
     Client::new(&moto::sdk_config().await)
@@ -135,7 +136,9 @@ async fn register_shows_targets_and_deregister_removes_them() {
 
     assert_eq!(elb.health(&arn).await.expect("health"), vec![]);
     let targets = [t("10.0.1.7:8080"), t("10.0.1.8:8080"), t("10.0.1.9:9090")];
-    elb.register(&arn, &targets).await.expect("register");
+    elb.register(&arn, &targets, &Unfenced)
+        .await
+        .expect("register");
     let mut health = elb.health(&arn).await.expect("health");
     health.sort_by_key(|(t, _)| *t);
     // moto reports a registered target as `healthy` at once (real ELBv2: `initial`, or
@@ -164,7 +167,7 @@ async fn register_shows_targets_and_deregister_removes_them() {
         .expect("register an instance id");
     assert_eq!(elb.health(&arn).await.expect("health").len(), 3);
 
-    elb.deregister(&arn, &targets[..2])
+    elb.deregister(&arn, &targets[..2], &Unfenced)
         .await
         .expect("deregister");
     // moto drops a deregistered target at once (real ELBv2 shows it `draining` for the
@@ -185,7 +188,9 @@ async fn ipv6_targets_round_trip() {
     let arn = create_group(&client, &group_name("v6"), TargetTypeEnum::Ip, true, &[]).await;
     let elb = Elbv2TargetGroups::new(client, MutationRate::default());
     let target = t("[fd00:10::7]:443");
-    elb.register(&arn, &[target]).await.expect("register");
+    elb.register(&arn, &[target], &Unfenced)
+        .await
+        .expect("register");
     assert_eq!(
         elb.health(&arn).await.expect("health"),
         vec![(target, HealthState::Healthy)]
@@ -205,8 +210,8 @@ async fn missing_group_is_not_found() {
     let elb = Elbv2TargetGroups::new(client, MutationRate::default());
     for result in [
         elb.health(&arn).await.map(drop),
-        elb.register(&arn, &[t("10.0.0.1:80")]).await,
-        elb.deregister(&arn, &[t("10.0.0.1:80")]).await,
+        elb.register(&arn, &[t("10.0.0.1:80")], &Unfenced).await,
+        elb.deregister(&arn, &[t("10.0.0.1:80")], &Unfenced).await,
     ] {
         match result {
             Err(ElbError::NotFound { arn: a }) => assert_eq!(a, arn),
@@ -223,7 +228,7 @@ async fn deregistering_a_target_that_is_not_registered_succeeds() {
     // ELBv2 (and moto) refuse it with InvalidTarget: the target is already gone, which
     // is what a deregistration wants (a retry after a lost answer, a hand removal).
     // Other errors carry their code and message: `canned::throttling_is_retried_by_the_sdk_then_reported`.
-    elb.deregister(&arn, &[t("10.9.9.9:80")])
+    elb.deregister(&arn, &[t("10.9.9.9:80")], &Unfenced)
         .await
         .expect("an absent target counts as deregistered");
 }
@@ -237,7 +242,7 @@ async fn mutations_are_rate_limited_across_clones() {
     let start = Instant::now();
     let a = async {
         for i in 0..3 {
-            elb.register(&arn, &[t(&format!("10.0.2.{i}:80"))])
+            elb.register(&arn, &[t(&format!("10.0.2.{i}:80"))], &Unfenced)
                 .await
                 .expect("register");
         }
@@ -245,7 +250,7 @@ async fn mutations_are_rate_limited_across_clones() {
     let b = async {
         for i in 0..2 {
             clone
-                .register(&arn, &[t(&format!("10.0.3.{i}:80"))])
+                .register(&arn, &[t(&format!("10.0.3.{i}:80"))], &Unfenced)
                 .await
                 .expect("register");
         }
@@ -269,7 +274,9 @@ async fn large_registrations_are_split_into_calls_of_200() {
     let targets: Vec<Target> = (0..450u32)
         .map(|i| Target::new(std::net::Ipv4Addr::from(0x0a00_0000 + i).into(), 80))
         .collect();
-    elb.register(&arn, &targets).await.expect("register");
+    elb.register(&arn, &targets, &Unfenced)
+        .await
+        .expect("register");
     assert_eq!(elb.api_calls()["RegisterTargets"], 3);
     assert_eq!(elb.health(&arn).await.expect("health").len(), 450);
 }
@@ -501,11 +508,17 @@ mod canned {
         let elb = Elbv2TargetGroups::new(client(&url).await, MutationRate::default());
         let target = ["10.0.0.1:80".parse().expect("target")];
 
-        match elb.register(&arn("x"), &target).await {
+        match elb
+            .register(&arn("x"), &target, &tgsync::testkit::Unfenced)
+            .await
+        {
             Err(ElbError::Throttled { operation }) => assert_eq!(operation, "RegisterTargets"),
             other => panic!("expected Throttled, got {other:?}"),
         }
-        match elb.deregister(&arn("x"), &target).await {
+        match elb
+            .deregister(&arn("x"), &target, &tgsync::testkit::Unfenced)
+            .await
+        {
             Err(ElbError::AccessDenied { operation, message }) => {
                 assert_eq!(operation, "DeregisterTargets");
                 assert_eq!(message, "AccessDenied: not authorized to deregister");

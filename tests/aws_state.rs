@@ -186,12 +186,7 @@ async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
         .await
         .expect_err("a's write with a lagging clock");
     assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
-    assert!(
-        !state
-            .renew(GROUP, "a", at(21), at(36))
-            .await
-            .expect("renew")
-    );
+    assert!(!state.renew(GROUP, "a", at(36)).await.expect("renew"));
     assert_eq!(
         state
             .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)))
@@ -200,7 +195,7 @@ async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
         Release::Lost
     );
     state
-        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)))
+        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)), false)
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -243,7 +238,7 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
         }
         other => panic!("expected RunAgain, got {other:?}"),
     }
-    assert!(state.renew(GROUP, "a", at(4), at(19)).await.expect("renew"));
+    assert!(state.renew(GROUP, "a", at(19)).await.expect("renew"));
     assert_eq!(
         state
             .release(GROUP, "a", at(5), at(20), &none)
@@ -268,7 +263,7 @@ async fn abandoning_keeps_the_dirty_flag_for_waiters() {
         Acquire::HeldElsewhere { .. }
     ));
     state
-        .abandon(GROUP, "a", at(2), &Change::default())
+        .abandon(GROUP, "a", at(2), &Change::default(), false)
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -463,17 +458,30 @@ async fn missing_table_is_reported_as_such() {
 async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
     let (client, state) = store().await;
     let other = GROUP.replace("/web/", "/api/");
-    state.index(GROUP, "c1").await.expect("index");
-    state.index(GROUP, "c1").await.expect("idempotent");
-    state.index(&other, "c1").await.expect("index");
+    let web = tgsync::testkit::binding("c1", "shop", "app=web tier=fe", 8080);
+    let api = tgsync::testkit::binding("c1", "api", "app=api", 8080);
+    state.index(GROUP, "c1", &web).await.expect("index");
+    state.index(GROUP, "c1", &web).await.expect("idempotent");
+    state.index(&other, "c1", &api).await.expect("index");
     state
-        .index(GROUP, "c2")
+        .index(GROUP, "c2", &web)
         .await
         .expect("another cluster's index");
     let c1 = state.indexed_groups("c1").await.expect("query");
     assert_eq!(
         c1.into_iter().collect::<Vec<_>>(),
         [other.clone(), GROUP.to_owned()]
+    );
+    // Each row records its binding's namespace and selector: what a cold container
+    // watches before discovery.
+    let mut selections = state.indexed_selections("c1").await.expect("query");
+    selections.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        selections,
+        [
+            ("api".to_owned(), Some(api.selector.clone())),
+            ("shop".to_owned(), Some(web.selector.clone())),
+        ]
     );
 
     // A holder is at work on the group: the row stays.
@@ -491,7 +499,7 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
         .await
         .expect("first entry");
     state
-        .abandon(GROUP, "a", at(3), &Change::default())
+        .abandon(GROUP, "a", at(3), &Change::default(), false)
         .await
         .unwrap();
     // The caller saw the state before that write: refused.

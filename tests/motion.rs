@@ -205,3 +205,67 @@ async fn a_target_taken_over_by_one_cluster_is_never_deregistered_by_the_other()
     blue.resync().await;
     assert!(blue.targets(&arn).await.is_empty());
 }
+
+/// No ELBv2 attempt goes out after the lease is lost: a RegisterTargets that ELBv2 keeps
+/// throttling (the adapter retries it) when another process takes the group over sends
+/// nothing more.
+#[tokio::test]
+async fn no_elbv2_attempt_is_sent_after_the_lease_was_lost() {
+    use tgsync::clock::Clock as _;
+    use tgsync::state::{Acquire, StateStore as _};
+    let mut w = World::new().await;
+    let proxy = rules_proxy().await;
+    proxy.set_rules(|r| r.throttle = vec![("RegisterTargets".into(), 50)]);
+    w.engine = chaos_proxy::engine(
+        &w,
+        &chaos_proxy::sdk_config(&proxy).await,
+        MutationRate::new(50, None).unwrap(),
+    );
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(web("web-1", "10.0.1.1").build());
+    let registers = |proxy: &ChaosProxy| {
+        proxy
+            .records()
+            .into_iter()
+            .filter(|r| r.operation == "RegisterTargets")
+            .collect::<Vec<_>>()
+    };
+    let run = w.resync();
+    let take_over = async {
+        while registers(&proxy).is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The holder's lease runs out while its call is being retried, and another
+        // process takes the group.
+        w.clock.advance(20_000);
+        let now = w.clock.now();
+        let taken = w
+            .engine
+            .state
+            .acquire(
+                &arn,
+                "pod-events@other#1",
+                now,
+                now.plus(Duration::from_secs(15)),
+            )
+            .await
+            .expect("acquire");
+        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+        std::time::Instant::now()
+    };
+    let (report, taken_at) = tokio::join!(run, take_over);
+    let all = registers(&proxy);
+    let late: Vec<_> = all.iter().filter(|r| r.at > taken_at).collect();
+    assert!(
+        all.iter().all(|r| r.fate == Fate::Throttled),
+        "the race was staged: every attempt was being throttled and retried"
+    );
+    assert!(
+        late.is_empty(),
+        "{} RegisterTargets attempt(s) sent after the lease was taken over: {late:#?}",
+        late.len()
+    );
+    let g = report.group(&arn).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed, "{report:#?}");
+    assert!(w.targets(&arn).await.is_empty());
+}

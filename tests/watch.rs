@@ -53,7 +53,7 @@ async fn one_watching_invocation_follows_every_pod_transition() {
     w.put_pod(web("web-3", "10.0.1.3").build());
     let until = w.clock.now().plus(Duration::from_secs(12));
     let opts = scheduled();
-    let watching = w.engine.resync_and_watch(&opts, until);
+    let watching = w.engine.run_scheduled(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &["10.0.1.1:8080", "10.0.1.3:8080"]).await;
         let store = w.emulator.store();
@@ -109,7 +109,7 @@ async fn a_410_mid_watch_lists_again_and_converges() {
     w.put_pod(web("web-1", "10.0.1.1").build());
     let until = w.clock.now().plus(Duration::from_secs(10));
     let opts = scheduled();
-    let watching = w.engine.resync_and_watch(&opts, until);
+    let watching = w.engine.run_scheduled(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &["10.0.1.1:8080"]).await;
         // While the first stream is open: its resume is told the version is too old
@@ -148,7 +148,7 @@ async fn a_watch_cut_off_mid_stream_deregisters_nothing_still_desired() {
     // The first stream (opened as soon as the full diff has listed the namespace) is
     // cut after its first event; each round arms the cut for the stream after it.
     w.emulator.faults().cut_watch_after(1);
-    let watching = w.engine.resync_and_watch(&opts, until);
+    let watching = w.engine.run_scheduled(&opts, until);
     let changes = async {
         until_targets(&w, &arn, &all).await;
         for round in 0..6 {
@@ -193,8 +193,8 @@ async fn two_overlapping_watching_invocations_stay_correct() {
     .with_owner_prefix("resync-2");
     let until = w.clock.now().plus(Duration::from_secs(10));
     let opts = scheduled();
-    let first_watch = w.engine.resync_and_watch(&opts, until);
-    let second_watch = second.resync_and_watch(&opts, until);
+    let first_watch = w.engine.run_scheduled(&opts, until);
+    let second_watch = second.run_scheduled(&opts, until);
     let churn = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         for i in 1..=12u32 {
@@ -310,7 +310,7 @@ async fn watch_mode_opens_a_gate_within_seconds_of_healthy() {
     w.put_pod(gated("web-g", "10.0.1.9"));
     let until = w.clock.now().plus(Duration::from_secs(12));
     let opts = scheduled();
-    let watching = w.engine.resync_and_watch(&opts, until);
+    let watching = w.engine.run_scheduled(&opts, until);
     let timing = async {
         let opened = gate_open(&w, "web-g").await;
         let registered = registered_at(&proxy, "10.0.1.9").expect("registered");

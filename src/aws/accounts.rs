@@ -31,7 +31,9 @@ use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentials
 
 use super::Elbv2TargetGroups;
 use crate::core::{HealthState, Target};
-use crate::groups::{AccountError, Discovery, ElbError, TargetGroup, TargetGroupApi, arn_account};
+use crate::groups::{
+    AccountError, Discovery, ElbError, Fence, TargetGroup, TargetGroupApi, arn_account,
+};
 
 /// STS limits a role session name to 64 characters.
 const MAX_SESSION_NAME: usize = 64;
@@ -301,12 +303,22 @@ impl TargetGroupApi for Accounts {
         self.route(arn)?.health(arn).await
     }
 
-    async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
-        self.route(arn)?.register(arn, targets).await
+    async fn register(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        self.route(arn)?.register(arn, targets, fence).await
     }
 
-    async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
-        self.route(arn)?.deregister(arn, targets).await
+    async fn deregister(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        self.route(arn)?.deregister(arn, targets, fence).await
     }
 }
 
@@ -427,7 +439,7 @@ mod tests {
             "{err}"
         );
         assert!(matches!(
-            a.register("arn:tg", &[]).await,
+            a.register("arn:tg", &[], &crate::testkit::Unfenced).await,
             Err(ElbError::NoAccount { .. })
         ));
         // Without roles, every call goes to this account's client, as before.

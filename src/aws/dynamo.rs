@@ -306,12 +306,19 @@ impl StateStore for DynamoState {
     ) -> Result<Acquire, StateError> {
         for _ in 0..ACQUIRE_ROUNDS {
             // Idempotent for its owner: a retry of a write that landed finds `#o = :me`.
+            // Taking the lease clears a pending request (the first pass serves it),
+            // removes the checkpoint (only a verified result writes one back) and bumps
+            // the version (no write made without the lease may follow an older read).
             let take = Update::default()
                 .set("#o = :me")
                 .set("#u = :until")
                 .set("#d = :false")
                 .set("#l = if_not_exists(#l, :empty)")
+                .set("#v = if_not_exists(#v, :zero) + :one")
+                .remove("#c")
                 .condition("attribute_not_exists(#o) OR #u < :now OR #o = :me")
+                .value(":zero", items::n(0))
+                .value(":one", items::n(1))
                 .value(
                     ":me",
                     aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
@@ -371,20 +378,17 @@ impl StateStore for DynamoState {
         })
     }
 
-    async fn renew(
-        &self,
-        group: &str,
-        owner: &str,
-        now: UnixMillis,
-        until: UnixMillis,
-    ) -> Result<bool, StateError> {
-        let renew = fenced(
-            Update::default()
-                .set("#u = :until")
-                .value(":until", items::n(until.0)),
-            owner,
-            now,
-        );
+    async fn renew(&self, group: &str, owner: &str, until: UnixMillis) -> Result<bool, StateError> {
+        // Conditional on ownership only: a lease that expired under a slow holder and
+        // that nobody took since is taken back (any other taker changes the owner).
+        let renew = Update::default()
+            .set("#u = :until")
+            .condition("#o = :me")
+            .value(":until", items::n(until.0))
+            .value(
+                ":me",
+                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+            );
         Ok(self.update(group, renew, false).await?.is_ok())
     }
 
@@ -476,16 +480,31 @@ impl StateStore for DynamoState {
         owner: &str,
         now: UnixMillis,
         change: &Change,
+        dirty: bool,
     ) -> Result<(), StateError> {
-        let give_up = fenced(Update::default().change(change, &self.cluster), owner, now)
-            .remove("#o")
-            .remove("#u");
+        let ask = |update: Update| {
+            if dirty {
+                update
+                    .set("#d = :true")
+                    .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true))
+            } else {
+                update
+            }
+        };
+        let give_up = ask(fenced(
+            Update::default().change(change, &self.cluster),
+            owner,
+            now,
+        ))
+        .remove("#o")
+        .remove("#u");
         if self.update(group, give_up, false).await?.is_ok() {
             self.after_ledger_write(group, change).await;
             return Ok(());
         }
-        // Expired meanwhile: write nothing, but give back what may still be ours.
-        let just_go = Update::default()
+        // Expired meanwhile: write nothing, but give back what may still be ours (and
+        // leave the request for the next holder).
+        let just_go = ask(Update::default())
             .remove("#o")
             .remove("#u")
             .condition("#o = :me")
@@ -530,8 +549,20 @@ impl StateStore for DynamoState {
         self.read_index(cluster).await
     }
 
-    async fn index(&self, group: &str, cluster: &str) -> Result<(), StateError> {
-        self.add_to_index(group, cluster).await
+    async fn indexed_selections(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<(String, Option<crate::core::Selector>)>, StateError> {
+        self.read_index_selections(cluster).await
+    }
+
+    async fn index(
+        &self,
+        group: &str,
+        cluster: &str,
+        binding: &crate::core::Binding,
+    ) -> Result<(), StateError> {
+        self.add_to_index(group, cluster, binding).await
     }
 
     async fn retire(

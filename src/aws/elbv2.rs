@@ -26,9 +26,9 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use super::calls::ApiCalls;
 use super::{credentials_failure, error_summary, is_access_denied_code, is_throttling_code};
 use crate::core::{HealthState, MAX_TARGETS_PER_CALL, Target};
-use crate::groups::{ElbError, TargetGroup, TargetGroupApi};
+use crate::groups::{ElbError, Fence, TargetGroup, TargetGroupApi};
 
-use pace::Pace;
+use pace::{Pace, Stopped};
 pub use rate::{MutationRate, RateError};
 
 /// DescribeTargetGroups page size: the API's maximum, so discovery of many groups costs
@@ -172,7 +172,13 @@ impl Elbv2TargetGroups {
     /// `AvailabilityZone=all`, as ELBv2 requires, and any other refusal is narrowed down
     /// by halving until the refused targets stand alone. So one bad target never blocks
     /// the others; the refused ones come back in [`ElbError::Rejected`].
-    async fn mutate(&self, kind: Mutation, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
+    async fn mutate(
+        &self,
+        kind: Mutation,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
         let mut refused: Vec<(Target, String)> = Vec::new();
         let mut first_error: Option<ElbError> = None;
         let mut queue: std::collections::VecDeque<Vec<Target>> = targets
@@ -182,9 +188,15 @@ impl Elbv2TargetGroups {
         let mut calls = 0usize;
         while let Some(batch) = queue.pop_front() {
             calls += 1;
-            let failure = match self.call(kind, arn, &batch).await {
+            let failure = match self.call(kind, arn, &batch, fence).await {
                 Ok(()) => continue,
-                Err(f) => f,
+                Err(Stopped::Fenced(reason)) => {
+                    return Err(ElbError::Fenced {
+                        operation: kind.operation(),
+                        reason,
+                    });
+                }
+                Err(Stopped::Failed(f)) => f,
             };
             if let Some(ip) = failure.outside_vpc_ip() {
                 let newly_outside: Vec<Target> =
@@ -249,8 +261,14 @@ impl Elbv2TargetGroups {
     }
 
     /// One RegisterTargets / DeregisterTargets of `batch`, every attempt paced (see
-    /// [`Pace`]).
-    async fn call(&self, kind: Mutation, arn: &str, batch: &[Target]) -> Result<(), Failure> {
+    /// [`Pace`]) and fenced.
+    async fn call(
+        &self,
+        kind: Mutation,
+        arn: &str,
+        batch: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), Stopped<Failure>> {
         let descriptions: Vec<TargetDescription> = batch
             .iter()
             .map(|t| convert::description(t, self.is_outside(arn, t)))
@@ -261,7 +279,7 @@ impl Elbv2TargetGroups {
         match kind {
             Mutation::Register => self
                 .mutations
-                .attempts(|| {
+                .fenced_attempts(Some(fence), || {
                     self.client
                         .register_targets()
                         .target_group_arn(arn)
@@ -272,10 +290,10 @@ impl Elbv2TargetGroups {
                 })
                 .await
                 .map(|_| ())
-                .map_err(|e| Failure::new(operation, arn, e)),
+                .map_err(|e| e.map(|e| Failure::new(operation, arn, e))),
             Mutation::Deregister => self
                 .mutations
-                .attempts(|| {
+                .fenced_attempts(Some(fence), || {
                     self.client
                         .deregister_targets()
                         .target_group_arn(arn)
@@ -286,7 +304,7 @@ impl Elbv2TargetGroups {
                 })
                 .await
                 .map(|_| ())
-                .map_err(|e| Failure::new(operation, arn, e)),
+                .map_err(|e| e.map(|e| Failure::new(operation, arn, e))),
         }
     }
 }
@@ -492,11 +510,21 @@ impl TargetGroupApi for Elbv2TargetGroups {
         Ok(health)
     }
 
-    async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
-        self.mutate(Mutation::Register, arn, targets).await
+    async fn register(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        self.mutate(Mutation::Register, arn, targets, fence).await
     }
 
-    async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
-        self.mutate(Mutation::Deregister, arn, targets).await
+    async fn deregister(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        self.mutate(Mutation::Deregister, arn, targets, fence).await
     }
 }

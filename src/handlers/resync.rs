@@ -40,7 +40,7 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
     });
     let report = match (&request.release, watch_until) {
         (Some(arns), _) => engine.release(arns, &opts).await,
-        (None, Some(until)) => engine.resync_and_watch(&opts, until).await,
+        (None, Some(until)) => engine.run_scheduled(&opts, until).await,
         (None, None) => engine.resync(&opts).await,
     };
     super::log_groups(&report);

@@ -136,6 +136,7 @@ impl ResyncRequest {
             deadline: None,
             // `force` (and a dry run) always read target health in full.
             use_checkpoint: !self.force && !self.dry_run,
+            cut_at: None,
         }
     }
 }

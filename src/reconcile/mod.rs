@@ -13,10 +13,11 @@ mod observe;
 mod pass;
 mod pod_event;
 mod release;
-mod watch;
 
+pub(crate) use namespace::DEFERRED;
+pub(crate) use observe::Observed;
+pub(crate) use pass::PodReads;
 pub use pod_event::{PodEvent, PodEventError};
-pub use watch::{GATE_POLL, WATCH_REQUEST};
 #[cfg(test)]
 mod motion_tests;
 #[cfg(test)]
@@ -25,8 +26,6 @@ mod pod_event_tests;
 mod release_tests;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod watch_tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
@@ -73,6 +72,9 @@ pub struct EngineSettings {
     pub binding_policy: BindingPolicy,
     /// How long one watch request asks the server to keep its stream open (watch mode).
     pub watch_request: Duration,
+    /// A watched namespace whose LIST is older than this is listed again, a safety net
+    /// beside the watch (`TGSYNC_RELIST_MINUTES`; `None`: never).
+    pub relist_after: Option<Duration>,
 }
 
 impl Default for EngineSettings {
@@ -91,7 +93,8 @@ impl Default for EngineSettings {
             // The engine alone imposes no limits (the tag table decides); a deployment's
             // limits come from its settings (`App::build`), whose default is stricter.
             binding_policy: BindingPolicy::unrestricted(),
-            watch_request: WATCH_REQUEST,
+            watch_request: crate::controller::WATCH_REQUEST,
+            relist_after: Some(crate::controller::RELIST_AFTER),
         }
     }
 }
@@ -111,6 +114,9 @@ pub struct RunOptions {
     /// Let a verified, unchanged group skip DescribeTargetHealth when its verification
     /// turn has not come (the scheduled resync; never pod-events, `force` or a dry run).
     pub use_checkpoint: bool,
+    /// Passes still running at this time stop before their next change, write what
+    /// they did, give the lease back and ask for another pass (the controller's end).
+    pub cut_at: Option<UnixMillis>,
 }
 
 /// No group pass starts with less than this left before the invocation's deadline.
@@ -144,17 +150,14 @@ pub struct Bindings {
 #[derive(Debug, Default)]
 pub(crate) struct Scope<'a> {
     /// Groups whose re-verification turn has come (scheduled runs).
-    due: Option<HashSet<String>>,
+    pub(crate) due: Option<HashSet<String>>,
     /// The pod an event is about, when its labels are unknown: groups whose selector
     /// cannot be checked are reconciled only if their ledger holds it.
-    focus: Option<&'a PodEvent>,
-    /// Filled with each namespace's LIST (its version and pods) when a watch follows
-    /// the run: the watch resumes from there and knows every pod's last state.
-    seed: Option<&'a watch::Seeds>,
+    pub(crate) focus: Option<&'a PodEvent>,
     /// This cluster's index of groups holding its entries, as read at the start of a
     /// full resync: a bound group whose ledger holds our entries and is missing from it
     /// (written before the index existed) is added.
-    indexed: Option<&'a std::collections::BTreeSet<String>>,
+    pub(crate) indexed: Option<&'a std::collections::BTreeSet<String>>,
 }
 
 /// What pod-events reuses between events: the bound groups, and the accounts whose
@@ -180,8 +183,18 @@ pub struct Engine<P, G, S> {
     pub settings: EngineSettings,
     /// Prefix of lease owner ids (`resync`, `pod-events`), for debugging held leases.
     pub owner_prefix: String,
+    /// The controller's warm state (watch stores, last bindings), kept between the
+    /// scheduled invocations a container serves.
+    pub controller: crate::controller::Controller,
     rng: Mutex<fastrand::Rng>,
     bindings_cache: tokio::sync::Mutex<Option<(UnixMillis, CachedBindings)>>,
+    /// Set when the process is told to stop (SIGTERM): passes stop before their next
+    /// change and give their leases back.
+    shutting_down: std::sync::atomic::AtomicBool,
+    /// Signalled with `shutting_down`.
+    shutdown: tokio::sync::Notify,
+    /// Leased passes running now (the shutdown hook waits for them).
+    leased: std::sync::atomic::AtomicUsize,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -203,8 +216,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             faults: Arc::new(crate::faults::NoFaults),
             settings: EngineSettings::default(),
             owner_prefix: "tgsync".into(),
+            controller: crate::controller::Controller::default(),
             rng: Mutex::new(fastrand::Rng::new()),
             bindings_cache: tokio::sync::Mutex::new(None),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            shutdown: tokio::sync::Notify::new(),
+            leased: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -285,31 +302,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         Ok(out)
     }
 
-    /// The scheduled / manual full diff of every bound group (or the requested ones).
+    /// One pass over every bound group (or the requested ones), from fresh LISTs, and
+    /// the end: a manual run, or a scheduled one without watch mode. (With watch mode
+    /// the schedule runs the controller: [`Engine::run_scheduled`].)
     pub async fn resync(&self, opts: &RunOptions) -> Report {
-        self.resync_scoped(opts, None).await.0
-    }
-
-    /// [`Engine::resync`], handing the bound groups and each namespace's LIST to `seed`
-    /// as they come (for a watch that starts beside the full diff); also returns the
-    /// bound groups.
-    async fn resync_scoped(
-        &self,
-        opts: &RunOptions,
-        seed: Option<&watch::Seeds>,
-    ) -> (Report, Vec<BoundGroup>) {
-        let (report, bound) = self.resync_seeding(opts, seed).await;
-        if let Some(seed) = seed {
-            seed.finish();
-        }
-        (report, bound)
-    }
-
-    async fn resync_seeding(
-        &self,
-        opts: &RunOptions,
-        seed: Option<&watch::Seeds>,
-    ) -> (Report, Vec<BoundGroup>) {
         let started = self.clock.now();
         let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
         let bindings = match self.bindings().await {
@@ -318,7 +314,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 report
                     .errors
                     .push(format!("discovering target groups failed: {e}"));
-                return (report.finish(self.clock.now()), Vec::new());
+                return report.finish(self.clock.now());
             }
         };
         let Bindings {
@@ -377,11 +373,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             bound.retain(|b| only.contains(&b.group.arn));
             errors.retain(|e| only.contains(&e.target_group_arn));
         }
-        if let Some(seed) = seed {
-            seed.set_bound(bound.clone());
-        }
         let mut scope = Scope {
-            seed,
             indexed: indexed.as_ref(),
             ..Scope::default()
         };
@@ -407,7 +399,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         report.groups.append(&mut errors);
         report
             .groups
-            .extend(self.reconcile_scoped(bound.clone(), opts, &scope).await);
+            .extend(self.reconcile_scoped(bound, opts, &scope).await);
         if let Some(indexed) = &indexed {
             let tagged = tagged.iter().map(String::as_str).collect();
             let orphans = self
@@ -415,18 +407,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 .await;
             report.orphans = Some(orphans);
         }
-        (report.finish(self.clock.now()), bound)
+        report.finish(self.clock.now())
     }
 
     /// Re-verifications one scheduled run may spend (at least one).
-    fn verify_budget_per_run(&self) -> usize {
+    pub(crate) fn verify_budget_per_run(&self) -> usize {
         let per_run =
             self.settings.verify_describes_per_second * self.settings.schedule_period.as_secs_f64();
         (per_run.floor() as usize).max(1)
     }
 
     /// This run's place in the verification rotation.
-    fn rotation(&self, groups: usize, now: UnixMillis) -> Rotation {
+    pub(crate) fn rotation(&self, groups: usize, now: UnixMillis) -> Rotation {
         let period = u64::try_from(self.settings.schedule_period.as_millis())
             .unwrap_or(60_000)
             .max(1);
@@ -485,6 +477,42 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .into_iter()
             .flatten()
             .collect()
+    }
+
+    /// Tells every pass to stop before its next change and give its lease back (the
+    /// process is shutting down).
+    pub fn shut_down(&self) {
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shutdown.notify_waiters();
+    }
+
+    /// Whether [`Engine::shut_down`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Leases held by passes of this engine right now.
+    pub fn passes_in_flight(&self) -> usize {
+        self.leased.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Counts a held lease for as long as the returned guard lives.
+    pub(crate) fn holding(&self) -> Holding<'_> {
+        self.leased
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Holding(&self.leased)
+    }
+
+    /// Completes when [`Engine::shut_down`] is called (after this was created).
+    pub(crate) fn shutdown_notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shutdown.notified()
+    }
+
+    /// Whether passes must stop now: the process is shutting down, or the run's
+    /// `cut_at` has come.
+    pub(crate) fn cut_due(&self, opts: &RunOptions) -> bool {
+        self.is_shutting_down() || opts.cut_at.is_some_and(|t| self.clock.now() >= t)
     }
 
     /// Whether the invocation is too close to its deadline to start another group pass.
@@ -567,6 +595,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .filter(|e| e.cluster == self.cluster)
             .map(|e| e.target)
             .collect()
+    }
+}
+
+/// A held lease, counted in [`Engine::passes_in_flight`] until dropped.
+pub(crate) struct Holding<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -340,14 +340,17 @@ async fn a_gate_is_never_opened_on_a_namesake() {
 use crate::pods::PodSource as _;
 
 /// A holder that cannot renew its lease (the state table throttles every renewal) stops
-/// before its next write once the lease runs low: no further ELBv2 call, no ledger write.
+/// before its next write once the lease runs low: no further ELBv2 call, no ledger write;
+/// it gives the lease back with a request for another pass.
 #[tokio::test]
 async fn a_holder_whose_renewals_fail_makes_no_further_write() {
     let (e, clock) = engine();
     let mut settings = super::tests::no_waiting();
     // Renew (and fail) all the time; 6 s per ELBv2 call on the manual clock, so the
-    // 15 s lease runs low during the second RegisterTargets.
+    // 15 s lease runs low during the second RegisterTargets. The pass waits for a
+    // renewal that never comes for a short while only.
     settings.lease.renew_every = Duration::from_millis(5);
+    settings.lease.ready_wait = Duration::from_millis(300);
     let e = e.with_settings(settings);
     for i in 0..450u32 {
         e.pods.put(
@@ -369,15 +372,17 @@ async fn a_holder_whose_renewals_fail_makes_no_further_write() {
     assert_eq!(calls.get("RegisterTargets"), Some(&2), "{calls:?}");
     assert_eq!(g.registered.len(), 400);
     // Writes: the lease, the group's index row, two write-ahead ledger writes, the
-    // failed renewals; nothing after the lease ran low (no third write-ahead, no release).
+    // failed renewals, and giving the lease back; nothing after the lease ran low (no
+    // third write-ahead, no release with the ledger).
     let stored = e.state.stored(TG);
     assert_eq!(stored.ledger.len(), 400, "the ledger stops with the calls");
     assert!(
-        stored.lease.is_some(),
-        "the lost lease is left to expire, not released"
+        stored.lease.is_none(),
+        "the lost lease is given back at once"
     );
+    assert!(stored.dirty, "with a request for another pass");
     let (writes_after, _) = e.state.calls();
-    let renewals = writes_after - writes_before - 4;
+    let renewals = writes_after - writes_before - 5;
     assert!(renewals > 0, "the heartbeat tried to renew");
     // Once the lease expired, the next run finishes the job.
     e.state.set_failing_renewals(false);
@@ -407,5 +412,65 @@ async fn a_list_that_fails_near_the_deadline_reports_its_error() {
     assert!(
         g.error.as_deref().unwrap_or("").contains("503"),
         "the API's error: {r:#?}"
+    );
+}
+
+/// A pass cut after its deregistration (a crash, a Lambda timeout) must not leave a
+/// checkpoint that lets the schedule skip the group: here the pod comes back, the
+/// desired set equals the one last verified, and the group is not due for
+/// re-verification — it must still be read and the pod registered again.
+#[tokio::test]
+async fn a_pass_cut_after_a_deregistration_leaves_no_checkpoint_that_skips_the_group() {
+    use crate::core::checkpoint::{Rotation, rank_order};
+    use crate::faults::{CrashAt, FaultPoint};
+    const OTHER: &str =
+        "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/api/1123456789abcdef";
+    let elb = web_group();
+    elb.add_group(crate::testkit::bound_group(
+        OTHER, "demo", "shop", "app=api", 9090,
+    ));
+    let (e, clock) = fake_engine(FakePods::default(), elb, 13);
+    // One re-verification per run: with two groups, each is verified every other run.
+    let mut settings = super::tests::no_waiting();
+    settings.verify_describes_per_second = 1.0 / 60.0;
+    let mut e = e.with_settings(settings);
+    let period = 60_000u64;
+    let rank = rank_order([TG, OTHER].into_iter())
+        .iter()
+        .position(|a| *a == TG)
+        .unwrap();
+    // Moves the clock to the start of the next period whose run does (or does not)
+    // re-verify TG.
+    let to_run = |due: bool| {
+        let mut run = clock.now().0 / period + 1;
+        while Rotation::new(2, 1, run).due(rank) != due {
+            run += 1;
+        }
+        clock.advance(run * period - clock.now().0);
+    };
+    e.pods.put(web("web-1", "10.0.1.1").build());
+    e.pods.put(web("web-2", "10.0.1.2").build());
+    to_run(true);
+    let r = scheduled(&e).await;
+    assert_eq!(live(&e), ["10.0.1.1:8080", "10.0.1.2:8080"], "{r:#?}");
+    assert!(e.state.stored(TG).checkpoint.is_some(), "verified");
+    // web-2 turns NotReady; the pass that deregisters it dies right after the call.
+    e.pods
+        .update("shop", "web-2", |p| set_condition(p, "Ready", false));
+    let crash = std::sync::Arc::new(CrashAt::first(FaultPoint::AfterDeregisterChunk));
+    e.faults = crash.clone();
+    let r = pod_event(&e, "web-2", "Unhealthy").await;
+    assert!(crash.fired(), "the crash was staged: {r:#?}");
+    assert_eq!(live(&e), ["10.0.1.1:8080"]);
+    e.faults = std::sync::Arc::new(crate::faults::NoFaults);
+    // web-2 recovers; the next run does not re-verify TG by rotation.
+    e.pods
+        .update("shop", "web-2", |p| set_condition(p, "Ready", true));
+    to_run(false);
+    let r = scheduled(&e).await;
+    assert_eq!(
+        live(&e),
+        ["10.0.1.1:8080", "10.0.1.2:8080"],
+        "the schedule skipped the group on a checkpoint the cut pass left: {r:#?}"
     );
 }

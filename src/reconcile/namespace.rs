@@ -13,6 +13,7 @@ use futures::future::join_all;
 use tokio::sync::Semaphore;
 
 use super::observe::Observed;
+use super::pass::{CUT, PodReads, PriorRead};
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::{PodIndex, Selector};
 use crate::groups::TargetGroupApi;
@@ -22,7 +23,7 @@ use crate::report::{GroupReport, Outcome};
 use crate::state::{GroupState, StateStore};
 
 /// The report's word for a group left to the next run.
-pub(super) const DEFERRED: &str =
+pub(crate) const DEFERRED: &str =
     "the invocation is near its deadline; the next run reconciles this group";
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -51,12 +52,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .list_versioned(&namespace, selector.as_ref())
             .await
         {
-            Ok(listing) => {
-                if let Some(seed) = scope.seed {
-                    seed.listed(&namespace, &listing);
-                }
-                listing.pods
-            }
+            Ok(listing) => listing.pods,
             Err(e) => {
                 // Never act on partial data: the error is every group's outcome.
                 tracing::error!(namespace = %namespace, error = %e, "pod list failed; groups in this namespace are left untouched");
@@ -94,30 +90,34 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             match observed {
                 Observed::Done(report) => reports.push(report),
                 Observed::Irrelevant => {}
-                Observed::Change(report) => changed.push((report, bound)),
+                Observed::Change(report, prior) => changed.push((report, prior, bound)),
             }
         }
         if changed.is_empty() {
             return reports;
         }
         // The groups with something to do, each under its lease.
-        let runs = changed.into_iter().map(|(report, bound)| {
+        let runs = changed.into_iter().map(|(report, prior, bound)| {
             let permits = permits.clone();
             async move {
                 let _permit = permits.acquire().await;
-                self.reconcile_leased(bound, report, opts).await
+                self.reconcile_leased(bound, report, opts, &PodReads::Fresh, Some(prior))
+                    .await
             }
         });
         reports.extend(join_all(runs).await);
         reports
     }
 
-    /// Takes the group's lease (or leaves the change to its holder) and runs passes.
-    async fn reconcile_leased(
+    /// Takes the group's lease (or leaves the change to its holder) and runs passes,
+    /// with pods from `reads` and, for the first pass, the observation's health read.
+    pub(crate) async fn reconcile_leased(
         &self,
         bound: BoundGroup,
         mut report: GroupReport,
         opts: &RunOptions,
+        reads: &PodReads<'_>,
+        prior: Option<PriorRead>,
     ) -> GroupReport {
         if self.past_start_deadline(opts) {
             report.outcome = Outcome::Deferred;
@@ -127,18 +127,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let taken = self.take_lease(&bound.group.arn, opts).await;
         match taken {
             Ok(Taken::Held(lease, state)) => {
-                self.run_leased(bound, *lease, state, report, opts).await
+                self.run_leased(bound, *lease, state, report, opts, reads, prior)
+                    .await
             }
             Ok(Taken::Busy(busy)) => {
                 report.outcome = Outcome::LeaseHeld;
-                report.error = Some(match busy {
-                    Busy::Asked { owner } => format!(
+                report.error = Some(match &busy {
+                    Busy::Asked { owner, .. } => format!(
                         "another reconcile ({owner}) holds the lease; it was asked to run again"
                     ),
                     Busy::Served => {
                         "another reconcile held the lease and ran again after this change".into()
                     }
                 });
+                if let Busy::Asked { until, .. } = busy {
+                    report.lease_until = Some(until);
+                }
                 report
             }
             Err(e) => {
@@ -150,6 +154,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 
     /// Passes under a held lease until it is released (or given up), then the outcome.
+    #[allow(clippy::too_many_arguments)]
     async fn run_leased(
         &self,
         mut bound: BoundGroup,
@@ -157,27 +162,32 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         state: GroupState,
         mut report: GroupReport,
         opts: &RunOptions,
+        reads: &PodReads<'_>,
+        prior: Option<PriorRead>,
     ) -> GroupReport {
+        let _holding = self.holding();
         // The observation's counts are redone by the passes.
         report.passes = 0;
         report.gates_opened.clear();
+        let mut prior = prior;
         let end = lease
             .run(
                 state,
                 self.settings.max_passes,
-                || !self.past_start_deadline(opts),
+                || !self.past_start_deadline(opts) && !self.cut_due(opts),
                 async |state, lease| {
-                    // Pods read under the lease, so nothing another reconcile did before
-                    // it is undone with older reads.
-                    let binding = &bound.binding;
-                    let listed = self
-                        .pods
-                        .list(&binding.namespace, Some(&binding.selector))
-                        .await;
-                    let index = listed.as_ref().map(|p| PodIndex::new(p));
-                    let pods = index.as_ref().map_err(|e| *e);
-                    self.pass(&mut bound, state, pods, lease, &mut report, opts)
-                        .await
+                    // Only the first pass may reuse the observation's health read.
+                    let prior = prior.take();
+                    self.pass(
+                        &mut bound,
+                        state,
+                        reads,
+                        prior.as_ref(),
+                        lease,
+                        &mut report,
+                        opts,
+                    )
+                    .await
                 },
             )
             .await;
@@ -193,6 +203,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                         .into(),
                 );
             }
+            RunEnd::Cut if report.error.is_none() => report.error = Some(CUT.into()),
             RunEnd::GivenUp if report.passes == 0 => {
                 report.outcome = Outcome::Deferred;
                 report.error = Some(DEFERRED.into());

@@ -17,13 +17,14 @@ use crate::report::{GroupReport, Outcome, PodError};
 use crate::state::StateStore;
 
 /// What looking at a group found.
-pub(super) enum Observed {
+pub(crate) enum Observed {
     /// Nothing to change (or nothing possible now); the report says which.
     Done(GroupReport),
     /// Not the business of the pod event that asked (no report).
     Irrelevant,
-    /// Something to change: take the lease. The report so far.
-    Change(GroupReport),
+    /// Something to change: take the lease. The report so far, and the health read
+    /// the plan came from (a pass may reuse it).
+    Change(GroupReport, super::pass::PriorRead),
 }
 
 /// Notes in `report` that the group's registrations wait for its backoff until `until`,
@@ -41,8 +42,9 @@ pub(super) fn note_backoff(
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
-    /// Observes `bound` against `pods` (one consistent LIST of its namespace).
-    pub(super) async fn observe(
+    /// Observes `bound` against `pods` (one consistent LIST of its namespace, or the
+    /// controller's store).
+    pub(crate) async fn observe(
         &self,
         bound: &BoundGroup,
         pods: &PodIndex<'_>,
@@ -68,7 +70,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             && let Some(indexed) = scope.indexed
             && !indexed.contains(arn)
             && state.ledger.values().any(|e| e.cluster == self.cluster)
-            && let Err(e) = self.state.index(arn, &self.cluster).await
+            && let Err(e) = self.state.index(arn, &self.cluster, &bound.binding).await
         {
             tracing::warn!(target_group = arn, error = %e, "adding the group to the state table's index failed; tried again next run");
         }
@@ -147,7 +149,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             && plan.adopt.is_empty()
             && (plan.register.is_empty() || backing_off);
         if !nothing_to_do {
-            return Observed::Change(report);
+            let prior = super::pass::PriorRead {
+                version: state.version,
+                health: actual,
+                at: now,
+            };
+            return Observed::Change(report, prior);
         }
         if let Gate::Wait { until } = gate {
             report.outcome = Outcome::BackingOff;
@@ -200,7 +207,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// Opens `pod`'s readiness gate (the patch carries its UID, never a namesake's) and
     /// records the result in `report`: the pod among `gates_opened`, or a pod error (usually
     /// RBAC: `patch` on `pods/status`).
-    pub(super) async fn open_gate(&self, pod: &PodRef, report: &mut GroupReport) {
+    pub(crate) async fn open_gate(&self, pod: &PodRef, report: &mut GroupReport) {
         let name = pod.to_string();
         match self
             .pods

@@ -1,12 +1,20 @@
 //! One group under its lease: passes of (fresh tags) → pods → health → plan →
 //! write-ahead apply, with backoff holding back registrations only, and everything the
 //! pass learned written in the write that ends it.
+//!
+//! Pods come from a consistent LIST made under the lease, or from pods a caller holds
+//! (the controller's store) when they are at least as new as what the group's last pass
+//! decided from (its recorded `resourceVersion`): so no pass undoes a newer pass of
+//! another process with older reads. Every write records the version this pass decided
+//! from. The lease is made ready (renewed if it runs low) before every write and ELBv2
+//! call, and fences every ELBv2 attempt.
 
 use super::observe::{note_backoff, pod_errors};
 use super::{BoundGroup, Engine, RunOptions};
 use crate::core::checkpoint::fingerprint;
 use crate::core::{
-    Binding, Checkpoint, Gate, MAX_TARGETS_PER_CALL, PodIndex, Rules, Target, desired_targets, plan,
+    Binding, Checkpoint, Gate, MAX_TARGETS_PER_CALL, PodFacts, PodIndex, Rules, Target,
+    desired_targets, plan,
 };
 use crate::faults::FaultPoint;
 use crate::groups::{ElbError, TargetGroupApi};
@@ -14,6 +22,43 @@ use crate::lease::{Lease, PassEnd};
 use crate::pods::{PodSource, PodsError};
 use crate::report::{FailedTarget, GroupReport, Outcome};
 use crate::state::{Change, GroupState, LedgerEntry, StateError, StateStore};
+
+/// Where a pass under the lease reads its pods.
+pub(crate) enum PodReads<'a> {
+    /// A consistent LIST of the group's pods (pod-events, manual runs).
+    Fresh,
+    /// Pods the caller holds for a binding and the `resourceVersion` they are current
+    /// to (`None`: none to offer); a LIST instead when they are behind the group's
+    /// recorded version.
+    Held(&'a (dyn Fn(&Binding) -> Option<(Vec<PodFacts>, String)> + Sync)),
+}
+
+/// The health read an observation made just before the lease was taken: a pass may
+/// reuse it when nothing was written to the group in between (its version moved only
+/// by taking the lease) and it is recent.
+#[derive(Debug, Clone)]
+pub(crate) struct PriorRead {
+    /// The group's version the observation saw.
+    pub version: u64,
+    /// Target health as read then.
+    pub health: Vec<(Target, crate::core::HealthState)>,
+    /// When it was read.
+    pub at: crate::core::UnixMillis,
+}
+
+/// How old a prior health read may be to stand for the pass's own.
+const PRIOR_READ_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether pods current to `version` are behind `seen` (what the group's last pass
+/// decided from). Resource versions are the API server's etcd revisions, compared as
+/// numbers; one that is not a number is never trusted to be new enough.
+pub(crate) fn behind(version: &str, seen: Option<&String>) -> bool {
+    let Some(seen) = seen else { return false };
+    match (version.parse::<u64>(), seen.parse::<u64>()) {
+        (Ok(v), Ok(s)) => v < s,
+        _ => version != seen,
+    }
+}
 
 /// Why a pass stopped early.
 enum Stop {
@@ -24,6 +69,9 @@ enum Stop {
     /// The group's tags changed since discovery and no longer make a binding for this
     /// cluster: leave it untouched (not a failure of the group; no backoff).
     Unbound,
+    /// The run's time is up (or the process is shutting down): stop before the next
+    /// change, write what was done, and ask for another pass.
+    Cut,
     /// An injected fault: stop dead, as a crash would.
     Aborted,
 }
@@ -35,24 +83,71 @@ impl From<FaultPoint> for Stop {
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
-    /// One pass under the lease. `pods` were listed after the lease was taken.
+    /// The pods a pass plans from, and the `resourceVersion` they are current to.
+    pub(super) async fn pass_pods(
+        &self,
+        binding: &Binding,
+        state: &GroupState,
+        reads: &PodReads<'_>,
+    ) -> Result<(Vec<PodFacts>, String), PodsError> {
+        if let PodReads::Held(view) = reads
+            && let Some((pods, version)) = view(binding)
+        {
+            if !behind(&version, state.seen.get(&self.cluster)) {
+                return Ok((pods, version));
+            }
+            tracing::debug!(namespace = %binding.namespace, store = %version, "the watch store is behind the group's last pass; listing pods afresh");
+        }
+        let listing = self
+            .pods
+            .list_versioned(&binding.namespace, Some(&binding.selector))
+            .await?;
+        Ok((listing.pods, listing.resource_version))
+    }
+
+    /// One pass under the lease: pods from `reads` (see [`Engine::pass_pods`]), health
+    /// from `prior` when it may stand for a fresh read.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn pass(
         &self,
         bound: &mut BoundGroup,
         state: GroupState,
-        pods: Result<&PodIndex<'_>, &PodsError>,
+        reads: &PodReads<'_>,
+        prior: Option<&PriorRead>,
         lease: &Lease<'_, S>,
         report: &mut GroupReport,
         opts: &RunOptions,
     ) -> PassEnd {
         report.passes += 1;
         let mut ledger = state.ledger.clone();
-        let result = self
-            .pass_inner(bound, &state, &mut ledger, pods, lease, report, opts)
-            .await;
+        let listed = self.pass_pods(&bound.binding, &state, reads).await;
+        let (pods, version) = match listed {
+            Ok((pods, version)) => (Ok(pods), Some(version)),
+            Err(e) => (Err(e), None),
+        };
+        let index = pods.as_ref().map(|p| PodIndex::new(p));
+        // What every write of this pass records: the version it decided from.
+        let seen = version.map(|v| {
+            let mut seen = state.seen.clone();
+            seen.insert(self.cluster.clone(), v);
+            seen
+        });
+        let prior = prior.filter(|p| {
+            state.version == p.version + 1 && self.clock.now() < p.at.plus(PRIOR_READ_MAX_AGE)
+        });
+        let ctx = PassContext {
+            state: &state,
+            pods: index.as_ref().map_err(|e| *e),
+            seen: seen.as_ref(),
+            prior,
+            lease,
+            opts,
+        };
+        let result = self.pass_inner(bound, &ctx, &mut ledger, report).await;
         let now = self.clock.now();
         let mut change = Change {
             ledger: (ledger != state.ledger).then_some(ledger),
+            seen: seen.filter(|s| *s != state.seen),
             ..Change::default()
         };
         match result {
@@ -78,6 +173,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
             Err(Stop::Aborted) => PassEnd::Abort,
             Err(Stop::Unbound) => PassEnd::GiveUp(Change::default()),
+            Err(Stop::Cut) => {
+                report.error = Some(CUT.into());
+                PassEnd::Cut(change)
+            }
             Err(Stop::LeaseLost) => {
                 report.outcome = Outcome::Failed;
                 report.error = Some(
@@ -86,7 +185,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     }
                     .to_string(),
                 );
-                PassEnd::Done(Change::default())
+                PassEnd::Cut(Change::default())
             }
             Err(Stop::Failed(msg)) => {
                 let next =
@@ -112,25 +211,25 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// The pass proper; `ledger` is the working copy, stored ahead of registrations and
     /// at the end. Returns the desired set's fingerprint when the group was made exactly
     /// right (what a checkpoint may record).
-    #[allow(clippy::too_many_arguments)]
     async fn pass_inner(
         &self,
         bound: &mut BoundGroup,
-        state: &GroupState,
+        ctx: &PassContext<'_, '_, '_, S>,
         ledger: &mut std::collections::BTreeMap<Target, LedgerEntry>,
-        pods: Result<&PodIndex<'_>, &PodsError>,
-        lease: &Lease<'_, S>,
         report: &mut GroupReport,
-        opts: &RunOptions,
     ) -> Result<Option<u64>, Stop> {
+        let (state, lease, opts) = (ctx.state, ctx.lease, ctx.opts);
         self.fault(FaultPoint::AfterLeaseAcquired)?;
         let mut refreshed = self.refresh_binding(bound, report, false).await?;
         let arn = bound.group.arn.clone();
-        let pods = pods.map_err(|e| Stop::Failed(e.to_string()))?;
-        let actual = self.groups.health(&arn).await.map_err(|e| {
-            report.gone = matches!(e, ElbError::NotFound { .. });
-            Stop::Failed(format!("reading target health failed: {e}"))
-        })?;
+        let pods = ctx.pods.map_err(|e| Stop::Failed(e.to_string()))?;
+        let actual = match ctx.prior {
+            Some(prior) => prior.health.clone(),
+            None => self.groups.health(&arn).await.map_err(|e| {
+                report.gone = matches!(e, ElbError::NotFound { .. });
+                Stop::Failed(format!("reading target health failed: {e}"))
+            })?,
+        };
         let now = self.clock.now();
         let (desired, mut plan) = loop {
             let desired = desired_targets(pods.candidates(&bound.binding), &bound.binding);
@@ -177,11 +276,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if (!plan.adopt.is_empty() || !plan.register.is_empty()) && self.mine(ledger).is_empty() {
             // The group's first entry of this cluster: index it first, so a resync finds
             // the ledger if the group is ever unbound (the orphan report).
-            self.state.index(&arn, &self.cluster).await.map_err(|e| {
-                Stop::Failed(format!(
-                    "indexing the group in the state table failed, nothing registered: {e}"
-                ))
-            })?;
+            self.state
+                .index(&arn, &self.cluster, &bound.binding)
+                .await
+                .map_err(|e| {
+                    Stop::Failed(format!(
+                        "indexing the group in the state table failed, nothing registered: {e}"
+                    ))
+                })?;
         }
         let mut failures = 0usize;
         // Adopt (and take over other clusters' stale claims on our live pods' IPs):
@@ -194,13 +296,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
         }
         if adopted && plan.register.is_empty() {
-            self.store_ledger(lease, ledger, &state.ledger).await?;
+            self.store_ledger(ctx, ledger, &state.ledger).await?;
         }
         for chunk in plan.register.chunks(MAX_TARGETS_PER_CALL) {
+            self.cut_point(opts)?;
             // Write-ahead: never register a target the ledger does not know.
             let mut next = ledger.clone();
             next.extend(chunk.iter().filter_map(|t| entry(t).map(|e| (*t, e))));
-            match self.store_ledger(lease, &next, ledger).await {
+            match self.store_ledger(ctx, &next, ledger).await {
                 Ok(()) => *ledger = next,
                 Err(Stop::Failed(e)) => {
                     failures += fail(report, chunk, "register", &e);
@@ -209,8 +312,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 Err(stop) => return Err(stop),
             }
             self.fault(FaultPoint::AfterLedgerWrite)?;
-            lease.check().map_err(|_| Stop::LeaseLost)?;
-            match self.groups.register(&arn, chunk).await {
+            let result = self.mutate(lease, &arn, chunk, Mutation::Register).await?;
+            if matches!(result, Ok(()) | Err(ElbError::Rejected { .. })) {
+                report.applied_at.get_or_insert_with(|| self.clock.now());
+            }
+            match result {
                 Ok(()) => report.registered.extend_from_slice(chunk),
                 Err(ElbError::Rejected { targets, .. }) => {
                     report.registered.extend(
@@ -227,11 +333,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             self.fault(FaultPoint::AfterRegisterChunk)?;
         }
         for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
-            lease.check().map_err(|_| Stop::LeaseLost)?;
-            if let Err(e) = self.groups.deregister(&arn, chunk).await {
+            self.cut_point(opts)?;
+            if let Err(e) = self
+                .mutate(lease, &arn, chunk, Mutation::Deregister)
+                .await?
+            {
                 failures += fail(report, chunk, "deregister", &e.to_string());
                 continue;
             }
+            report.applied_at.get_or_insert_with(|| self.clock.now());
             report.deregistered.extend_from_slice(chunk);
             // Removed from the ledger only now, and stored at the end of the pass: a
             // crash before that leaves a stale entry, which a later pass forgets; never
@@ -254,10 +364,42 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         Ok(held_back.is_empty().then_some(fp))
     }
 
-    /// Stores `next` as the ledger (fenced by the lease) unless it equals `stored`.
-    async fn store_ledger(
+    /// Stops the pass here if its run's time is up or the process is shutting down.
+    fn cut_point(&self, opts: &RunOptions) -> Result<(), Stop> {
+        if self.cut_due(opts) {
+            return Err(Stop::Cut);
+        }
+        Ok(())
+    }
+
+    /// One Register/DeregisterTargets under the lease: the lease made ready first, every
+    /// attempt fenced by it; when the fence stops a call because the lease ran low, the
+    /// call is sent again once the lease is renewed. `Err` only when the lease is lost.
+    async fn mutate(
         &self,
         lease: &Lease<'_, S>,
+        arn: &str,
+        chunk: &[Target],
+        kind: Mutation,
+    ) -> Result<Result<(), ElbError>, Stop> {
+        loop {
+            lease.ready().await.map_err(|_| Stop::LeaseLost)?;
+            let result = match kind {
+                Mutation::Register => self.groups.register(arn, chunk, lease).await,
+                Mutation::Deregister => self.groups.deregister(arn, chunk, lease).await,
+            };
+            match result {
+                Err(ElbError::Fenced { .. }) => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// Stores `next` as the ledger (fenced by the lease, with the pods' version the pass
+    /// decided from) unless it equals `stored`.
+    async fn store_ledger(
+        &self,
+        ctx: &PassContext<'_, '_, '_, S>,
         next: &std::collections::BTreeMap<Target, LedgerEntry>,
         stored: &std::collections::BTreeMap<Target, LedgerEntry>,
     ) -> Result<(), Stop> {
@@ -266,9 +408,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let change = Change {
             ledger: Some(next.clone()),
+            seen: ctx.seen.cloned(),
             ..Change::default()
         };
-        match lease.write(&change).await {
+        match ctx.lease.write(&change).await {
             Ok(()) => Ok(()),
             Err(StateError::LeaseLost { .. }) => Err(Stop::LeaseLost),
             Err(e) => Err(Stop::Failed(format!(
@@ -342,6 +485,30 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
     }
 }
+
+/// What a pass works with besides the group: the state as of taking the lease, the
+/// pods (indexed) or why they could not be read, the version map every write records,
+/// a prior health read that may stand for the pass's own, the lease and the run's
+/// options.
+struct PassContext<'p, 'a, 'l, S> {
+    state: &'p GroupState,
+    pods: Result<&'p PodIndex<'a>, &'p PodsError>,
+    seen: Option<&'p std::collections::BTreeMap<String, String>>,
+    prior: Option<&'p PriorRead>,
+    lease: &'p Lease<'l, S>,
+    opts: &'p RunOptions,
+}
+
+/// The two ELBv2 mutations.
+#[derive(Debug, Clone, Copy)]
+enum Mutation {
+    Register,
+    Deregister,
+}
+
+/// The report's word for a pass cut before it finished.
+pub(super) const CUT: &str =
+    "the pass was cut (the run ended or the function is shutting down); another pass was asked for";
 
 /// Records a failed chunk in the report; returns 1 for counting.
 pub(super) fn fail(

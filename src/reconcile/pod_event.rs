@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::watch::GATE_POLL;
 use super::{BoundGroup, Engine, RunOptions, START_CUTOFF, Scope};
+use crate::controller::GATE_POLL;
 use crate::core::{HealthState, PodFacts, Target, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};

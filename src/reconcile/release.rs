@@ -96,14 +96,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 }
             }
         };
+        let holding = self.holding();
         let end = lease
             .run(
                 state,
                 self.settings.max_passes,
-                || !self.past_start_deadline(opts),
+                || !self.past_start_deadline(opts) && !self.cut_due(opts),
                 async |state, lease| self.release_pass(arn, state, lease, &mut report).await,
             )
             .await;
+        drop(holding);
         match end {
             RunEnd::Released => self.retire_released(arn, &mut report).await,
             RunEnd::Lost if report.error.is_none() => {
@@ -179,13 +181,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let mut ledger = state.ledger.clone();
         let mut failures = 0usize;
         for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
-            if lease.check().is_err() {
+            if lease.ready().await.is_err() {
                 report.outcome = Outcome::Failed;
                 report.error =
                     Some("the lease was lost during the release; invoke the release again".into());
-                return PassEnd::Done(Change::default());
+                return PassEnd::Cut(Change::default());
             }
-            match self.groups.deregister(arn, chunk).await {
+            match self.groups.deregister(arn, chunk, lease).await {
                 Ok(()) => {
                     report.deregistered.extend_from_slice(chunk);
                     for t in chunk {
@@ -204,6 +206,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             ledger: (ledger != state.ledger).then_some(ledger),
             backoff: state.backoff.is_some().then_some(None),
             checkpoint: state.checkpoint.is_some().then_some(None),
+            seen: None,
         };
         if failures > 0 {
             report.outcome = Outcome::Failed;
@@ -252,7 +255,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// not tagged for it any more and whose ledger still holds its targets. Never acted
     /// on; a group in the index with nothing of ours left is dropped from it (not in a
     /// dry run).
-    pub(super) async fn orphans(
+    pub(crate) async fn orphans(
         &self,
         indexed: &BTreeSet<String>,
         tagged: &BTreeSet<&str>,

@@ -186,6 +186,13 @@ pub struct Rules {
     /// applied by moto, and its answer is replaced by an HTTP 500 (a response lost after
     /// the write landed, as a dropped connection or a timeout does).
     pub lose_answer: Vec<(String, String)>,
+    /// Counted: the next `n` requests of this operation are answered with the service's
+    /// throttling error (a storm aimed at one call, retried by the caller meanwhile).
+    pub throttle: Vec<(String, u32)>,
+    /// Requests of this operation whose body contains the text are forwarded only after
+    /// this long (a slow call for one target group: ELBv2 under load, a long-tailed
+    /// answer), every time.
+    pub delay: Vec<(String, String, Duration)>,
     /// Role ARNs whose STS AssumeRole is refused with STS's AccessDenied (HTTP 403), as
     /// for a role whose trust policy does not name the caller, or that does not exist.
     /// moto lets anyone assume any role (it checks neither the role nor its trust
@@ -437,6 +444,8 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
             Verdict::Refuse(_) | Verdict::Deny(_) => Fate::Refused,
             Verdict::LoseAnswer => Fate::AnswerLost,
             Verdict::Stall => Fate::Stalled,
+            Verdict::Throttle => Fate::Throttled,
+            Verdict::Delay(_) => Fate::Forwarded,
         };
         let attempt = request.header("amz-sdk-request").and_then(attempt_number);
         let invocation = request.header("amz-sdk-invocation-id").map(str::to_owned);
@@ -460,6 +469,9 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
         if fate == Fate::Stalled {
             // Logged above; the caller waits until it gives up or is killed.
             std::future::pending::<()>().await;
+        }
+        if let Verdict::Delay(after) = verdict {
+            tokio::time::sleep(after).await;
         }
         let (status, headers, body) = match (fate, verdict) {
             (_, Verdict::Refuse(message)) => {
@@ -601,6 +613,10 @@ enum Verdict {
     Stall,
     /// Answer STS's AccessDenied with this message.
     Deny(String),
+    /// Answer with the service's throttling error.
+    Throttle,
+    /// Forward after this long.
+    Delay(Duration),
 }
 
 impl Rules {
@@ -618,6 +634,21 @@ impl Rules {
         }) {
             self.lose_answer.remove(i);
             return Verdict::LoseAnswer;
+        }
+        if let Some((_, left)) = self
+            .throttle
+            .iter_mut()
+            .find(|(op, left)| op == operation && *left > 0)
+        {
+            *left -= 1;
+            return Verdict::Throttle;
+        }
+        if let Some((_, _, after)) = self
+            .delay
+            .iter()
+            .find(|(op, needle, _)| op == operation && text.contains(needle.as_str()))
+        {
+            return Verdict::Delay(*after);
         }
         if operation == "AssumeRole" {
             let role = text

@@ -209,7 +209,7 @@ impl World {
         };
         self.engine
             .state
-            .abandon(arn, "test-setup", now, &change)
+            .abandon(arn, "test-setup", now, &change, false)
             .await
             .expect("write backoff");
     }

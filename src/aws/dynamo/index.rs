@@ -9,42 +9,97 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::items::{self, NAMES};
 use super::{DynamoState, PUT_ITEM, QUERY, TRANSACT_WRITE_ITEMS, build_error};
-use crate::core::UnixMillis;
+use crate::core::{Binding, Selector, UnixMillis};
 use crate::state::StateError;
 
+/// One row of a cluster's index, as read.
+struct IndexRow {
+    group: String,
+    namespace: Option<String>,
+    selector: Option<String>,
+}
+
 impl DynamoState {
-    /// The groups in `cluster`'s index (every page).
-    pub(super) async fn read_index(&self, cluster: &str) -> Result<BTreeSet<String>, StateError> {
+    /// The rows of `cluster`'s index (every page): each group, with the namespace and
+    /// selector its row records (rows written before they were recorded have none).
+    async fn index_rows(&self, cluster: &str) -> Result<Vec<IndexRow>, StateError> {
         let mut pages = self
             .client
             .query()
             .table_name(self.table.as_ref())
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", AttributeValue::S(items::index_partition(cluster)))
-            .projection_expression("sk")
+            .projection_expression("sk, #ns, #sel")
+            .expression_attribute_names("#ns", items::INDEX_NAMESPACE)
+            .expression_attribute_names("#sel", items::INDEX_SELECTOR)
             .set_limit(self.query_page_limit)
             .into_paginator()
             .send();
-        let mut groups = BTreeSet::new();
+        let mut rows = Vec::new();
         while let Some(page) = pages.next().await {
             self.calls.count(QUERY);
             let page = page.map_err(|e| self.error(QUERY, cluster, e))?;
-            groups.extend(
-                page.items()
-                    .iter()
-                    .filter_map(|row| row.get(items::SK)?.as_s().ok().cloned()),
-            );
+            rows.extend(page.items().iter().filter_map(|row| {
+                let text = |name| row.get(name).and_then(|v| v.as_s().ok()).cloned();
+                Some(IndexRow {
+                    group: text(items::SK)?,
+                    namespace: text(items::INDEX_NAMESPACE),
+                    selector: text(items::INDEX_SELECTOR),
+                })
+            }));
         }
-        Ok(groups)
+        Ok(rows)
     }
 
-    /// Puts `group`'s row in `cluster`'s index.
-    pub(super) async fn add_to_index(&self, group: &str, cluster: &str) -> Result<(), StateError> {
+    /// The groups in `cluster`'s index.
+    pub(super) async fn read_index(&self, cluster: &str) -> Result<BTreeSet<String>, StateError> {
+        Ok(self
+            .index_rows(cluster)
+            .await?
+            .into_iter()
+            .map(|row| row.group)
+            .collect())
+    }
+
+    /// The namespace and selector recorded by each row of `cluster`'s index that has
+    /// them.
+    pub(super) async fn read_index_selections(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<(String, Option<Selector>)>, StateError> {
+        Ok(self
+            .index_rows(cluster)
+            .await?
+            .into_iter()
+            .filter_map(|row| {
+                let selector = row.selector.and_then(|s| Selector::parse(&s).ok());
+                Some((row.namespace?, selector))
+            })
+            .collect())
+    }
+
+    /// Puts `group`'s row in `cluster`'s index, with its binding's namespace and
+    /// selector.
+    pub(super) async fn add_to_index(
+        &self,
+        group: &str,
+        cluster: &str,
+        binding: &Binding,
+    ) -> Result<(), StateError> {
         self.calls.count(PUT_ITEM);
+        let mut row = items::index_key(cluster, group);
+        row.insert(
+            items::INDEX_NAMESPACE.to_owned(),
+            AttributeValue::S(binding.namespace.clone()),
+        );
+        row.insert(
+            items::INDEX_SELECTOR.to_owned(),
+            AttributeValue::S(binding.selector.to_string()),
+        );
         self.client
             .put_item()
             .table_name(self.table.as_ref())
-            .set_item(Some(items::index_key(cluster, group)))
+            .set_item(Some(row))
             .send()
             .await
             .map_err(|e| self.error(PUT_ITEM, group, e))?;

@@ -7,7 +7,8 @@
 //! attribute: it holds ownership, which must never expire.
 //!
 //! Beside them, per cluster, an index of the groups whose ledger holds (or held) its
-//! entries: `pk = "owners#<cluster>"`, `sk = "<target group arn>"`, no other attribute.
+//! entries: `pk = "owners#<cluster>"`, `sk = "<target group arn>"`, and `ns` and
+//! `sel`, the namespace and selector of the group's binding when the row was written.
 //! A resync reads it with one Query to find ledgers of groups no longer bound.
 //!
 //! The earlier layout (one partition per cluster and group, `pk = "tg#<cluster>#<arn>"`,
@@ -31,12 +32,17 @@ pub(super) const PK: &str = "pk";
 pub(super) const SK: &str = "sk";
 /// TTL attribute (epoch seconds); only lease rows of the earlier layout carry it.
 pub(super) const EXPIRES_AT: &str = "expiresAt";
+/// Attribute of an index row: the namespace of the group's binding when the row was
+/// written (a cold container watches these namespaces before discovery ends).
+pub(super) const INDEX_NAMESPACE: &str = "ns";
+/// Attribute of an index row: the selector (tag form) of the group's binding then.
+pub(super) const INDEX_SELECTOR: &str = "sel";
 /// Sort key of a group's item.
 pub(super) const GROUP_SK: &str = "group";
 
 /// Attribute names, always used through these placeholders (`owner` is a reserved word,
 /// and one spelling everywhere keeps the expressions consistent).
-pub(super) const NAMES: [(&str, &str); 8] = [
+pub(super) const NAMES: [(&str, &str); 9] = [
     ("#o", "owner"),
     ("#u", "leaseUntil"),
     ("#d", "dirty"),
@@ -45,6 +51,7 @@ pub(super) const NAMES: [(&str, &str); 8] = [
     ("#c", "checkpoint"),
     ("#v", "version"),
     ("#m", "migrated"),
+    ("#s", "seen"),
 ];
 
 /// The key of a group's item.
@@ -122,6 +129,15 @@ pub(super) fn checkpoint_value(c: &Checkpoint) -> AttributeValue {
     ]))
 }
 
+/// The per-cluster pod versions as stored: `cluster` → `resourceVersion`.
+pub(super) fn seen_value(seen: &BTreeMap<String, String>) -> AttributeValue {
+    AttributeValue::M(
+        seen.iter()
+            .map(|(c, v)| (c.clone(), s(v.as_str())))
+            .collect(),
+    )
+}
+
 /// Reads a group's item. A ledger that cannot be understood is an error (acting on a
 /// half-read ledger could deregister the wrong targets); a checkpoint that cannot be
 /// read is dropped (it only saves calls).
@@ -164,6 +180,13 @@ pub(super) fn parse_group(item: &Item) -> Result<GroupState, StateError> {
         });
     }
     state.dirty = matches!(item.get("dirty"), Some(AttributeValue::Bool(true)));
+    // Only a hint for when to read pods afresh: an unreadable entry is left out.
+    if let Some(AttributeValue::M(seen)) = item.get("seen") {
+        state.seen = seen
+            .iter()
+            .filter_map(|(c, v)| Some((c.clone(), v.as_s().ok()?.clone())))
+            .collect();
+    }
     state.version = number(item, "version").unwrap_or(0);
     Ok(state)
 }

@@ -79,6 +79,7 @@ impl DynamoState {
                     ledger: Some(state.ledger.clone()),
                     backoff: state.backoff.map(Some),
                     checkpoint: state.checkpoint.map(Some),
+                    seen: None,
                 },
                 &self.cluster,
             )

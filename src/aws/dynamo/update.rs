@@ -78,6 +78,11 @@ impl Update {
             }
             Some(None) => self = self.remove("#c"),
         }
+        if let Some(seen) = &change.seen {
+            self = self
+                .set("#s = :seen")
+                .value(":seen", items::seen_value(seen));
+        }
         if !change.is_empty() {
             self = self
                 .set("#v = if_not_exists(#v, :zero) + :one")
@@ -151,6 +156,7 @@ mod tests {
             ledger: Some(Default::default()),
             backoff: Some(None),
             checkpoint: None,
+            seen: None,
         };
         let u = Update::default()
             .change(&change, "blue")

@@ -4,7 +4,7 @@
 //! back clean (adaptive), instead of the SDK retrying on its own outside the bucket.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -16,6 +16,7 @@ use super::super::{
     INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, credentials_failure, is_throttling_code,
 };
 use super::MutationRate;
+use crate::groups::Fence;
 
 /// Largest extra wait per attempt while ELBv2 keeps throttling.
 const MAX_PENALTY_MS: u64 = 5_000;
@@ -24,13 +25,41 @@ const FIRST_PENALTY_MS: u64 = 250;
 
 /// The pace of one kind of ELBv2 call, shared by every clone of the adapter (so by every
 /// concurrent reconcile of a container).
+///
+/// Background work ([`crate::groups::in_background`]: discovery, the full diff's
+/// verifications) takes a slot only when no other request is waiting for one, and only
+/// one background request waits at a time: a reaction waits for at most one slot,
+/// however many verifications are queued.
 #[derive(Debug)]
 pub(crate) struct Pace {
     limiter: Option<DefaultDirectRateLimiter>,
     /// Extra wait before each attempt, doubled by a throttled answer and halved by a
     /// clean one.
     penalty_ms: AtomicU64,
+    /// Requests (not background) waiting for a slot.
+    urgent_waiting: AtomicUsize,
+    /// Lets one background request at a time wait for a slot.
+    background: tokio::sync::Semaphore,
 }
+
+/// Counts a waiting request for as long as it waits (also when its future is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How often a background request looks again while requests for reactions wait.
+const YIELD_POLL: Duration = Duration::from_millis(20);
 
 impl Pace {
     /// A pace held to `rate` (`None`: no client-side bucket, only the adaptive wait).
@@ -38,6 +67,8 @@ impl Pace {
         Self {
             limiter: rate.map(|r| r.limiter()),
             penalty_ms: AtomicU64::new(0),
+            urgent_waiting: AtomicUsize::new(0),
+            background: tokio::sync::Semaphore::new(1),
         }
     }
 
@@ -54,8 +85,29 @@ impl Pace {
         if penalty > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(penalty / 2..=penalty))).await;
         }
-        if let Some(limiter) = &self.limiter {
+        let Some(limiter) = &self.limiter else {
+            return;
+        };
+        if !crate::groups::is_background() {
+            let _waiting = Waiting::new(&self.urgent_waiting);
             limiter.until_ready().await;
+            return;
+        }
+        let _turn = self.background.acquire().await;
+        let clock = governor::clock::DefaultClock::default();
+        loop {
+            if self.urgent_waiting.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(YIELD_POLL).await;
+                continue;
+            }
+            match limiter.check() {
+                Ok(()) => return,
+                Err(not_until) => {
+                    use governor::clock::Clock as _;
+                    let wait = not_until.wait_time_from(clock.now());
+                    tokio::time::sleep(wait.min(YIELD_POLL.max(wait / 2))).await;
+                }
+            }
         }
     }
 
@@ -80,8 +132,27 @@ impl Pace {
     /// waits for a slot, and retries back off exponentially with full jitter.
     pub(crate) async fn attempts<T, E, Fut>(
         &self,
-        mut send: impl FnMut() -> Fut,
+        send: impl FnMut() -> Fut,
     ) -> Result<T, SdkError<E, HttpResponse>>
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    {
+        match self.fenced_attempts(None, send).await {
+            Ok(out) => Ok(out),
+            Err(Stopped::Failed(err)) => Err(err),
+            // Unreachable without a fence; answered as a transport failure would be.
+            Err(Stopped::Fenced(reason)) => Err(SdkError::construction_failure(reason)),
+        }
+    }
+
+    /// [`Pace::attempts`], asking `fence` right before every attempt goes out (after its
+    /// slot: the wait for it can be long): once it refuses, nothing more is sent.
+    pub(crate) async fn fenced_attempts<T, E, Fut>(
+        &self,
+        fence: Option<&dyn Fence>,
+        mut send: impl FnMut() -> Fut,
+    ) -> Result<T, Stopped<SdkError<E, HttpResponse>>>
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
@@ -90,6 +161,9 @@ impl Pace {
         loop {
             attempt += 1;
             self.slot().await;
+            if let Some(fence) = fence {
+                fence.check().map_err(Stopped::Fenced)?;
+            }
             let err = match send().await {
                 Ok(out) => {
                     self.answered();
@@ -101,13 +175,32 @@ impl Pace {
                 self.throttled();
             }
             if !retryable(&err) || attempt >= MAX_ATTEMPTS {
-                return Err(err);
+                return Err(Stopped::Failed(err));
             }
             let ceiling = INITIAL_BACKOFF
                 .saturating_mul(1 << (attempt - 1).min(16))
                 .min(MAX_BACKOFF);
             let ceiling_ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=ceiling_ms))).await;
+        }
+    }
+}
+
+/// Why [`Pace::fenced_attempts`] stopped: the last attempt's error (`E`: the SDK's), or
+/// the fence's refusal.
+pub(crate) enum Stopped<E> {
+    /// The last attempt failed for good (or was the last allowed).
+    Failed(E),
+    /// The fence refused the next attempt, with its reason.
+    Fenced(String),
+}
+
+impl<E> Stopped<E> {
+    /// Maps the failure, keeping a refusal.
+    pub(crate) fn map<F>(self, f: impl FnOnce(E) -> F) -> Stopped<F> {
+        match self {
+            Self::Failed(e) => Stopped::Failed(f(e)),
+            Self::Fenced(reason) => Stopped::Fenced(reason),
         }
     }
 }

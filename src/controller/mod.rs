@@ -1,0 +1,774 @@
+//! The controller inside the scheduled resync: kube-runtime's Controller, from outside
+//! the cluster.
+//!
+//! ```text
+//!   informer (LIST once, WATCH always; stores kept in the warm container)
+//!      │ pod changes, relists                discovery (tags) ─┐
+//!      ▼                                                        ▼
+//!   queue (one key per target group: dedupe, re-run if changed, wait until a time)
+//!      │                                     ▲ the full diff: every bound group
+//!      ▼                                     │
+//!   runner (each key's pass on its own: nothing waits for another group)
+//!      │
+//!      ▼
+//!   one group's pass (`reconcile`: observe → lease → pods → health → plan → apply)
+//! ```
+//!
+//! One scheduled invocation runs the controller until shortly before the next tick:
+//! the watches start at once — from the bindings the warm container holds, or the
+//! state table's index on a cold start — while discovery reads every group's tags
+//! beside them; every bound group is then enqueued for the full diff (verified against
+//! ELBv2 within the Describe budget), and every pod change for the groups it can
+//! change. A group's pass knows nothing of watches: it gets pods the store holds (or
+//! reads them afresh when the store is behind the group's last pass) and runs under
+//! the group's lease like any other pass. A pass that waits — for a lease another
+//! process holds, for its backoff — gives its turn back to the queue with a time to
+//! come back, so no group ever waits for another.
+
+pub mod informer;
+pub mod queue;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+
+use crate::core::checkpoint::rank_order;
+use crate::core::{HealthState, PodIndex, Selector, Target, UnixMillis, contribution};
+use crate::groups::TargetGroupApi;
+use crate::pods::PodSource;
+use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
+use crate::report::{GroupReport, Outcome, Report, WatchReport};
+use crate::state::StateStore;
+use informer::{Informer, ReflectorSettings, StoreEvent};
+use queue::{Queue, Room, Want};
+
+/// How often target health of groups with a gate waiting is read.
+pub const GATE_POLL: Duration = Duration::from_secs(1);
+
+/// How long one watch request asks the server to keep the stream open: under the
+/// client's 30 s read timeout, so a quiet namespace ends its stream cleanly and resumes.
+pub const WATCH_REQUEST: Duration = Duration::from_secs(25);
+
+/// The default relist period (`TGSYNC_RELIST_MINUTES`, 120): a safety net only — the
+/// watch protocol itself guarantees no gap (a 410 or an error relists at once) — priced
+/// so that at 100,000 pods (a ~430 MiB LIST) it costs under 1 % of a LIST per minute on
+/// average.
+pub const RELIST_AFTER: Duration = Duration::from_secs(120 * 60);
+
+/// How long passes still running when the controller's time is up may take to finish
+/// (they are cut, cleanly, at the end of it).
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a job waits for its namespace's store to be listed before it reads the
+/// group's pods itself.
+const STORE_WAIT: Duration = Duration::from_secs(30);
+
+/// A group whose lease another process holds is looked at again this long after the
+/// holder's lease would expire (it is asked to serve our change meanwhile).
+const LEASE_RECHECK_SLACK: Duration = Duration::from_millis(500);
+
+/// What the controller keeps in the warm container between invocations.
+#[derive(Debug, Default)]
+pub struct Controller {
+    /// The pod stores.
+    pub informer: Informer,
+    /// The bound groups of the last discovery: the next invocation watches their
+    /// namespaces and reacts for them from its first second.
+    bindings: Mutex<Option<Arc<Vec<BoundGroup>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One invocation's controller state.
+struct Run<'e, P, G, S> {
+    engine: &'e Engine<P, G, S>,
+    /// Options of every pass (never a dry run).
+    opts: RunOptions,
+    queue: Mutex<Queue>,
+    /// Signalled when the queue gets a request.
+    wake: tokio::sync::Notify,
+    /// The bound groups by ARN.
+    bound: Mutex<Arc<BTreeMap<String, BoundGroup>>>,
+    /// The namespaces to watch, each with the selection its groups share.
+    namespaces: tokio::sync::watch::Sender<BTreeMap<String, Option<Selector>>>,
+    /// The full diff's verification plan, once discovery is done.
+    verify: Mutex<Verify>,
+    /// Signalled when a group of the full diff has had its look.
+    verified: tokio::sync::Notify,
+    /// Groups with a gated pod whose gate waits for a healthy target.
+    gated: Mutex<BTreeSet<String>>,
+    /// What happened, for the report.
+    out: Mutex<Outcomes>,
+}
+
+/// The full diff's verification plan.
+#[derive(Debug, Default)]
+struct Verify {
+    /// Groups whose re-verification turn has come.
+    due: Option<HashSet<String>>,
+    /// This cluster's index, as read at the start.
+    indexed: Option<BTreeSet<String>>,
+    /// Groups the full diff has not looked at yet.
+    remaining: HashSet<String>,
+}
+
+/// What the passes of one invocation did.
+#[derive(Debug, Default)]
+struct Outcomes {
+    /// The full diff's report of each group (its last verification pass).
+    full: BTreeMap<String, GroupReport>,
+    watch: WatchReport,
+    /// Reaction latencies (pod change seen → its pass answered), ms.
+    reactions: Vec<u64>,
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// The scheduled resync as a controller (see the module docs): watches, the full
+    /// diff of every bound group, and every pod change acted on, until `until`; passes
+    /// still running then finish (or are cut cleanly and ask for another pass).
+    pub async fn run_scheduled(&self, opts: &RunOptions, until: UnixMillis) -> Report {
+        let started = self.clock.now();
+        let real_until =
+            tokio::time::Instant::now() + Duration::from_millis(until.0.saturating_sub(started.0));
+        let mut report = Report::new("resync", &self.cluster, false, started);
+        self.controller.informer.suspend();
+        let drain_end = until.plus(DRAIN);
+        let run = Run {
+            engine: self,
+            opts: RunOptions {
+                dry_run: false,
+                force: false,
+                only: None,
+                deadline: opts.deadline,
+                use_checkpoint: true,
+                cut_at: Some(match opts.deadline {
+                    Some(d) if d > started => drain_end.min(UnixMillis(d.0.saturating_sub(3_000))),
+                    _ => drain_end,
+                }),
+            },
+            queue: Mutex::new(Queue::default()),
+            wake: tokio::sync::Notify::new(),
+            bound: Mutex::new(Arc::new(BTreeMap::new())),
+            namespaces: tokio::sync::watch::Sender::new(BTreeMap::new()),
+            verify: Mutex::new(Verify::default()),
+            verified: tokio::sync::Notify::new(),
+            gated: Mutex::new(BTreeSet::new()),
+            out: Mutex::new(Outcomes::default()),
+        };
+        // Watch first: the namespaces known now, before discovery.
+        let warm = lock(&self.controller.bindings).clone();
+        match warm {
+            Some(bound) => run.set_bound(&bound),
+            None => run.watch_indexed().await,
+        }
+        let full_diff = async {
+            let outcome = run.discover(&mut report).await;
+            if let Some((tagged, indexed)) = outcome {
+                run.wait_full_diff().await;
+                if let Some(indexed) = indexed {
+                    let tagged = tagged.iter().map(String::as_str).collect();
+                    let orphans = self
+                        .orphans(&indexed, &tagged, false, &mut report.errors)
+                        .await;
+                    report.orphans = Some(orphans);
+                }
+            }
+        };
+        let background = async {
+            futures::join!(full_diff, run.reflectors(), run.poll_gates());
+        };
+        // The one exit: the runner ends the invocation (at `until`, after draining);
+        // the watches, discovery and gate polls end with it.
+        tokio::select! {
+            () = run.runner(real_until) => {}
+            () = background => {}
+        }
+        let Outcomes {
+            full,
+            mut watch,
+            reactions: _,
+        } = run.out.into_inner().unwrap_or_else(|p| p.into_inner());
+        watch.watched_ms = self.clock.now().0.saturating_sub(started.0);
+        watch.namespaces = run.namespaces.borrow().len();
+        report.groups.extend(full.into_values());
+        // Groups the full diff did not reach before the end: the next run does them.
+        let verify = run.verify.into_inner().unwrap_or_else(|p| p.into_inner());
+        let bound = run.bound.into_inner().unwrap_or_else(|p| p.into_inner());
+        report
+            .groups
+            .extend(verify.remaining.iter().filter_map(|arn| {
+                let b = bound.get(arn)?;
+                Some(GroupReport::with_error(
+                    arn,
+                    &b.group.group_name(),
+                    Outcome::Deferred,
+                    crate::reconcile::DEFERRED,
+                ))
+            }));
+        report.watch = Some(watch);
+        report.finish(self.clock.now())
+    }
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
+    /// Takes `bound` as the bound groups: watches their namespaces, forgets the others.
+    fn set_bound(&self, bound: &[BoundGroup]) {
+        let by_arn: BTreeMap<String, BoundGroup> = bound
+            .iter()
+            .map(|b| (b.group.arn.clone(), b.clone()))
+            .collect();
+        let mut namespaces: BTreeMap<String, Vec<&BoundGroup>> = BTreeMap::new();
+        for b in bound {
+            namespaces
+                .entry(b.binding.namespace.clone())
+                .or_default()
+                .push(b);
+        }
+        let selections: BTreeMap<String, Option<Selector>> = namespaces
+            .into_iter()
+            .map(|(ns, groups)| {
+                let common = Selector::common(groups.iter().map(|b| &b.binding.selector));
+                (ns, common)
+            })
+            .collect();
+        {
+            let mut queue = lock(&self.queue);
+            for arn in lock(&self.bound).keys() {
+                if !by_arn.contains_key(arn) {
+                    queue.forget(arn);
+                }
+            }
+        }
+        *lock(&self.bound) = Arc::new(by_arn);
+        self.engine
+            .controller
+            .informer
+            .retain(|ns| selections.contains_key(ns));
+        self.namespaces.send_replace(selections);
+    }
+
+    /// A cold start: watches the namespaces recorded in this cluster's index (each with
+    /// the selection its rows share) before discovery has read a single tag.
+    async fn watch_indexed(&self) {
+        let rows = match self
+            .engine
+            .state
+            .indexed_selections(&self.engine.cluster)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading this cluster's index failed; the watch starts after discovery");
+                return;
+            }
+        };
+        let mut namespaces: BTreeMap<String, Vec<Option<Selector>>> = BTreeMap::new();
+        for (ns, selector) in rows {
+            namespaces.entry(ns).or_default().push(selector);
+        }
+        let selections = namespaces
+            .into_iter()
+            .map(|(ns, selectors)| {
+                let common = if selectors.iter().all(Option::is_some) {
+                    Selector::common(selectors.iter().flatten())
+                } else {
+                    None
+                };
+                (ns, common)
+            })
+            .collect();
+        self.namespaces.send_replace(selections);
+    }
+
+    /// Discovery, beside the watches: the bound groups replace the warm ones, and
+    /// every one is enqueued for the full diff. Binding and run errors go into
+    /// `report`. Returns the groups tagged for this cluster and the index as read (for
+    /// the orphan report), or `None` when discovery failed.
+    #[allow(clippy::type_complexity)]
+    async fn discover(
+        &self,
+        report: &mut Report,
+    ) -> Option<(BTreeSet<String>, Option<BTreeSet<String>>)> {
+        let engine = self.engine;
+        let started = engine.clock.now();
+        let bindings = match crate::groups::in_background(engine.bindings()).await {
+            Ok(b) => b,
+            Err(e) => {
+                report
+                    .errors
+                    .push(format!("discovering target groups failed: {e}"));
+                return None;
+            }
+        };
+        report
+            .errors
+            .extend(bindings.accounts_failed.iter().map(ToString::to_string));
+        let tagged: BTreeSet<String> = bindings
+            .bound
+            .iter()
+            .map(|b| b.group.arn.clone())
+            .chain(bindings.errors.iter().map(|e| e.target_group_arn.clone()))
+            .collect();
+        let unread: Option<BTreeSet<&str>> = bindings
+            .accounts_failed
+            .iter()
+            .map(|f| f.account.as_deref())
+            .collect();
+        let indexed = match unread {
+            Some(unread) => match engine.state.indexed_groups(&engine.cluster).await {
+                Ok(mut indexed) => {
+                    indexed.retain(|arn| {
+                        crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
+                    });
+                    Some(indexed)
+                }
+                Err(e) => {
+                    report.errors.push(format!(
+                        "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let bound = Arc::new(bindings.bound);
+        *lock(&engine.controller.bindings) = Some(bound.clone());
+        self.set_bound(&bound);
+        let rotation = engine.rotation(bound.len(), started);
+        let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
+        let due: HashSet<String> = ranked
+            .iter()
+            .enumerate()
+            .filter(|(rank, _)| rotation.due(*rank))
+            .map(|(_, arn)| (*arn).to_owned())
+            .collect();
+        report.verification = Some(crate::report::Verification {
+            budget_per_run: engine.verify_budget_per_run(),
+            cycle_runs: rotation.cycle,
+            detection_bound_seconds: rotation
+                .detection_bound(engine.settings.schedule_period)
+                .as_secs(),
+        });
+        report.groups.extend(bindings.errors);
+        {
+            let mut verify = lock(&self.verify);
+            verify.due = Some(due);
+            verify.indexed.clone_from(&indexed);
+            verify.remaining = bound.iter().map(|b| b.group.arn.clone()).collect();
+        }
+        {
+            let mut queue = lock(&self.queue);
+            for b in bound.iter() {
+                queue.request(&b.group.arn, Want::verify());
+            }
+        }
+        self.wake.notify_one();
+        Some((tagged, indexed))
+    }
+
+    /// Waits until the full diff has looked at every bound group.
+    async fn wait_full_diff(&self) {
+        loop {
+            let verified = self.verified.notified();
+            let mut verified = std::pin::pin!(verified);
+            verified.as_mut().enable();
+            if lock(&self.verify).remaining.is_empty() {
+                return;
+            }
+            verified.await;
+        }
+    }
+
+    /// Keeps one reflector per namespace to watch, started and stopped as the set
+    /// changes.
+    async fn reflectors(&self) {
+        let engine = self.engine;
+        let sink = |event: StoreEvent<'_>| self.store_event(event);
+        let mut wanted = self.namespaces.subscribe();
+        let mut running: BTreeMap<String, (Option<Selector>, futures::future::AbortHandle)> =
+            BTreeMap::new();
+        let mut tasks = FuturesUnordered::new();
+        let settings = ReflectorSettings {
+            watch_request: engine.settings.watch_request,
+            relist_after: engine.settings.relist_after,
+        };
+        loop {
+            let target = wanted.borrow_and_update().clone();
+            running.retain(|ns, (selector, handle)| {
+                let keep = target.get(ns).is_some_and(|s| s == selector);
+                if !keep {
+                    handle.abort();
+                }
+                keep
+            });
+            for (ns, selector) in &target {
+                if running.contains_key(ns) {
+                    continue;
+                }
+                let (handle, registration) = futures::future::AbortHandle::new_pair();
+                running.insert(ns.clone(), (selector.clone(), handle));
+                let ns = ns.clone();
+                let selector = selector.clone();
+                let sink = &sink;
+                tasks.push(futures::future::Abortable::new(
+                    async move {
+                        engine
+                            .controller
+                            .informer
+                            .reflect(
+                                &engine.pods,
+                                engine.clock.as_ref(),
+                                &ns,
+                                selector,
+                                settings,
+                                sink,
+                            )
+                            .await;
+                    },
+                    registration,
+                ));
+            }
+            tokio::select! {
+                changed = wanted.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                Some(_) = tasks.next(), if !tasks.is_empty() => {}
+            }
+        }
+    }
+
+    /// What the informer saw: a pod change asks for a pass of every group whose target
+    /// set it can change; a (re)list, of every group of the namespace.
+    fn store_event(&self, event: StoreEvent<'_>) {
+        let bound = lock(&self.bound).clone();
+        let mut seen = self.engine.clock.now();
+        let mut marked = Vec::new();
+        {
+            let mut out = lock(&self.out);
+            match event {
+                StoreEvent::Listed {
+                    namespace,
+                    pods,
+                    again,
+                } => {
+                    out.watch.relisted += 1;
+                    out.watch.listed_pods += pods as u64;
+                    // A first LIST is the full diff's business; a LIST after a gap may
+                    // hide any change.
+                    if again {
+                        marked.extend(
+                            bound
+                                .values()
+                                .filter(|b| b.binding.namespace == namespace)
+                                .map(|b| b.group.arn.clone()),
+                        );
+                    }
+                }
+                StoreEvent::Resumed => out.watch.resumed += 1,
+                StoreEvent::Failed { namespace, error } => {
+                    let text = format!("namespace `{namespace}`: {error}");
+                    if !out.watch.errors.contains(&text) {
+                        out.watch.errors.push(text);
+                    }
+                }
+                StoreEvent::Pod {
+                    namespace,
+                    before,
+                    after,
+                    seen_at,
+                } => {
+                    seen = seen_at;
+                    out.watch.events += 1;
+                    for b in bound.values().filter(|b| b.binding.namespace == namespace) {
+                        let was = before.and_then(|p| contribution(p, &b.binding));
+                        let is = after.and_then(|p| contribution(p, &b.binding));
+                        // A pod never seen before may be one the last pass did not see.
+                        if was != is || (before.is_none() && is.is_some()) {
+                            marked.push(b.group.arn.clone());
+                        }
+                    }
+                    out.watch.relevant_events += u64::from(!marked.is_empty());
+                }
+            }
+        }
+        if marked.is_empty() {
+            return;
+        }
+        {
+            let mut queue = lock(&self.queue);
+            for arn in &marked {
+                queue.request(arn, Want::change(seen));
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// Runs the queue until `until` (real time), each key's pass on its own, then lets
+    /// the passes in flight finish (they are cut at the run's `cut_at`).
+    async fn runner(&self, until: tokio::time::Instant) {
+        let engine = self.engine;
+        let cap = engine.settings.concurrency.max(1);
+        let mut in_flight = FuturesUnordered::new();
+        let (mut changes, mut verifications) = (0usize, 0usize);
+        loop {
+            let woken = self.wake.notified();
+            let mut woken = std::pin::pin!(woken);
+            woken.as_mut().enable();
+            let shutdown = engine.shutdown_notified();
+            let mut shutdown = std::pin::pin!(shutdown);
+            shutdown.as_mut().enable();
+            if tokio::time::Instant::now() >= until || engine.is_shutting_down() {
+                break;
+            }
+            let now = engine.clock.now();
+            loop {
+                let room = Room {
+                    changes: changes < cap,
+                    verifications: verifications < cap,
+                };
+                let Some((arn, want)) = lock(&self.queue).pop(now, room) else {
+                    break;
+                };
+                if want.changed {
+                    changes += 1;
+                } else {
+                    verifications += 1;
+                }
+                in_flight.push(self.job(arn, want));
+            }
+            let next = lock(&self.queue).next_wake().map(|at| {
+                tokio::time::Instant::now() + Duration::from_millis(at.0.saturating_sub(now.0))
+            });
+            let sleep_until = next.map_or(until, |n| n.min(until));
+            tokio::select! {
+                Some((arn, want, retry)) = in_flight.next(), if !in_flight.is_empty() => {
+                    if want.changed { changes -= 1 } else { verifications -= 1 }
+                    lock(&self.queue).done(&arn, retry.map(|at| (at, want)));
+                }
+                () = &mut woken => {}
+                () = &mut shutdown => {}
+                () = tokio::time::sleep_until(sleep_until) => {}
+            }
+        }
+        // The time is up: no new pass; those in flight finish or are cut cleanly.
+        while let Some((arn, _, _)) = in_flight.next().await {
+            lock(&self.queue).done(&arn, None);
+        }
+    }
+
+    /// One key's pass: observe the group from the store's pods, and under its lease
+    /// change what must change. Returns when to come back, if it must (a lease another
+    /// process holds, registrations backing off).
+    async fn job(&self, arn: String, want: Want) -> (String, Want, Option<UnixMillis>) {
+        let engine = self.engine;
+        let Some(bound) = lock(&self.bound).get(&arn).cloned() else {
+            self.finished(&arn, want, None);
+            return (arn, want, None);
+        };
+        let report = if want.verify && !want.changed {
+            crate::groups::in_background(self.pass(&bound, want)).await
+        } else {
+            self.pass(&bound, want).await
+        };
+        let retry = report
+            .as_ref()
+            .and_then(|r| retry_at(r, engine.clock.now()));
+        self.finished(&arn, want, report);
+        (arn, want, retry)
+    }
+
+    /// Observe, and if something is to change, the leased pass.
+    async fn pass(&self, bound: &BoundGroup, want: Want) -> Option<GroupReport> {
+        let engine = self.engine;
+        let informer = &engine.controller.informer;
+        let namespace = &bound.binding.namespace;
+        let give_up = tokio::time::Instant::now() + STORE_WAIT;
+        let held = if informer.wait_live(namespace, give_up).await {
+            informer.view(&bound.binding)
+        } else {
+            None
+        };
+        let (pods, _) = match held {
+            Some(view) => view,
+            None => match engine
+                .pods
+                .list_versioned(namespace, Some(&bound.binding.selector))
+                .await
+            {
+                Ok(listing) => (listing.pods, listing.resource_version),
+                Err(e) => {
+                    return Some(GroupReport::with_error(
+                        &bound.group.arn,
+                        &bound.group.group_name(),
+                        Outcome::Failed,
+                        &e,
+                    ));
+                }
+            },
+        };
+        let index = PodIndex::new(&pods);
+        let verify = lock(&self.verify);
+        let due = if want.changed {
+            None
+        } else {
+            verify.due.as_ref().map(|d| {
+                let mut one = HashSet::new();
+                if d.contains(&bound.group.arn) {
+                    one.insert(bound.group.arn.clone());
+                }
+                one
+            })
+        };
+        let indexed = verify.indexed.clone();
+        drop(verify);
+        let opts = RunOptions {
+            use_checkpoint: !want.changed,
+            ..self.opts.clone()
+        };
+        let scope = crate::reconcile::Scope {
+            due,
+            indexed: indexed.as_ref(),
+            ..Default::default()
+        };
+        let observed = engine.observe(bound, &index, &opts, &scope).await;
+        drop(index);
+        drop(pods);
+        match observed {
+            crate::reconcile::Observed::Done(report) => Some(report),
+            crate::reconcile::Observed::Irrelevant => None,
+            crate::reconcile::Observed::Change(report, prior) => {
+                let view = |b: &crate::core::Binding| informer.view(b);
+                let reads = PodReads::Held(&view);
+                Some(
+                    engine
+                        .reconcile_leased(bound.clone(), report, &opts, &reads, Some(prior))
+                        .await,
+                )
+            }
+        }
+    }
+
+    /// Records a finished pass: the full diff's result, the watch's counts, the gates
+    /// it leaves waiting.
+    fn finished(&self, arn: &str, want: Want, report: Option<GroupReport>) {
+        if let Some(r) = &report {
+            let mut out = lock(&self.out);
+            if want.changed {
+                out.watch.passes += 1;
+                out.watch.registered += r.registered.len();
+                out.watch.deregistered += r.deregistered.len();
+                out.watch
+                    .gates_opened
+                    .extend(r.gates_opened.iter().cloned());
+                if let (Some(since), Some(applied)) = (want.since, r.applied_at) {
+                    out.reactions.push(applied.0.saturating_sub(since.0));
+                }
+                if r.is_eventful() || !r.gates_opened.is_empty() {
+                    out.watch.changes.push(r.clone());
+                }
+            }
+            if want.verify {
+                out.full.insert(arn.to_owned(), r.clone());
+            }
+        }
+        if want.verify && lock(&self.verify).remaining.remove(arn) {
+            self.verified.notify_waiters();
+        }
+        let bound = lock(&self.bound).get(arn).cloned();
+        if let Some(bound) = bound
+            && self.gate_pending(&bound)
+        {
+            lock(&self.gated).insert(arn.to_owned());
+        }
+    }
+
+    /// Whether a gated pod of `b` waits for its gate (as the store has the pods).
+    fn gate_pending(&self, b: &BoundGroup) -> bool {
+        self.engine
+            .controller
+            .informer
+            .view(&b.binding)
+            .is_some_and(|(pods, _)| {
+                pods.iter()
+                    .any(|p| matches!(contribution(p, &b.binding), Some((_, Some(false)))))
+            })
+    }
+
+    /// Every [`GATE_POLL`], reads the target health of the groups with a gate waiting
+    /// and opens the gates of pods whose target is healthy (no lease: the patch carries
+    /// the pod's UID, and opening a gate changes no target).
+    async fn poll_gates(&self) {
+        let engine = self.engine;
+        loop {
+            tokio::time::sleep(GATE_POLL).await;
+            let gated = lock(&self.gated).clone();
+            let bound = lock(&self.bound).clone();
+            for arn in gated {
+                let Some(b) = bound.get(&arn) else {
+                    lock(&self.gated).remove(&arn);
+                    continue;
+                };
+                let waiting: Vec<(Target, crate::core::PodFacts)> = engine
+                    .controller
+                    .informer
+                    .view(&b.binding)
+                    .map(|(pods, _)| pods)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|p| match contribution(&p, &b.binding) {
+                        Some((t, Some(false))) => Some((t, p)),
+                        _ => None,
+                    })
+                    .collect();
+                if waiting.is_empty() {
+                    lock(&self.gated).remove(&arn);
+                    continue;
+                }
+                let Ok(health) = engine.groups.health(&arn).await else {
+                    continue;
+                };
+                for (target, pod) in waiting {
+                    let healthy = health
+                        .iter()
+                        .any(|(t, s)| *t == target && *s == HealthState::Healthy);
+                    if !healthy {
+                        continue;
+                    }
+                    let mut r = GroupReport::new(&arn, &b.group.group_name(), Outcome::InSync);
+                    engine.open_gate(&pod.pod, &mut r).await;
+                    let mut out = lock(&self.out);
+                    if r.pod_errors.is_empty() {
+                        out.watch.gates_opened.append(&mut r.gates_opened);
+                    } else {
+                        out.watch.changes.push(r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// When a group's key comes back after `report`: its lease holder's expiry (a live
+/// holder serves the change meanwhile; a dead one frees the group then), or the end of
+/// its registrations' backoff.
+fn retry_at(report: &GroupReport, now: UnixMillis) -> Option<UnixMillis> {
+    let slack = u64::try_from(LEASE_RECHECK_SLACK.as_millis()).unwrap_or(0);
+    match report.outcome {
+        Outcome::LeaseHeld => Some(
+            report
+                .lease_until
+                .map_or(now.plus(Duration::from_secs(1)), |u| {
+                    UnixMillis(u.0 + slack)
+                }),
+        ),
+        Outcome::BackingOff | Outcome::Failed => report.next_attempt_at,
+        _ => None,
+    }
+}

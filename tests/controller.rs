@@ -1,0 +1,268 @@
+//! The scheduled resync as a controller, over real HTTP (moto, the Kubernetes API
+//! emulator), driven through the resync handler exactly as the Lambda runtime calls it:
+//! groups never wait for one another, the watch starts before discovery is done, and a
+//! warm container resumes its watches instead of listing the world again.
+
+#[path = "support/chaos_proxy.rs"]
+mod chaos_proxy;
+#[path = "support/moto.rs"]
+mod moto;
+#[path = "support/world.rs"]
+mod world;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tgsync::clock::Clock as _;
+use tgsync::testkit::{PodBuilder, set_condition};
+use world::World;
+
+/// The scheduled event EventBridge sends.
+fn scheduled_event() -> Value {
+    serde_json::from_str(include_str!("../events/scheduled.json")).expect("event JSON")
+}
+
+/// One scheduled invocation of `engine` watching for `watch`, as the function runs it
+/// (180 s deadline); its report.
+async fn invoke<P, G, S>(
+    engine: &tgsync::reconcile::Engine<P, G, S>,
+    clock: &tgsync::clock::ManualClock,
+    watch: Duration,
+) -> Value
+where
+    P: tgsync::pods::PodSource,
+    G: tgsync::groups::TargetGroupApi,
+    S: tgsync::state::StateStore,
+{
+    let deadline = clock.now().plus(Duration::from_secs(180));
+    tgsync::handlers::resync::handle(engine, &scheduled_event(), Some(deadline), watch)
+        .await
+        .expect("a scheduled invocation answers")
+}
+
+fn pod(namespace: &str, app: &str, name: &str, ip: &str) -> PodBuilder {
+    PodBuilder::new(namespace, name).label("app", app).ip(ip)
+}
+
+/// Waits (up to `limit`) until `arn`'s targets are `want`; how long it took.
+async fn until_targets(w: &World, arn: &str, want: &[&str], limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = w.targets(arn).await;
+        if now == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "targets of {arn}: {now:?}, waited {limit:?} for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// LIST requests for pods the emulator answered (watches not counted).
+fn pod_lists(w: &World) -> usize {
+    w.emulator
+        .faults()
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "GET" && r.path().ends_with("/pods") && r.query_param("watch").is_none()
+        })
+        .count()
+}
+
+/// One group's wait never holds another's deregistration: while group A's pass cannot
+/// get A's lease (another process holds it for 15 s), group B's pod turns NotReady and
+/// B's target leaves within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_waiting_for_its_lease_never_delays_another_groups_deregistration() {
+    let w = World::new().await;
+    let a = w.group("shop", "app=a", 8080, &[]).await;
+    let b = w.group("shop", "app=b", 8080, &[]).await;
+    w.put_pod(pod("shop", "a", "a-1", "10.0.1.1").build());
+    w.put_pod(pod("shop", "b", "b-1", "10.0.2.1").build());
+    let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(25));
+    let changes = async {
+        until_targets(&w, &a, &["10.0.1.1:8080"], Duration::from_secs(10)).await;
+        until_targets(&w, &b, &["10.0.2.1:8080"], Duration::from_secs(10)).await;
+        // Another process takes A's lease (and would keep it 15 s).
+        use tgsync::state::{Acquire, StateStore as _};
+        let now = w.clock.now();
+        let taken = w
+            .engine
+            .state
+            .acquire(
+                &a,
+                "pod-events@other#1",
+                now,
+                now.plus(Duration::from_secs(15)),
+            )
+            .await
+            .expect("acquire");
+        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+        // A's pod turns NotReady: A's pass now needs that lease.
+        let store = w.emulator.store();
+        store.update_pod("shop", "a-1", |p| set_condition(p, "Ready", false));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Then B's pod turns NotReady.
+        store.update_pod("shop", "b-1", |p| set_condition(p, "Ready", false));
+        let b_left = until_targets(&w, &b, &[], Duration::from_secs(20)).await;
+        let a_still = w.targets(&a).await;
+        eprintln!("B's target left {b_left:?} after its pod turned NotReady");
+        (b_left, a_still)
+    };
+    let (_, (b_left, a_still)) = tokio::join!(invocation, changes);
+    assert_eq!(
+        a_still,
+        ["10.0.1.1:8080"],
+        "the race was staged: A's pass was still kept from its lease when B's ran"
+    );
+    assert!(
+        b_left <= Duration::from_secs(1),
+        "B's NotReady pod left its group after {b_left:?} (want within 1 s)"
+    );
+}
+
+/// A warm container's next scheduled invocation lists no namespace: its watches resume
+/// from the stores' versions and a change made between the two invocations is applied
+/// within 2 s of the start. A 410 between two invocations (the version compacted away)
+/// makes the next one list again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
+    let w = World::new().await;
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
+    w.put_pod(pod("shop", "web", "web-2", "10.0.1.2").ready(false).build());
+    let first = invoke(&w.engine, &w.clock, Duration::from_secs(3)).await;
+    assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080"], "{first:#}");
+    assert!(
+        first["watch"]["listedPods"].as_u64().unwrap_or(0) >= 2,
+        "{first:#}"
+    );
+    // Between the two invocations (a frozen container in Lambda): web-2 turns Ready.
+    w.emulator
+        .store()
+        .update_pod("shop", "web-2", |p| set_condition(p, "Ready", true));
+    let lists_before = pod_lists(&w);
+    let started = Instant::now();
+    let second = invoke(&w.engine, &w.clock, Duration::from_secs(4));
+    let applied = async {
+        until_targets(
+            &w,
+            &arn,
+            &["10.0.1.1:8080", "10.0.1.2:8080"],
+            Duration::from_secs(4),
+        )
+        .await;
+        started.elapsed()
+    };
+    let (second, applied) = tokio::join!(second, applied);
+    assert!(
+        applied <= Duration::from_secs(2),
+        "the change made between the invocations was applied {applied:?} after the start"
+    );
+    assert_eq!(
+        pod_lists(&w),
+        lists_before,
+        "the second invocation listed pods: {:?}",
+        w.emulator.faults().requests()
+    );
+    assert_eq!(second["watch"]["listedPods"], 0, "{second:#}");
+    assert!(
+        second["watch"]["resumed"].as_u64().unwrap_or(0) >= 1,
+        "{second:#}"
+    );
+    // The version is compacted away before the next invocation: it lists again, and a
+    // change made meanwhile is still applied.
+    w.emulator.faults().expire_next_watch();
+    w.emulator.store().delete_pod("shop", "web-1");
+    let lists_before = pod_lists(&w);
+    let third = invoke(&w.engine, &w.clock, Duration::from_secs(4)).await;
+    assert!(pod_lists(&w) > lists_before, "a 410 makes it list again");
+    assert!(
+        third["watch"]["relisted"].as_u64().unwrap_or(0) >= 1,
+        "{third:#}"
+    );
+    assert_eq!(w.targets(&arn).await, ["10.0.1.2:8080"], "{third:#}");
+}
+
+/// At 1,000 bound groups, with the ELBv2 budgets the template gives the resync, a pod
+/// that turns NotReady 4 s into a scheduled invocation of a warm container leaves its
+/// group within 3 s: the watch runs from the first second, and the reaction's Describe
+/// calls go before the full diff's discovery and verifications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
+    use futures::StreamExt as _;
+    use tgsync::aws::{Elbv2TargetGroups, MutationRate};
+    let w = World::new().await;
+    let web = w.group("shop", "app=web", 8080, &[]).await;
+    // 999 more bound groups in ten namespaces, each selecting pods that do not exist.
+    let others: Vec<String> = futures::stream::iter(0..999)
+        .map(|i| {
+            let w = &w;
+            async move {
+                let ns = format!("batch-{}", i % 10);
+                w.group(&ns, &format!("app=job-{i}"), 9000, &[]).await
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    // They were verified empty before (a fleet at rest): a checkpoint each.
+    let empty = tgsync::core::checkpoint::fingerprint(std::iter::empty());
+    let now = w.clock.now();
+    futures::stream::iter(&others)
+        .for_each_concurrent(16, |arn| {
+            let state = &w.engine.state;
+            async move {
+                use tgsync::state::StateStore as _;
+                let cp = tgsync::core::Checkpoint {
+                    desired: empty,
+                    verified_at: now,
+                };
+                assert!(state.record_verified(arn, 0, now, cp).await.expect("seed"));
+            }
+        })
+        .await;
+    w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
+    // The engine as the template deploys the resync: 60 % of the default budgets (8
+    // Describe and 5 Register/Deregister calls per second), one container.
+    let share = |per_second| {
+        MutationRate::new(per_second, None)
+            .expect("rate")
+            .share(0.6, 1)
+    };
+    let groups = Elbv2TargetGroups::from_sdk_config(&w.sdk, share(5)).with_describe_rate(share(8));
+    let engine = w.engine_over(groups);
+    // The container's first invocation: it discovers the fleet, lists the namespaces
+    // and verifies every group it can in its time (a cold full diff of 1,000 groups is
+    // paced by the Describe budget), registering web-1.
+    let first = invoke(&engine, &w.clock, Duration::from_secs(75));
+    let registered = until_targets(&w, &web, &["10.0.1.1:8080"], Duration::from_secs(75));
+    let (first, _) = tokio::join!(first, registered);
+    assert_eq!(
+        first["totals"]["groups"].as_u64(),
+        Some(1000),
+        "{}",
+        first["errors"]
+    );
+    // The next scheduled invocation; 4 s in, web-1 turns NotReady.
+    let second = invoke(&engine, &w.clock, Duration::from_secs(10));
+    let reaction = async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        w.emulator
+            .store()
+            .update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
+        until_targets(&w, &web, &[], Duration::from_secs(60)).await
+    };
+    let (second, left) = tokio::join!(second, reaction);
+    eprintln!(
+        "at 1,000 groups, web-1 left {left:?} after turning NotReady; the invocation: {}",
+        second["watch"]
+    );
+    assert!(
+        left <= Duration::from_secs(3),
+        "web-1 left its group {left:?} after turning NotReady (want within 3 s)"
+    );
+}

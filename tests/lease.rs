@@ -1,0 +1,144 @@
+//! The lease protocol's promise to a waiter: a request for a pass (`dirty`) is served by
+//! a pass that started after it, or left set for the next holder — never cleared by a
+//! holder that then gives up. Against the in-memory state table, at the protocol's own
+//! entry points (`take`, `Lease::run`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tgsync::clock::{Clock as _, ManualClock};
+use tgsync::core::UnixMillis;
+use tgsync::fakes::FakeState;
+use tgsync::lease::{PassEnd, Taken, Timings, take};
+use tgsync::state::{Acquire, Change, StateStore as _};
+
+const GROUP: &str = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123";
+
+fn timings() -> Timings {
+    Timings {
+        poll: Duration::from_millis(10),
+        ..Timings::default()
+    }
+}
+
+/// A waiter asks for a pass while the holder's pass runs, and that pass ends past the
+/// run's cut-off: the holder gives the lease up without another pass, so the request
+/// must stay set.
+#[tokio::test]
+async fn a_request_made_during_a_pass_that_ends_past_the_cut_off_stays_set() {
+    let store = FakeState::default();
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let Ok(Taken::Held(lease, state)) = take(
+        &store,
+        &clock,
+        GROUP,
+        "resync@demo#1".into(),
+        timings(),
+        "demo",
+        None,
+    )
+    .await
+    else {
+        panic!("the lease is free");
+    };
+    let out_of_time = AtomicBool::new(false);
+    let asked = AtomicBool::new(false);
+    let end = lease
+        .run(
+            state,
+            5,
+            || !out_of_time.load(Ordering::SeqCst),
+            async |_, _| {
+                // A pod event's reconcile finds the lease held and asks for a pass.
+                let now = clock.now();
+                let waiter = store
+                    .acquire(
+                        GROUP,
+                        "pod-events@demo#2",
+                        now,
+                        now.plus(Duration::from_secs(15)),
+                    )
+                    .await
+                    .expect("acquire");
+                asked.store(
+                    matches!(waiter, Acquire::HeldElsewhere { .. }),
+                    Ordering::SeqCst,
+                );
+                // This pass ends past the run's cut-off.
+                out_of_time.store(true, Ordering::SeqCst);
+                PassEnd::Done(Change::default())
+            },
+        )
+        .await;
+    assert!(asked.load(Ordering::SeqCst), "the race was staged: {end:?}");
+    let stored = store.stored(GROUP);
+    assert!(
+        stored.lease.is_none(),
+        "the lease was given back: {stored:?}"
+    );
+    assert!(
+        stored.dirty,
+        "the waiter's request was cleared and nobody served it: {end:?}, {stored:?}"
+    );
+}
+
+/// A waiter whose holder died takes the lease over at its wait limit and finds no time
+/// left for a pass: its own request must stay set for the next holder.
+#[tokio::test]
+async fn a_waiter_that_takes_over_with_no_time_left_leaves_its_request_set() {
+    let store = FakeState::default();
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let now = clock.now();
+    // The holder takes the lease and dies.
+    let held = store
+        .acquire(
+            GROUP,
+            "resync@demo#1",
+            now,
+            now.plus(Duration::from_secs(15)),
+        )
+        .await
+        .expect("acquire");
+    assert!(matches!(held, Acquire::Acquired(_)));
+    let waiter = take(
+        &store,
+        &clock,
+        GROUP,
+        "pod-events@demo#2".into(),
+        timings(),
+        "demo",
+        Some(now.plus(Duration::from_secs(20))),
+    );
+    let expire = async {
+        // The waiter has asked (dirty) and polls; then the dead holder's lease runs out.
+        while !store.stored(GROUP).dirty {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        clock.advance(16_000);
+    };
+    let (taken, ()) = tokio::join!(waiter, expire);
+    let Ok(Taken::Held(lease, state)) = taken else {
+        panic!("the waiter takes over from the dead holder");
+    };
+    // Taken at the limit of its time: no pass fits.
+    let passes = AtomicBool::new(false);
+    let end = lease
+        .run(
+            state,
+            5,
+            || false,
+            async |_, _| {
+                passes.store(true, Ordering::SeqCst);
+                PassEnd::Done(Change::default())
+            },
+        )
+        .await;
+    assert!(!passes.load(Ordering::SeqCst), "no pass ran: {end:?}");
+    let stored = store.stored(GROUP);
+    assert!(stored.lease.is_none(), "given back: {stored:?}");
+    assert!(
+        stored.dirty,
+        "the request the waiter took over is lost: {end:?}, {stored:?}"
+    );
+}
