@@ -266,3 +266,37 @@ async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
         "web-1 left its group {left:?} after turning NotReady (want within 3 s)"
     );
 }
+
+/// A pass still running when the watch's time is up finishes (its ELBv2 call is slow
+/// here), gives its lease back, and is in the invocation's report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
+    let mut w = World::new().await;
+    let proxy = chaos_proxy::ChaosProxy::transparent().await;
+    w.engine = chaos_proxy::engine(
+        &w,
+        &chaos_proxy::sdk_config(&proxy).await,
+        tgsync::aws::MutationRate::new(50, None).unwrap(),
+    );
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").ready(false).build());
+    let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(3));
+    let change = async {
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        // The registration this change calls for takes 2 s to answer.
+        proxy.set_rules(|r| {
+            r.delay = vec![(
+                "RegisterTargets".into(),
+                String::new(),
+                Duration::from_secs(2),
+            )];
+        });
+        w.emulator
+            .store()
+            .update_pod("shop", "web-1", |p| set_condition(p, "Ready", true));
+    };
+    let (report, ()) = tokio::join!(invocation, change);
+    assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080"], "{report:#}");
+    assert_eq!(report["watch"]["registered"], 1, "{report:#}");
+    assert!(!w.lease_recorded(&arn).await, "the lease was given back");
+}

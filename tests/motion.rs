@@ -269,3 +269,34 @@ async fn no_elbv2_attempt_is_sent_after_the_lease_was_lost() {
     assert_eq!(g.outcome, Outcome::Failed, "{report:#?}");
     assert!(w.targets(&arn).await.is_empty());
 }
+
+/// A lease survives a slow state table: every UpdateItem (taking the lease, renewing
+/// it, the write-ahead ledger write, the release) takes 6 s — longer than the renewal
+/// period — on the real clock, and the pass of a 120-target group still completes under
+/// its lease, with nobody else wanting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_survives_a_slow_state_table() {
+    let mut w = World::new().await;
+    let proxy = rules_proxy().await;
+    proxy.set_rules(|r| {
+        r.delay = vec![("UpdateItem".into(), String::new(), Duration::from_secs(6))];
+    });
+    w.engine = chaos_proxy::engine_on(
+        &w,
+        &chaos_proxy::sdk_config(&proxy).await,
+        MutationRate::new(50, None).unwrap(),
+        std::sync::Arc::new(tgsync::clock::SystemClock),
+    );
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    for i in 0..120u32 {
+        w.put_pod(web(&format!("web-{i}"), &format!("10.0.1.{}", i + 1)).build());
+    }
+    let r = w.resync().await;
+    let g = r.group(&arn).unwrap();
+    assert_eq!(g.outcome, Outcome::Changed, "{r:#?}");
+    assert_eq!(g.error, None, "{r:#?}");
+    assert_eq!(g.registered.len(), 120);
+    assert_eq!(w.targets(&arn).await.len(), 120);
+    assert_eq!(w.ledger(&arn).await.len(), 120);
+    assert!(!w.lease_recorded(&arn).await, "released");
+}

@@ -1113,6 +1113,16 @@ pub fn engine(
     sdk: &aws_config::SdkConfig,
     rate: tgsync::aws::MutationRate,
 ) -> crate::world::LiveEngine {
+    engine_on(world, sdk, rate, Arc::new(world.clock.clone()))
+}
+
+/// [`engine`] on another clock (the system clock: leases that expire in real time).
+pub fn engine_on(
+    world: &crate::world::World,
+    sdk: &aws_config::SdkConfig,
+    rate: tgsync::aws::MutationRate,
+    clock: Arc<dyn tgsync::clock::Clock>,
+) -> crate::world::LiveEngine {
     use tgsync::aws::{DynamoState, Elbv2TargetGroups};
     use tgsync::eks::{ClusterAccess, KubePods, Overrides};
 
@@ -1130,14 +1140,7 @@ pub fn engine(
     let pods = KubePods::new(Arc::new(access)).with_page_size(100);
     let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describe_rate());
     let state = DynamoState::from_sdk_config(sdk, world.table.as_str(), world.cluster.as_str());
-    tgsync::reconcile::Engine::new(
-        world.cluster.as_str(),
-        pods,
-        groups,
-        state,
-        Arc::new(world.clock.clone()),
-    )
-    .with_seed(1)
+    tgsync::reconcile::Engine::new(world.cluster.as_str(), pods, groups, state, clock).with_seed(1)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 //!
 //! Protocol: <https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html>. HTTP/1.1
 //! with keep-alive, one request at a time per connection; `next` blocks until an
-//! invocation is queued.
+//! invocation is queued. The Extensions API's register and `event/next` are answered as
+//! Lambda does for an internal extension that subscribes to no event
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html>).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, VecDeque};
@@ -173,7 +175,20 @@ async fn serve(
         if read.read_exact(&mut body).await.is_err() {
             return;
         }
-        let response = if method == "GET" && path.ends_with("/invocation/next") {
+        let response = if method == "POST" && path == "/2020-01-01/extension/register" {
+            // The Extensions API: registered (an internal extension, so that Lambda sends
+            // the runtime SIGTERM before shutting the container down).
+            let body =
+                r#"{"functionName":"tgsync","functionVersion":"$LATEST","handler":"bootstrap"}"#;
+            format!(
+                "HTTP/1.1 200 OK\r\nLambda-Extension-Identifier: ext-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        } else if method == "GET" && path == "/2020-01-01/extension/event/next" {
+            // An extension subscribed to no event waits here for as long as it lives.
+            std::future::pending::<()>().await;
+            return;
+        } else if method == "GET" && path.ends_with("/invocation/next") {
             lock(&state).next_polls += 1;
             let (id, payload, deadline) = loop {
                 let notified = queued.notified();

@@ -102,3 +102,93 @@ async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
     assert!(!w.targets(&arn).await.contains(&"10.0.1.1:8080".to_owned()));
     assert!(took <= BOUND, "took {took:?}, bound {BOUND:?}");
 }
+
+/// Lambda shutting the container down (SIGTERM, also at an invocation's timeout) in the
+/// middle of a pass: the pass stops before its next change, gives the lease back with a
+/// request for another pass, and the process exits within Lambda's 500 ms, so the next
+/// run need not wait for the lease to expire.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_pass_gives_the_lease_back_with_a_request_for_another_pass() {
+    let w = World::new().await;
+    let arn = w.group("shop", "app=web", 8080, &[]).await;
+    // 450 pods: three RegisterTargets calls of at most 200 targets, each slowed down.
+    for i in 0..450u32 {
+        w.put_pod(
+            web(
+                &format!("web-{i}"),
+                &format!("10.0.{}.{}", 10 + i / 200, i % 200),
+            )
+            .build(),
+        );
+    }
+    let proxy = ChaosProxy::transparent().await;
+    proxy.set_rules(|r| {
+        r.delay = vec![(
+            "RegisterTargets".into(),
+            String::new(),
+            Duration::from_millis(300),
+        )]
+    });
+    let runtime = RuntimeApi::start().await;
+    let mut function = w
+        .function(
+            env!("CARGO_BIN_EXE_tgsync-resync"),
+            "tgsync-resync",
+            runtime.address(),
+            proxy.url(),
+        )
+        .spawn()
+        .expect("function binary starts");
+    runtime.invoke(event("scheduled.json"), Duration::from_secs(120));
+    let calling = tokio::time::timeout(Duration::from_secs(60), async {
+        while !proxy
+            .records()
+            .iter()
+            .any(|r| r.operation == "RegisterTargets")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    if calling.is_err() {
+        let _ = function.kill();
+        panic!("the binary never reached RegisterTargets");
+    }
+    let signalled = Instant::now();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &function.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(sent.success());
+    let exited = tokio::task::spawn_blocking(move || {
+        let status = function.wait();
+        (status, signalled.elapsed())
+    })
+    .await
+    .expect("wait");
+    let (status, took) = exited;
+    eprintln!("exited {took:?} after SIGTERM: {status:?}");
+    assert!(took <= Duration::from_secs(1), "took {took:?}");
+    let item = w.item(&arn).await.expect("the group's item");
+    let dirty = item.get("dirty").and_then(|d| d.as_bool().ok()).copied();
+    assert!(
+        !item.contains_key("owner"),
+        "the lease is left to expire instead of given back: owner {:?}",
+        item.get("owner")
+    );
+    assert_eq!(dirty, Some(true), "another pass is asked for");
+    let registers = proxy
+        .records()
+        .iter()
+        .filter(|r| r.operation == "RegisterTargets")
+        .count();
+    assert!(
+        registers < 3,
+        "the pass stopped before its next change ({registers} calls)"
+    );
+    // Nothing the pass registered is missing from the ledger (write-ahead).
+    let ledger = w.ledger(&arn).await;
+    for t in w.targets(&arn).await {
+        assert!(ledger.contains(&t), "{t} registered without a ledger entry");
+    }
+}
