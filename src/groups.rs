@@ -101,6 +101,11 @@ pub trait TargetGroupApi: Send + Sync {
         targets: &[Target],
         fence: &dyn Fence,
     ) -> impl Future<Output = Result<(), ElbError>> + Send;
+
+    /// ELBv2's push-back so far (throttled answers, retried attempts), for metrics.
+    fn pressure(&self) -> crate::report::ElbPressure {
+        crate::report::ElbPressure::default()
+    }
 }
 
 /// What discovery found across accounts.

@@ -1,11 +1,25 @@
 //! CloudWatch Embedded Metric Format (dimensions `Function` and `Cluster`, plus
-//! `TargetGroup` on per-group lines, which also carry the group's ARN and `Account` as
-//! properties): one JSON line per run, and one per group that had drift or an error, printed straight to stdout (Lambda ships stdout to CloudWatch Logs,
-//! which extracts the metrics; no PutMetricData calls, no extra latency).
+//! `TargetGroup` on per-group metrics, whose lines also carry the group's ARN and
+//! `Account` as properties), printed straight to stdout (Lambda ships stdout to
+//! CloudWatch Logs, which extracts the metrics; no PutMetricData calls, no extra
+//! latency):
 //!
-//! Per-group lines are emitted only for groups with something to say, so a steady-state
-//! fleet of 1,000 groups adds no per-group metrics (each dimension value is a billed
-//! custom metric); the group's name stays searchable as a property in Logs Insights.
+//! - **one line per pass, as it ends** ([`pass_lines`]): a pass that changed or failed a
+//!   group, found its lease held, waited for backoff, or acted on a pod change. Its
+//!   counts (`Registered`, `Deregistered`, `ReconcileErrors`, …, and `ReactionLatency`)
+//!   go to the function-level metrics, so those count every pass — the full diff's, the
+//!   watch's, pod-events' — when it happens, not when the invocation ends; a group that
+//!   changed or failed also gets its per-group metrics (`DesiredTargets`,
+//!   `RegisteredTargets`, `HealthyTargets`, …) on the same line;
+//! - one line per opened readiness gate ([`gate_lines`]: `GateLatency`);
+//! - one line per run ([`emf_lines`]): the heartbeat, the run's duration and run-level
+//!   errors, ELBv2 throttles and retries, whether the controller watched, and (full
+//!   diffs) the orphan gauge.
+//!
+//! Per-group metrics are emitted only for groups with something to say, so a
+//! steady-state fleet of 1,000 groups adds no per-group metrics (each dimension value is
+//! a billed custom metric); the group's name stays searchable as a property in Logs
+//! Insights.
 //!
 //! **Every line reaches CloudWatch, at every log level.** With JSON logs and an
 //! application log level (the template's `LogLevel`), Lambda drops every line whose
@@ -22,10 +36,13 @@
 //! namespace would be custom metrics nobody reads; the dry-run report returned to the
 //! caller already holds everything.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
+use crate::core::UnixMillis;
 use crate::logging::{LambdaLevel, rfc3339};
-use crate::report::{Outcome, Report};
+use crate::report::{GroupReport, Outcome, Report};
 
 /// CloudWatch namespace of every tgsync metric.
 pub const NAMESPACE: &str = "tgsync";
@@ -45,73 +62,155 @@ pub fn emf_level(configured: Option<LambdaLevel>) -> LambdaLevel {
     }
 }
 
-/// The EMF lines for a finished report, labelled `level` (see [`emf_level`]). Pure, so
-/// it is tested without stdout. None for a dry run (see the module docs).
+/// The run lines of a finished report, labelled `level` (see [`emf_level`]): the
+/// heartbeat line and, for full diffs, the orphan gauge. Group counts are not here:
+/// each pass reported its own as it ended ([`pass_lines`]). Pure, so it is tested
+/// without stdout. None for a dry run (see the module docs).
 pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
     if report.dry_run {
         return Vec::new();
     }
     let t = &report.totals;
-    // A group backing off is still failing: counting it keeps the errors alarm from
-    // clearing between its attempts.
-    let errors = t.errors + t.backing_off + report.errors.len();
+    let at = report.started_at.0 + report.duration_ms;
+    let mut run = vec![
+        ("GroupsReconciled", json!(t.groups)),
+        // Run-level errors (an account that could not be read, a requested group that
+        // is not bound); each failing group counts on its own pass line.
+        ("ReconcileErrors", json!(report.errors.len())),
+        ("Duration", json!(report.duration_ms)),
+        // The heartbeat: one per finished run. A run that crashes, times out or is
+        // never invoked writes none, and the heartbeat alarm sees the gap.
+        ("RunsCompleted", json!(1)),
+        ("ElbThrottles", json!(report.elb.throttles)),
+        ("ElbRetries", json!(report.elb.retries)),
+    ];
+    if report.watch.is_some() {
+        // The controller watched during this run: its alarm sees a minute without.
+        run.push(("WatchRunning", json!(1)));
+    }
     let mut lines = vec![line(
-        report,
+        report.function,
+        &report.cluster,
+        at,
         level,
-        &["Function", "Cluster"],
-        [
-            ("GroupsReconciled", json!(t.groups)),
-            ("DriftFound", json!(t.changed)),
-            ("Registered", json!(t.registered)),
-            ("Deregistered", json!(t.deregistered)),
-            ("Forgotten", json!(t.forgotten)),
-            ("ReconcileErrors", json!(errors)),
-            ("LeaseHeld", json!(t.lease_held)),
-            ("BackingOff", json!(t.backing_off)),
-            ("Duration", json!(report.duration_ms)),
-            // The heartbeat: one per finished run. A run that crashes, times out or is
-            // never invoked writes none, and the heartbeat alarm sees the gap.
-            ("RunsCompleted", json!(1)),
-        ],
+        &[&["Function", "Cluster"]],
+        run,
     )];
     if report.orphans.is_some() {
         // A gauge of groups no longer bound whose ledger still holds our targets, from
         // the runs that look for them (full resyncs) only, so that its minimum and
         // average mean something.
         lines.push(line(
-            report,
+            report.function,
+            &report.cluster,
+            at,
             level,
-            &["Function", "Cluster"],
+            &[&["Function", "Cluster"]],
             [("OrphanedGroups", json!(t.orphaned))],
-        ));
-    }
-    for g in report.groups.iter().filter(|g| g.is_eventful()) {
-        let failed = g.outcome.is_error();
-        lines.push(line(
-            report,
-            level,
-            &["Function", "Cluster", "TargetGroup"],
-            [
-                ("TargetGroup", json!(g.name)),
-                ("TargetGroupArn", json!(g.target_group_arn)),
-                // A property, not a dimension: the ARN already tells groups apart, and
-                // each dimension value would be one more billed custom metric.
-                ("Account", json!(g.account)),
-                (
-                    "Outcome",
-                    serde_json::to_value(g.outcome).unwrap_or(Value::Null),
-                ),
-                ("DriftFound", json!(u8::from(g.outcome == Outcome::Changed))),
-                ("Registered", json!(g.registered.len())),
-                ("Deregistered", json!(g.deregistered.len())),
-                ("ReconcileErrors", json!(u8::from(failed))),
-            ],
         ));
     }
     lines
 }
 
-/// Prints the EMF lines of `report` to stdout, at the level the function's log filter
+/// A pass as it ends: the group's report, and what the engine knows beside it.
+#[derive(Debug, Clone, Copy)]
+pub struct PassDone<'a> {
+    /// The function that ran it (`resync`, `pod-events`, `manual`).
+    pub function: &'a str,
+    /// The cluster this deployment serves.
+    pub cluster: &'a str,
+    /// The group's report.
+    pub report: &'a GroupReport,
+    /// A dry run's pass changes nothing and is not counted.
+    pub dry_run: bool,
+    /// For a pass a pod change asked for: from the change seen to its first ELBv2 call
+    /// answered.
+    pub reaction: Option<Duration>,
+    /// When it ended (unix ms).
+    pub at: UnixMillis,
+}
+
+/// The EMF line of one pass (see the module docs); none when it has nothing to count.
+pub fn pass_lines(pass: &PassDone<'_>, level: LambdaLevel) -> Vec<String> {
+    let g = pass.report;
+    let held = g.outcome == Outcome::LeaseHeld;
+    if pass.dry_run || !(g.is_eventful() || held || pass.reaction.is_some()) {
+        return Vec::new();
+    }
+    let failed = g.outcome.is_error();
+    let mut fields = vec![
+        ("DriftFound", json!(u8::from(g.outcome == Outcome::Changed))),
+        ("Registered", json!(g.registered.len())),
+        ("Deregistered", json!(g.deregistered.len())),
+        ("Forgotten", json!(g.forgotten.len())),
+        // A group backing off is still failing: counting it keeps the errors alarm from
+        // clearing between its attempts.
+        ("ReconcileErrors", json!(u8::from(failed))),
+        ("LeaseHeld", json!(u8::from(held))),
+        (
+            "BackingOff",
+            json!(u8::from(g.outcome == Outcome::BackingOff)),
+        ),
+    ];
+    if let Some(reaction) = pass.reaction {
+        fields.push((
+            "ReactionLatency",
+            json!(u64::try_from(reaction.as_millis()).unwrap_or(u64::MAX)),
+        ));
+    }
+    let mut dimensions: Vec<&[&str]> = vec![&["Function", "Cluster"]];
+    if g.is_eventful() {
+        // A property, not a dimension: the ARN already tells groups apart, and each
+        // dimension value would be one more billed custom metric.
+        fields.push(("TargetGroup", json!(g.name)));
+        fields.push(("TargetGroupArn", json!(g.target_group_arn)));
+        fields.push(("Account", json!(g.account)));
+        fields.push((
+            "Outcome",
+            serde_json::to_value(g.outcome).unwrap_or(Value::Null),
+        ));
+        fields.push(("DesiredTargets", json!(g.desired)));
+        if let Some(n) = g.registered_targets {
+            fields.push(("RegisteredTargets", json!(n)));
+        }
+        if let Some(n) = g.healthy_targets {
+            fields.push(("HealthyTargets", json!(n)));
+        }
+        dimensions.push(&["Function", "Cluster", "TargetGroup"]);
+    }
+    vec![line(
+        pass.function,
+        pass.cluster,
+        pass.at.0,
+        level,
+        &dimensions,
+        fields,
+    )]
+}
+
+/// The EMF line of one readiness gate opened `latency` after the target was first seen
+/// healthy.
+pub fn gate_lines(
+    function: &str,
+    cluster: &str,
+    at: UnixMillis,
+    latency: Duration,
+    level: LambdaLevel,
+) -> Vec<String> {
+    vec![line(
+        function,
+        cluster,
+        at.0,
+        level,
+        &[&["Function", "Cluster"]],
+        [(
+            "GateLatency",
+            json!(u64::try_from(latency.as_millis()).unwrap_or(u64::MAX)),
+        )],
+    )]
+}
+
+/// Prints the run lines of `report` to stdout, at the level the function's log filter
 /// lets through.
 pub fn emit(report: &Report) {
     for l in emf_lines(report, emf_level(LambdaLevel::configured())) {
@@ -119,8 +218,84 @@ pub fn emit(report: &Report) {
     }
 }
 
-/// Every metric tgsync emits and its unit; a line declares those among its fields.
-const UNITS: [(&str, &str); 11] = [
+/// Writes what a pass that ended says: its metric line to stdout, and one log line for
+/// a group that changed (INFO) or is failing (WARN, with its error) — none for a group
+/// in sync, so a quiet run costs one summary line however many groups it looked at.
+pub fn emit_pass(pass: &PassDone<'_>) {
+    let level = emf_level(LambdaLevel::configured());
+    for l in pass_lines(pass, level) {
+        println!("{l}");
+    }
+    let g = pass.report;
+    if pass.dry_run || !g.is_eventful() {
+        return;
+    }
+    let outcome = serde_json::to_value(g.outcome)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    if g.outcome.is_error() {
+        tracing::warn!(
+            target_group = %g.name,
+            account = %g.account,
+            outcome = %outcome,
+            error = g.error.as_deref().unwrap_or(""),
+            failed_targets = g.failed_targets.len(),
+            "target group not reconciled"
+        );
+    } else {
+        tracing::info!(
+            target_group = %g.name,
+            account = %g.account,
+            registered = g.registered.len(),
+            deregistered = g.deregistered.len(),
+            forgotten = g.forgotten.len(),
+            reaction_ms = pass.reaction.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+            "target group changed"
+        );
+    }
+}
+
+/// Where the engine tells what its passes did as they end: printed lines in the
+/// functions ([`Printed`]), something to look at in tests.
+pub trait Sink: Send + Sync {
+    /// A pass ended.
+    fn pass(&self, pass: &PassDone<'_>);
+    /// A readiness gate was opened `latency` after its target was first seen healthy.
+    fn gate(&self, function: &str, cluster: &str, at: UnixMillis, latency: Duration);
+}
+
+/// The functions' sink: the log and metric lines on stdout/stderr ([`emit_pass`],
+/// [`emit_gate`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Printed;
+
+impl Sink for Printed {
+    fn pass(&self, pass: &PassDone<'_>) {
+        emit_pass(pass);
+    }
+
+    fn gate(&self, function: &str, cluster: &str, at: UnixMillis, latency: Duration) {
+        emit_gate(function, cluster, at, latency);
+    }
+}
+
+/// Writes the metric line of an opened gate.
+pub fn emit_gate(function: &str, cluster: &str, at: UnixMillis, latency: Duration) {
+    for l in gate_lines(
+        function,
+        cluster,
+        at,
+        latency,
+        emf_level(LambdaLevel::configured()),
+    ) {
+        println!("{l}");
+    }
+}
+
+/// Every metric tgsync emits and its unit; a line declares those among its fields (each
+/// in the directives whose dimensions it is meant for, see [`per_group`]).
+const UNITS: [(&str, &str); 19] = [
     ("DriftFound", "Count"),
     ("Registered", "Count"),
     ("Deregistered", "Count"),
@@ -132,40 +307,72 @@ const UNITS: [(&str, &str); 11] = [
     ("Duration", "Milliseconds"),
     ("RunsCompleted", "Count"),
     ("OrphanedGroups", "Count"),
+    ("ReactionLatency", "Milliseconds"),
+    ("GateLatency", "Milliseconds"),
+    ("ElbThrottles", "Count"),
+    ("ElbRetries", "Count"),
+    ("WatchRunning", "Count"),
+    ("DesiredTargets", "Count"),
+    ("RegisteredTargets", "Count"),
+    ("HealthyTargets", "Count"),
 ];
 
-/// One EMF line of `report`: its `Function` and `Cluster`, then `fields`.
+/// Which metrics a directive with the `TargetGroup` dimension carries (the per-group
+/// ones), and which the function-level directive does.
+fn per_group(metric: &str, group_level: bool) -> bool {
+    const GROUP_ONLY: [&str; 3] = ["DesiredTargets", "RegisteredTargets", "HealthyTargets"];
+    const BOTH: [&str; 4] = [
+        "DriftFound",
+        "Registered",
+        "Deregistered",
+        "ReconcileErrors",
+    ];
+    if group_level {
+        GROUP_ONLY.contains(&metric) || BOTH.contains(&metric)
+    } else {
+        !GROUP_ONLY.contains(&metric)
+    }
+}
+
+/// One EMF line: `Function` and `Cluster`, then `fields`, with one directive per
+/// dimension set (each declaring the metrics meant for it).
 fn line(
-    report: &Report,
+    function: &str,
+    cluster: &str,
+    at: u64,
     level: LambdaLevel,
-    dimensions: &[&str],
+    dimensions: &[&[&str]],
     fields: impl IntoIterator<Item = (&'static str, Value)>,
 ) -> String {
-    let mut fields: Map<String, Value> = [
-        ("Function", json!(report.function)),
-        ("Cluster", json!(report.cluster)),
-    ]
-    .into_iter()
-    .chain(fields)
-    .map(|(name, value)| (name.to_owned(), value))
-    .collect();
-    let metrics: Vec<Value> = UNITS
+    let mut fields: Map<String, Value> =
+        [("Function", json!(function)), ("Cluster", json!(cluster))]
+            .into_iter()
+            .chain(fields)
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+    let directives: Vec<Value> = dimensions
         .iter()
-        .filter(|(name, _)| fields.contains_key(*name))
-        .map(|(name, unit)| json!({"Name": name, "Unit": unit}))
+        .map(|dims| {
+            let group_level = dims.contains(&"TargetGroup");
+            let metrics: Vec<Value> = UNITS
+                .iter()
+                .filter(|(name, _)| fields.contains_key(*name) && per_group(name, group_level))
+                .map(|(name, unit)| json!({"Name": name, "Unit": unit}))
+                .collect();
+            json!({
+                "Namespace": NAMESPACE,
+                "Dimensions": [dims],
+                "Metrics": metrics,
+            })
+        })
         .collect();
-    let at = report.started_at.0 + report.duration_ms;
     fields.insert("level".to_owned(), json!(level.as_str()));
     fields.insert("timestamp".to_owned(), json!(rfc3339(at)));
     fields.insert(
         "_aws".to_owned(),
         json!({
             "Timestamp": at,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [dimensions],
-                "Metrics": metrics,
-            }],
+            "CloudWatchMetrics": directives,
         }),
     );
     Value::Object(fields).to_string()
@@ -174,79 +381,167 @@ fn line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::UnixMillis;
     use crate::report::GroupReport;
+
+    const AT: UnixMillis = UnixMillis(1_800_000_000_250);
 
     fn report() -> Report {
         let mut r = Report::new("resync", "demo", false, UnixMillis(1_800_000_000_000));
-        let mut changed = GroupReport::new("arn:a", "web", Outcome::Changed);
-        changed.registered = vec![
-            "10.0.0.1:80".parse().unwrap(),
-            "10.0.0.2:80".parse().unwrap(),
-        ];
-        r.groups.push(changed);
+        r.errors
+            .push("account 222222222222: discovering target groups failed".into());
+        r.elb = crate::report::ElbPressure {
+            throttles: 3,
+            retries: 4,
+        };
         r.groups
             .push(GroupReport::new("arn:b", "quiet", Outcome::InSync));
-        r.groups.push(GroupReport::with_error(
-            "arn:c",
-            "broken",
-            Outcome::BindingError,
-            "tag missing",
-        ));
-        r.finish(UnixMillis(1_800_000_000_250))
+        r.finish(AT)
     }
 
-    /// A group still backing off is still failing: the errors alarm must not clear
-    /// while it waits for its next attempt.
-    #[test]
-    fn groups_in_backoff_count_as_reconcile_errors() {
-        let mut r = Report::new("resync", "demo", false, UnixMillis(1_800_000_000_000));
-        r.groups
-            .push(GroupReport::new("arn:a", "web", Outcome::BackingOff));
-        let r = r.finish(UnixMillis(1_800_000_000_100));
-        let lines: Vec<Value> = emf_lines(&r, LambdaLevel::Info)
+    fn pass(report: &GroupReport) -> PassDone<'_> {
+        PassDone {
+            function: "resync",
+            cluster: "demo",
+            report,
+            dry_run: false,
+            reaction: None,
+            at: AT,
+        }
+    }
+
+    fn parsed(lines: Vec<String>) -> Vec<Value> {
+        lines
             .iter()
             .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines[0]["ReconcileErrors"], 1, "{:?}", lines[0]);
-        assert_eq!(lines.len(), 2, "the backing-off group has its own line");
-        assert_eq!(lines[1]["ReconcileErrors"], 1);
+            .collect()
+    }
+
+    /// The metrics each directive of `line` declares, by its dimension set.
+    fn declared(line: &Value) -> Vec<(Vec<String>, Vec<String>)> {
+        line["_aws"]["CloudWatchMetrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let dims = d["Dimensions"][0]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_owned())
+                    .collect();
+                let metrics = d["Metrics"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m["Name"].as_str().unwrap().to_owned())
+                    .collect();
+                (dims, metrics)
+            })
+            .collect()
     }
 
     #[test]
-    fn one_run_line_and_one_per_eventful_group() {
-        let lines: Vec<Value> = emf_lines(&report(), LambdaLevel::Info)
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines.len(), 3, "the in-sync group emits nothing");
+    fn the_run_line_is_the_heartbeat_with_run_errors_and_elbv2_pressure() {
+        let lines = parsed(emf_lines(&report(), LambdaLevel::Info));
+        assert_eq!(lines.len(), 1, "an in-sync group emits nothing");
         let run = &lines[0];
         assert_eq!(run["_aws"]["CloudWatchMetrics"][0]["Namespace"], "tgsync");
         assert_eq!(
             run["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             json!([["Function", "Cluster"]])
         );
-        assert_eq!(run["Cluster"], "demo");
-        assert_eq!(run["Function"], "resync");
         assert_eq!(
-            (run["Registered"].as_u64(), run["ReconcileErrors"].as_u64()),
-            (Some(2), Some(1))
+            (run["Cluster"].as_str(), run["Function"].as_str()),
+            (Some("demo"), Some("resync"))
+        );
+        assert_eq!(run["ReconcileErrors"], 1, "the run-level error");
+        assert_eq!(
+            (run["ElbThrottles"].as_u64(), run["ElbRetries"].as_u64()),
+            (Some(3), Some(4))
         );
         assert_eq!(run["Duration"], 250);
+        assert_eq!(run["RunsCompleted"], 1, "the heartbeat");
+        assert!(run.get("WatchRunning").is_none(), "no watch in this run");
         assert_eq!(run["_aws"]["Timestamp"], 1_800_000_000_250u64);
-        // Every declared metric has a value on the line.
         for m in run["_aws"]["CloudWatchMetrics"][0]["Metrics"]
             .as_array()
             .unwrap()
         {
             assert!(run[m["Name"].as_str().unwrap()].is_number(), "{m}");
         }
-        // Groups come sorted by name.
-        assert_eq!(lines[1]["TargetGroup"], "broken");
-        assert_eq!(lines[1]["ReconcileErrors"], 1);
-        assert_eq!(lines[2]["TargetGroup"], "web");
-        assert_eq!(lines[2]["DriftFound"], 1);
-        assert_eq!(run["RunsCompleted"], 1, "the heartbeat");
+        let mut watching = report();
+        watching.watch = Some(Default::default());
+        assert_eq!(
+            parsed(emf_lines(&watching, LambdaLevel::Info))[0]["WatchRunning"],
+            1
+        );
+    }
+
+    /// A pass that changed a group counts at the function level and, with the group's
+    /// own numbers, at the group level; one in sync counts nothing.
+    #[test]
+    fn a_changed_pass_counts_for_the_function_and_its_group() {
+        let mut changed = GroupReport::new("arn:a", "web", Outcome::Changed);
+        changed.registered = vec![
+            "10.0.0.1:80".parse().unwrap(),
+            "10.0.0.2:80".parse().unwrap(),
+        ];
+        changed.desired = 3;
+        changed.registered_targets = Some(3);
+        changed.healthy_targets = Some(1);
+        let mut p = pass(&changed);
+        p.reaction = Some(Duration::from_millis(420));
+        let lines = parsed(pass_lines(&p, LambdaLevel::Info));
+        assert_eq!(lines.len(), 1);
+        let l = &lines[0];
+        assert_eq!(
+            (l["Registered"].as_u64(), l["DriftFound"].as_u64()),
+            (Some(2), Some(1))
+        );
+        assert_eq!(l["ReactionLatency"], 420);
+        assert_eq!(l["TargetGroup"], "web");
+        let directives = declared(l);
+        let function = &directives[0];
+        assert_eq!(function.0, ["Function", "Cluster"]);
+        assert!(function.1.contains(&"ReactionLatency".to_owned()));
+        assert!(
+            !function.1.contains(&"DesiredTargets".to_owned()),
+            "per group only"
+        );
+        let group = &directives[1];
+        assert_eq!(group.0, ["Function", "Cluster", "TargetGroup"]);
+        for m in [
+            "DesiredTargets",
+            "RegisteredTargets",
+            "HealthyTargets",
+            "Registered",
+        ] {
+            assert!(group.1.contains(&m.to_owned()), "{m}");
+        }
+        assert!(!group.1.contains(&"ReactionLatency".to_owned()));
+        for (_, metrics) in &directives {
+            for m in metrics {
+                assert!(l[m.as_str()].is_number(), "{m} declared without a value");
+            }
+        }
+        let quiet = GroupReport::new("arn:b", "quiet", Outcome::InSync);
+        assert!(pass_lines(&pass(&quiet), LambdaLevel::Info).is_empty());
+    }
+
+    /// A group still backing off is still failing: the errors alarm must not clear
+    /// while it waits for its next attempt.
+    #[test]
+    fn groups_in_backoff_count_as_reconcile_errors() {
+        let waiting = GroupReport::new("arn:a", "web", Outcome::BackingOff);
+        let lines = parsed(pass_lines(&pass(&waiting), LambdaLevel::Info));
+        assert_eq!(lines[0]["ReconcileErrors"], 1, "{:?}", lines[0]);
+        assert_eq!(lines[0]["BackingOff"], 1);
+        // A lease found held counts at the function level only (no per-group metric).
+        let held = GroupReport::new("arn:a", "web", Outcome::LeaseHeld);
+        let lines = parsed(pass_lines(&pass(&held), LambdaLevel::Info));
+        assert_eq!(lines[0]["LeaseHeld"], 1);
+        assert_eq!(declared(&lines[0]).len(), 1);
+        assert!(lines[0].get("TargetGroup").is_none());
     }
 
     /// A deployment serving several accounts names each group's account on its line, as
@@ -255,23 +550,16 @@ mod tests {
     fn group_lines_name_the_account_as_a_property() {
         let arn =
             "arn:aws:elasticloadbalancing:us-east-1:222222222222:targetgroup/web/0123456789abcdef";
-        let mut r = Report::new("resync", "demo", false, UnixMillis(1_800_000_000_000));
-        r.groups
-            .push(GroupReport::with_error(arn, "web", Outcome::Failed, "boom"));
-        let r = r.finish(UnixMillis(1_800_000_000_100));
-        let lines: Vec<Value> = emf_lines(&r, LambdaLevel::Info)
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines[1]["Account"], "222222222222");
-        assert_eq!(lines[1]["TargetGroupArn"], arn);
+        let failed = GroupReport::with_error(arn, "web", Outcome::Failed, "boom");
+        let lines = parsed(pass_lines(&pass(&failed), LambdaLevel::Info));
+        assert_eq!(lines[0]["Account"], "222222222222");
+        assert_eq!(lines[0]["TargetGroupArn"], arn);
         assert_eq!(
-            lines[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            lines[0]["_aws"]["CloudWatchMetrics"][1]["Dimensions"],
             json!([["Function", "Cluster", "TargetGroup"]])
         );
-        assert!(lines[0].get("Account").is_none(), "not on the run line");
-        let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["groups"][0]["account"], "222222222222");
+        let run = parsed(emf_lines(&report(), LambdaLevel::Info));
+        assert!(run[0].get("Account").is_none(), "not on the run line");
     }
 
     /// Lambda drops a JSON line below its application log level, and counts a line
@@ -280,6 +568,7 @@ mod tests {
     #[test]
     fn metric_lines_pass_every_lambda_log_level() {
         use LambdaLevel::*;
+        let changed = GroupReport::new("arn:a", "web", Outcome::Changed);
         for (configured, want) in [
             (None, Info),
             (Some(Trace), Info),
@@ -293,7 +582,15 @@ mod tests {
             assert_eq!(level, want, "{configured:?}");
             // What Lambda lets through at `configured`: lines at or above it.
             assert!(level >= configured.unwrap_or(Info), "{configured:?}");
-            let lines = emf_lines(&report(), level);
+            let mut lines = emf_lines(&report(), level);
+            lines.extend(pass_lines(&pass(&changed), level));
+            lines.extend(gate_lines(
+                "resync",
+                "demo",
+                AT,
+                Duration::from_millis(900),
+                level,
+            ));
             assert_eq!(lines.len(), 3, "{configured:?}");
             for l in &lines {
                 let v: Value = serde_json::from_str(l).unwrap();
@@ -306,13 +603,14 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{ts}: {e}"));
                 assert_eq!(parsed.to_millis().unwrap(), 1_800_000_000_250, "{ts}");
                 assert_eq!(v["_aws"]["Timestamp"], 1_800_000_000_250u64);
-                let directive = &v["_aws"]["CloudWatchMetrics"][0];
-                assert_eq!(directive["Namespace"], NAMESPACE);
-                for m in directive["Metrics"].as_array().unwrap() {
-                    assert!(v[m["Name"].as_str().unwrap()].is_number(), "{m} in {l}");
-                }
-                for d in directive["Dimensions"][0].as_array().unwrap() {
-                    assert!(v[d.as_str().unwrap()].is_string(), "{d} in {l}");
+                for directive in v["_aws"]["CloudWatchMetrics"].as_array().unwrap() {
+                    assert_eq!(directive["Namespace"], NAMESPACE);
+                    for m in directive["Metrics"].as_array().unwrap() {
+                        assert!(v[m["Name"].as_str().unwrap()].is_number(), "{m} in {l}");
+                    }
+                    for d in directive["Dimensions"][0].as_array().unwrap() {
+                        assert!(v[d.as_str().unwrap()].is_string(), "{d} in {l}");
+                    }
                 }
             }
         }
@@ -325,15 +623,15 @@ mod tests {
         let mut r = Report::new("resync", "demo", true, UnixMillis(1_800_000_000_000));
         r.groups
             .push(GroupReport::new("arn:a", "web", Outcome::Planned));
-        r.groups.push(GroupReport::with_error(
-            "arn:b",
-            "broken",
-            Outcome::BindingError,
-            "tag missing",
-        ));
+        let broken =
+            GroupReport::with_error("arn:b", "broken", Outcome::BindingError, "tag missing");
+        r.groups.push(broken.clone());
         let r = r.finish(UnixMillis(1_800_000_000_100));
+        let mut dry = pass(&broken);
+        dry.dry_run = true;
         for level in [LambdaLevel::Info, LambdaLevel::Fatal] {
             assert!(emf_lines(&r, level).is_empty());
+            assert!(pass_lines(&dry, level).is_empty());
         }
     }
 }

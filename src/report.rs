@@ -131,6 +131,13 @@ pub struct GroupReport {
     /// the JSON report).
     #[serde(skip)]
     pub applied_at: Option<UnixMillis>,
+    /// Targets registered in the group after the pass (not draining), when it read
+    /// target health.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registered_targets: Option<usize>,
+    /// Of them, those healthy at the pass's health read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthy_targets: Option<usize>,
 }
 
 impl GroupReport {
@@ -159,6 +166,8 @@ impl GroupReport {
             verification_skipped: false,
             gone: false,
             applied_at: None,
+            registered_targets: None,
+            healthy_targets: None,
         }
     }
 
@@ -235,6 +244,26 @@ pub struct Verification {
     pub detection_bound_seconds: u64,
 }
 
+/// ELBv2's push-back: answers that throttled, and attempts that were retries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ElbPressure {
+    /// Throttled answers.
+    pub throttles: u64,
+    /// Retried attempts (after throttling, a 5xx or a transport failure).
+    pub retries: u64,
+}
+
+impl ElbPressure {
+    /// What happened between `self` (earlier) and `later`.
+    pub fn since(self, later: Self) -> Self {
+        Self {
+            throttles: later.throttles.saturating_sub(self.throttles),
+            retries: later.retries.saturating_sub(self.retries),
+        }
+    }
+}
+
 /// What a watch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -297,6 +326,8 @@ pub struct Report {
     pub watch: Option<WatchReport>,
     /// Per group, sorted by name.
     pub groups: Vec<GroupReport>,
+    /// ELBv2's push-back during the run: throttled answers and retried attempts.
+    pub elb: ElbPressure,
     /// Full resyncs (the runs that look): groups no longer bound that still hold this
     /// cluster's targets.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -327,6 +358,7 @@ impl Report {
             verification: None,
             watch: None,
             groups: Vec::new(),
+            elb: ElbPressure::default(),
             orphans: None,
             errors: Vec::new(),
             notes: Vec::new(),

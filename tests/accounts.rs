@@ -190,9 +190,23 @@ async fn groups_in_two_accounts_converge_without_colliding() {
         accounts.contains(&HOME) && accounts.contains(&NETWORK),
         "{json}"
     );
-    let lines: Vec<serde_json::Value> = tgsync::metrics::emf_lines(&r, LambdaLevel::Info)
+    let lines: Vec<serde_json::Value> = r
+        .groups
         .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .flat_map(|g| {
+            tgsync::metrics::pass_lines(
+                &tgsync::metrics::PassDone {
+                    function: "resync",
+                    cluster: &r.cluster,
+                    report: g,
+                    dry_run: false,
+                    reaction: None,
+                    at: r.started_at,
+                },
+                LambdaLevel::Info,
+            )
+        })
+        .map(|l| serde_json::from_str(&l).unwrap())
         .collect();
     assert!(
         lines

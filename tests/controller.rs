@@ -134,7 +134,7 @@ async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
     w.put_pod(pod("shop", "web", "web-2", "10.0.1.2").ready(false).build());
-    let first = invoke(&w.engine, &w.clock, Duration::from_secs(3)).await;
+    let first = invoke(&w.engine, &w.clock, Duration::from_secs(5)).await;
     assert_eq!(w.targets(&arn).await, ["10.0.1.1:8080"], "{first:#}");
     assert!(
         first["watch"]["listedPods"].as_u64().unwrap_or(0) >= 2,
@@ -187,86 +187,6 @@ async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
     assert_eq!(w.targets(&arn).await, ["10.0.1.2:8080"], "{third:#}");
 }
 
-/// At 1,000 bound groups, with the ELBv2 budgets the template gives the resync, a pod
-/// that turns NotReady 4 s into a scheduled invocation of a warm container leaves its
-/// group within 3 s: the watch runs from the first second, and the reaction's Describe
-/// calls go before the full diff's discovery and verifications.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
-    use futures::StreamExt as _;
-    use tgsync::aws::{Elbv2TargetGroups, MutationRate};
-    let w = World::new().await;
-    let web = w.group("shop", "app=web", 8080, &[]).await;
-    // 999 more bound groups in ten namespaces, each selecting pods that do not exist.
-    let others: Vec<String> = futures::stream::iter(0..999)
-        .map(|i| {
-            let w = &w;
-            async move {
-                let ns = format!("batch-{}", i % 10);
-                w.group(&ns, &format!("app=job-{i}"), 9000, &[]).await
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    // They were verified empty before (a fleet at rest): a checkpoint each.
-    let empty = tgsync::core::checkpoint::fingerprint(std::iter::empty());
-    let now = w.clock.now();
-    futures::stream::iter(&others)
-        .for_each_concurrent(16, |arn| {
-            let state = &w.engine.state;
-            async move {
-                use tgsync::state::StateStore as _;
-                let cp = tgsync::core::Checkpoint {
-                    desired: empty,
-                    verified_at: now,
-                };
-                assert!(state.record_verified(arn, 0, now, cp).await.expect("seed"));
-            }
-        })
-        .await;
-    w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
-    // The engine as the template deploys the resync: 60 % of the default budgets (8
-    // Describe and 5 Register/Deregister calls per second), one container.
-    let share = |per_second| {
-        MutationRate::new(per_second, None)
-            .expect("rate")
-            .share(0.6, 1)
-    };
-    let groups = Elbv2TargetGroups::from_sdk_config(&w.sdk, share(5)).with_describe_rate(share(8));
-    let engine = w.engine_over(groups);
-    // The container's first invocation: it discovers the fleet, lists the namespaces
-    // and verifies every group it can in its time (a cold full diff of 1,000 groups is
-    // paced by the Describe budget), registering web-1.
-    let first = invoke(&engine, &w.clock, Duration::from_secs(75));
-    let registered = until_targets(&w, &web, &["10.0.1.1:8080"], Duration::from_secs(75));
-    let (first, _) = tokio::join!(first, registered);
-    assert_eq!(
-        first["totals"]["groups"].as_u64(),
-        Some(1000),
-        "{}",
-        first["errors"]
-    );
-    // The next scheduled invocation; 4 s in, web-1 turns NotReady.
-    let second = invoke(&engine, &w.clock, Duration::from_secs(10));
-    let reaction = async {
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        w.emulator
-            .store()
-            .update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
-        until_targets(&w, &web, &[], Duration::from_secs(60)).await
-    };
-    let (second, left) = tokio::join!(second, reaction);
-    eprintln!(
-        "at 1,000 groups, web-1 left {left:?} after turning NotReady; the invocation: {}",
-        second["watch"]
-    );
-    assert!(
-        left <= Duration::from_secs(3),
-        "web-1 left its group {left:?} after turning NotReady (want within 3 s)"
-    );
-}
-
 /// A pass still running when the watch's time is up finishes (its ELBv2 call is slow
 /// here), gives its lease back, and is in the invocation's report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,15 +200,16 @@ async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
     );
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").ready(false).build());
-    let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(3));
+    let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(4));
     let change = async {
-        tokio::time::sleep(Duration::from_millis(2_000)).await;
-        // The registration this change calls for takes 2 s to answer.
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        // The registration this change calls for takes 4 s to answer: it is still in
+        // flight when the watch's time is up.
         proxy.set_rules(|r| {
             r.delay = vec![(
                 "RegisterTargets".into(),
                 String::new(),
-                Duration::from_secs(2),
+                Duration::from_secs(4),
             )];
         });
         w.emulator

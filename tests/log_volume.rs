@@ -167,11 +167,24 @@ async fn metric_lines_of_a_run_pass_warn_error_and_fatal() {
     let report = engine.resync(&RunOptions::default()).await;
     for configured in [LambdaLevel::Warn, LambdaLevel::Error, LambdaLevel::Fatal] {
         let level = tgsync::metrics::emf_level(Some(configured));
-        let lines = tgsync::metrics::emf_lines(&report, level);
+        let mut lines = tgsync::metrics::emf_lines(&report, level);
+        for g in &report.groups {
+            lines.extend(tgsync::metrics::pass_lines(
+                &tgsync::metrics::PassDone {
+                    function: report.function,
+                    cluster: &report.cluster,
+                    report: g,
+                    dry_run: false,
+                    reaction: None,
+                    at: report.started_at,
+                },
+                level,
+            ));
+        }
         assert_eq!(
             lines.len(),
             3,
-            "the run line, the orphan gauge (a full resync looks for orphans) and the failing group's line"
+            "the run line, the orphan gauge (a full resync looks for orphans) and the failing group's pass line"
         );
         for l in &lines {
             let v: Value = serde_json::from_str(l).unwrap();
@@ -183,9 +196,10 @@ async fn metric_lines_of_a_run_pass_warn_error_and_fatal() {
             aws_smithy_types::DateTime::from_str(ts, aws_smithy_types::date_time::Format::DateTime)
                 .unwrap_or_else(|e| panic!("{ts}: {e}"));
             assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "tgsync");
-            match v.get("OrphanedGroups") {
-                Some(orphaned) => assert_eq!(orphaned, 0, "{l}"),
-                None => assert!(v["ReconcileErrors"].as_u64().unwrap() >= 1, "{l}"),
+            match (v.get("OrphanedGroups"), v.get("RunsCompleted")) {
+                (Some(orphaned), _) => assert_eq!(orphaned, 0, "{l}"),
+                (None, Some(runs)) => assert_eq!(runs, 1, "{l}"),
+                (None, None) => assert!(v["ReconcileErrors"].as_u64().unwrap() >= 1, "{l}"),
             }
         }
     }

@@ -1366,29 +1366,59 @@ fn alarms(t: &Template) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// What src/metrics.rs emits, read from the EMF lines of sample reports of both
-/// functions (a changed group, a failing one, an idle one): for each metric name, the
-/// (namespace, dimension names) it is emitted under.
+/// What src/metrics.rs emits, read from the EMF lines of sample reports and passes of
+/// both functions (a run line, a changed group, a failing one, an idle one, a lease
+/// held, an opened gate): for each metric name, the (namespace, dimension names) it is
+/// emitted under.
 fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
     use tgsync::core::UnixMillis;
+    use tgsync::logging::LambdaLevel;
+    use tgsync::metrics::{PassDone, emf_lines, gate_lines, pass_lines};
     use tgsync::report::{GroupReport, Outcome, Report};
     let mut out: BTreeMap<String, BTreeSet<(String, Vec<String>)>> = BTreeMap::new();
+    let at = UnixMillis(1_800_000_000_500);
     for dir in ["functions/resync", "functions/pod-events"] {
         let function: &'static str = Box::leak(served_as(dir).into_boxed_str());
         let mut r = Report::new(function, "demo", false, UnixMillis(1_800_000_000_000));
-        r.groups
-            .push(GroupReport::new("arn:a", "web", Outcome::Changed));
-        r.groups
-            .push(GroupReport::new("arn:b", "quiet", Outcome::InSync));
-        r.groups.push(GroupReport::with_error(
-            "arn:c",
-            "broken",
-            Outcome::Failed,
-            "reading target health failed",
+        r.watch = Some(Default::default());
+        let r = r.finish(at);
+        let mut changed = GroupReport::new("arn:a", "web", Outcome::Changed);
+        changed.registered_targets = Some(2);
+        changed.healthy_targets = Some(1);
+        let groups = [
+            changed,
+            GroupReport::new("arn:b", "quiet", Outcome::InSync),
+            GroupReport::with_error(
+                "arn:c",
+                "broken",
+                Outcome::Failed,
+                "reading target health failed",
+            ),
+            GroupReport::new("arn:d", "busy", Outcome::LeaseHeld),
+        ];
+        let mut lines = emf_lines(&r, LambdaLevel::Info);
+        assert_eq!(lines.len(), 1, "{dir}: the run line");
+        for g in &groups {
+            lines.extend(pass_lines(
+                &PassDone {
+                    function,
+                    cluster: "demo",
+                    report: g,
+                    dry_run: false,
+                    reaction: Some(std::time::Duration::from_millis(300)),
+                    at,
+                },
+                LambdaLevel::Info,
+            ));
+        }
+        lines.extend(gate_lines(
+            function,
+            "demo",
+            at,
+            std::time::Duration::from_millis(900),
+            LambdaLevel::Info,
         ));
-        let r = r.finish(UnixMillis(1_800_000_000_500));
-        let lines = tgsync::metrics::emf_lines(&r, tgsync::logging::LambdaLevel::Info);
-        assert_eq!(lines.len(), 3, "{dir}: run line + two eventful groups");
+        assert_eq!(lines.len(), 1 + 4 + 1, "{dir}: run, four passes, a gate");
         for line in lines {
             let v: Value = serde_json::from_str(&line).expect("EMF line is JSON");
             for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {

@@ -320,6 +320,11 @@ impl TargetGroupApi for Accounts {
     ) -> Result<(), ElbError> {
         self.route(arn)?.deregister(arn, targets, fence).await
     }
+
+    fn pressure(&self) -> crate::report::ElbPressure {
+        // Every account's adapter shares the home adapter's paces.
+        self.home.pressure()
+    }
 }
 
 /// The credentials of one role: the SDK's [`AssumeRoleProvider`], built on first use

@@ -527,4 +527,12 @@ impl TargetGroupApi for Elbv2TargetGroups {
     ) -> Result<(), ElbError> {
         self.mutate(Mutation::Deregister, arn, targets, fence).await
     }
+
+    fn pressure(&self) -> crate::report::ElbPressure {
+        let (m, d) = (self.mutations.pressure(), self.describes.pressure());
+        crate::report::ElbPressure {
+            throttles: m.throttles + d.throttles,
+            retries: m.retries + d.retries,
+        }
+    }
 }

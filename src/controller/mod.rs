@@ -136,6 +136,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let real_until =
             tokio::time::Instant::now() + Duration::from_millis(until.0.saturating_sub(started.0));
         let mut report = Report::new("resync", &self.cluster, false, started);
+        let pressure = self.groups.pressure();
         self.controller.informer.suspend();
         let drain_end = until.plus(DRAIN);
         let run = Run {
@@ -196,6 +197,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         watch.watched_ms = self.clock.now().0.saturating_sub(started.0);
         watch.namespaces = run.namespaces.borrow().len();
         report.groups.extend(full.into_values());
+        report.elb = pressure.since(self.groups.pressure());
         // Groups the full diff did not reach before the end: the next run does them.
         let verify = run.verify.into_inner().unwrap_or_else(|p| p.into_inner());
         let bound = run.bound.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -354,6 +356,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 .detection_bound(engine.settings.schedule_period)
                 .as_secs(),
         });
+        for e in &bindings.errors {
+            engine.pass_done(e, false, None);
+        }
         report.groups.extend(bindings.errors);
         {
             let mut verify = lock(&self.verify);
@@ -614,20 +619,21 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             },
         };
         let index = PodIndex::new(&pods);
-        let verify = lock(&self.verify);
-        let due = if want.changed {
-            None
-        } else {
-            verify.due.as_ref().map(|d| {
-                let mut one = HashSet::new();
-                if d.contains(&bound.group.arn) {
-                    one.insert(bound.group.arn.clone());
-                }
-                one
-            })
+        let (due, indexed) = {
+            let verify = lock(&self.verify);
+            let due = if want.changed {
+                None
+            } else {
+                verify.due.as_ref().map(|d| {
+                    let mut one = HashSet::new();
+                    if d.contains(&bound.group.arn) {
+                        one.insert(bound.group.arn.clone());
+                    }
+                    one
+                })
+            };
+            (due, verify.indexed.clone())
         };
-        let indexed = verify.indexed.clone();
-        drop(verify);
         let opts = RunOptions {
             use_checkpoint: !want.changed,
             ..self.opts.clone()
@@ -659,6 +665,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// it leaves waiting.
     fn finished(&self, arn: &str, want: Want, report: Option<GroupReport>) {
         if let Some(r) = &report {
+            let reaction = want
+                .since
+                .zip(r.applied_at)
+                .map(|(since, applied)| Duration::from_millis(applied.0.saturating_sub(since.0)));
+            self.engine.pass_done(r, false, reaction);
             let mut out = lock(&self.out);
             if want.changed {
                 out.watch.passes += 1;
@@ -667,8 +678,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 out.watch
                     .gates_opened
                     .extend(r.gates_opened.iter().cloned());
-                if let (Some(since), Some(applied)) = (want.since, r.applied_at) {
-                    out.reactions.push(applied.0.saturating_sub(since.0));
+                if let Some(reaction) = reaction {
+                    out.reactions
+                        .push(u64::try_from(reaction.as_millis()).unwrap_or(u64::MAX));
                 }
                 if r.is_eventful() || !r.gates_opened.is_empty() {
                     out.watch.changes.push(r.clone());
@@ -706,6 +718,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// the pod's UID, and opening a gate changes no target).
     async fn poll_gates(&self) {
         let engine = self.engine;
+        // When each waiting target was last read not healthy: it turned healthy after
+        // that, so a gate opened now took at most this long.
+        let mut unhealthy_at: BTreeMap<(String, Target), UnixMillis> = BTreeMap::new();
         loop {
             tokio::time::sleep(GATE_POLL).await;
             let gated = lock(&self.gated).clone();
@@ -731,6 +746,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     lock(&self.gated).remove(&arn);
                     continue;
                 }
+                let read_at = engine.clock.now();
                 let Ok(health) = engine.groups.health(&arn).await else {
                     continue;
                 };
@@ -738,11 +754,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     let healthy = health
                         .iter()
                         .any(|(t, s)| *t == target && *s == HealthState::Healthy);
+                    let key = (arn.clone(), target);
                     if !healthy {
+                        unhealthy_at.insert(key, read_at);
                         continue;
                     }
+                    let since = unhealthy_at.remove(&key).unwrap_or(read_at);
                     let mut r = GroupReport::new(&arn, &b.group.group_name(), Outcome::InSync);
                     engine.open_gate(&pod.pod, &mut r).await;
+                    if r.pod_errors.is_empty() {
+                        let now = engine.clock.now();
+                        engine.gate_done(Duration::from_millis(now.0.saturating_sub(since.0)));
+                    }
                     let mut out = lock(&self.out);
                     if r.pod_errors.is_empty() {
                         out.watch.gates_opened.append(&mut r.gates_opened);

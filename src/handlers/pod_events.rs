@@ -40,7 +40,7 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
                 .pod_event(&event, ready_wait, &opts)
                 .await
                 .inspect_err(|e| tracing::error!(error = %e, pod = %format!("{}/{}", event.namespace, event.name), "pod event failed"))?;
-            super::log_groups(&report);
+            super::log_run_errors(&report);
             tracing::info!(
                 pod = %format!("{}/{}", event.namespace, event.name),
                 reason = %event.reason,

@@ -43,7 +43,7 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
         (None, Some(until)) => engine.run_scheduled(&opts, until).await,
         (None, None) => engine.resync(&opts).await,
     };
-    super::log_groups(&report);
+    super::log_run_errors(&report);
     tracing::info!(
         dry_run = report.dry_run,
         groups = report.totals.groups,

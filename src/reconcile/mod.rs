@@ -195,6 +195,9 @@ pub struct Engine<P, G, S> {
     shutdown: tokio::sync::Notify,
     /// Leased passes running now (the shutdown hook waits for them).
     leased: std::sync::atomic::AtomicUsize,
+    /// Told about every pass as it ends, and every gate opened: the log and metric
+    /// lines, printed as they happen.
+    sink: Arc<dyn crate::metrics::Sink>,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -222,6 +225,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown: tokio::sync::Notify::new(),
             leased: std::sync::atomic::AtomicUsize::new(0),
+            sink: Arc::new(crate::metrics::Printed),
         }
     }
 
@@ -236,6 +240,37 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub fn with_settings(mut self, settings: EngineSettings) -> Self {
         self.settings = settings;
         self
+    }
+
+    /// Replaces where passes are told (tests).
+    pub fn with_sink(mut self, sink: Arc<dyn crate::metrics::Sink>) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    /// Tells the sink that a pass of this engine ended with `report` (a pod change
+    /// seen `reaction` before its first ELBv2 change was answered).
+    pub(crate) fn pass_done(
+        &self,
+        report: &GroupReport,
+        dry_run: bool,
+        reaction: Option<Duration>,
+    ) {
+        self.sink.pass(&crate::metrics::PassDone {
+            function: &self.owner_prefix,
+            cluster: &self.cluster,
+            report,
+            dry_run,
+            reaction,
+            at: self.clock.now(),
+        });
+    }
+
+    /// Tells the sink that a gate was opened `latency` after its target was first seen
+    /// healthy.
+    pub(crate) fn gate_done(&self, latency: Duration) {
+        self.sink
+            .gate(&self.owner_prefix, &self.cluster, self.clock.now(), latency);
     }
 
     /// Names lease owners after the calling function.
@@ -396,10 +431,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     .as_secs(),
             });
         }
+        for e in &errors {
+            self.pass_done(e, opts.dry_run, None);
+        }
         report.groups.append(&mut errors);
+        let pressure = self.groups.pressure();
         report
             .groups
             .extend(self.reconcile_scoped(bound, opts, &scope).await);
+        report.elb = pressure.since(self.groups.pressure());
         if let Some(indexed) = &indexed {
             let tagged = tagged.iter().map(String::as_str).collect();
             let orphans = self

@@ -88,7 +88,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let mut changed = Vec::new();
         for (observed, bound) in observed {
             match observed {
-                Observed::Done(report) => reports.push(report),
+                Observed::Done(report) => {
+                    self.pass_done(&report, opts.dry_run, None);
+                    reports.push(report);
+                }
                 Observed::Irrelevant => {}
                 Observed::Change(report, prior) => changed.push((report, prior, bound)),
             }
@@ -101,8 +104,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             let permits = permits.clone();
             async move {
                 let _permit = permits.acquire().await;
-                self.reconcile_leased(bound, report, opts, &PodReads::Fresh, Some(prior))
-                    .await
+                let report = self
+                    .reconcile_leased(bound, report, opts, &PodReads::Fresh, Some(prior))
+                    .await;
+                self.pass_done(&report, opts.dry_run, None);
+                report
             }
         });
         reports.extend(join_all(runs).await);

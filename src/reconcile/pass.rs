@@ -23,14 +23,17 @@ use crate::pods::{PodSource, PodsError};
 use crate::report::{FailedTarget, GroupReport, Outcome};
 use crate::state::{Change, GroupState, LedgerEntry, StateError, StateStore};
 
+/// Pods a caller holds for a binding and the `resourceVersion` they are current to
+/// (`None`: none to offer).
+pub(crate) type HeldPods<'a> = &'a (dyn Fn(&Binding) -> Option<(Vec<PodFacts>, String)> + Sync);
+
 /// Where a pass under the lease reads its pods.
 pub(crate) enum PodReads<'a> {
     /// A consistent LIST of the group's pods (pod-events, manual runs).
     Fresh,
-    /// Pods the caller holds for a binding and the `resourceVersion` they are current
-    /// to (`None`: none to offer); a LIST instead when they are behind the group's
-    /// recorded version.
-    Held(&'a (dyn Fn(&Binding) -> Option<(Vec<PodFacts>, String)> + Sync)),
+    /// Pods the caller holds (the controller's store); a LIST instead when they are
+    /// behind the group's recorded version.
+    Held(HeldPods<'a>),
 }
 
 /// The health read an observation made just before the lease was taken: a pass may
@@ -355,6 +358,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             ledger.remove(t);
         }
         report.forgotten.extend_from_slice(&plan.forget);
+        let present = actual.iter().filter(|(_, s)| !s.is_draining()).count();
+        report.registered_targets =
+            Some((present + report.registered.len()).saturating_sub(report.deregistered.len()));
+        report.healthy_targets = Some(
+            actual
+                .iter()
+                .filter(|(t, s)| {
+                    *s == crate::core::HealthState::Healthy && !report.deregistered.contains(t)
+                })
+                .count(),
+        );
         self.open_gates(&desired, &actual, report).await;
         if failures > 0 {
             return Err(Stop::Failed(format!(

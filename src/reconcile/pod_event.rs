@@ -207,11 +207,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // At most as many polls as fit before `until` (whatever the clock says later).
         let poll_ms = u64::try_from(GATE_POLL.as_millis()).unwrap_or(1).max(1);
         let polls = until.0.saturating_sub(now.0) / poll_ms;
+        // The target turned healthy after the last read that found it not so.
+        let mut unhealthy_at = now;
         for _ in 0..polls {
             if self.clock.now().plus(GATE_POLL) >= until {
                 return;
             }
             tokio::time::sleep(GATE_POLL).await;
+            let read_at = self.clock.now();
             let healthy = match self.groups.health(&group.group.arn).await {
                 Ok(h) => h
                     .iter()
@@ -219,6 +222,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 Err(_) => false,
             };
             if !healthy {
+                unhealthy_at = read_at;
                 continue;
             }
             // `waiting` holds only groups with a report.
@@ -228,6 +232,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 .find(|g| g.target_group_arn == group.group.arn)
             {
                 self.open_gate(&pod.pod, g).await;
+                if g.gates_opened.contains(&name) {
+                    let latency = self.clock.now().0.saturating_sub(unhealthy_at.0);
+                    self.gate_done(Duration::from_millis(latency));
+                }
             }
             return;
         }

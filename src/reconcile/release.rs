@@ -44,6 +44,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }))
         .await;
         for (group, note) in groups {
+            self.pass_done(&group, opts.dry_run, None);
             report.groups.push(group);
             report.notes.extend(note);
         }

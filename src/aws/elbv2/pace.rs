@@ -40,6 +40,10 @@ pub(crate) struct Pace {
     urgent_waiting: AtomicUsize,
     /// Lets one background request at a time wait for a slot.
     background: tokio::sync::Semaphore,
+    /// Throttled answers so far.
+    throttles: AtomicU64,
+    /// Retried attempts so far.
+    retries: AtomicU64,
 }
 
 /// Counts a waiting request for as long as it waits (also when its future is dropped).
@@ -69,6 +73,16 @@ impl Pace {
             penalty_ms: AtomicU64::new(0),
             urgent_waiting: AtomicUsize::new(0),
             background: tokio::sync::Semaphore::new(1),
+            throttles: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        }
+    }
+
+    /// Throttled answers and retried attempts so far.
+    pub(crate) fn pressure(&self) -> crate::report::ElbPressure {
+        crate::report::ElbPressure {
+            throttles: self.throttles.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
         }
     }
 
@@ -173,10 +187,12 @@ impl Pace {
             };
             if throttled(&err) {
                 self.throttled();
+                self.throttles.fetch_add(1, Ordering::Relaxed);
             }
             if !retryable(&err) || attempt >= MAX_ATTEMPTS {
                 return Err(Stopped::Failed(err));
             }
+            self.retries.fetch_add(1, Ordering::Relaxed);
             let ceiling = INITIAL_BACKOFF
                 .saturating_mul(1 << (attempt - 1).min(16))
                 .min(MAX_BACKOFF);

@@ -1,0 +1,133 @@
+//! The controller at scale, over real HTTP (moto, the Kubernetes API emulator), alone in
+//! its test binary: 1,000 bound target groups with the ELBv2 budgets the template gives
+//! the resync.
+
+#[path = "support/moto.rs"]
+mod moto;
+#[path = "support/world.rs"]
+mod world;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tgsync::clock::Clock as _;
+use tgsync::testkit::{PodBuilder, set_condition};
+use world::World;
+
+/// One scheduled invocation of `engine` watching for `watch` (180 s deadline).
+async fn invoke<P, G, S>(
+    engine: &tgsync::reconcile::Engine<P, G, S>,
+    clock: &tgsync::clock::ManualClock,
+    watch: Duration,
+) -> Value
+where
+    P: tgsync::pods::PodSource,
+    G: tgsync::groups::TargetGroupApi,
+    S: tgsync::state::StateStore,
+{
+    let event = serde_json::from_str(include_str!("../events/scheduled.json")).expect("event");
+    let deadline = clock.now().plus(Duration::from_secs(180));
+    tgsync::handlers::resync::handle(engine, &event, Some(deadline), watch)
+        .await
+        .expect("a scheduled invocation answers")
+}
+
+fn pod(namespace: &str, app: &str, name: &str, ip: &str) -> PodBuilder {
+    PodBuilder::new(namespace, name).label("app", app).ip(ip)
+}
+
+/// Waits (up to `limit`) until `arn`'s targets are `want`; how long it took.
+async fn until_targets(w: &World, arn: &str, want: &[&str], limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = w.targets(arn).await;
+        if now == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "targets of {arn}: {now:?}, waited {limit:?} for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// At 1,000 bound groups, with the ELBv2 budgets the template gives the resync, a pod
+/// that turns NotReady 4 s into a scheduled invocation of a warm container leaves its
+/// group within 3 s: the watch runs from the first second, and the reaction's Describe
+/// calls go before the full diff's discovery and verifications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
+    use futures::StreamExt as _;
+    use tgsync::aws::{Elbv2TargetGroups, MutationRate};
+    let w = World::new().await;
+    let web = w.group("shop", "app=web", 8080, &[]).await;
+    // 999 more bound groups in ten namespaces, each selecting pods that do not exist.
+    let others: Vec<String> = futures::stream::iter(0..999)
+        .map(|i| {
+            let w = &w;
+            async move {
+                let ns = format!("batch-{}", i % 10);
+                w.group(&ns, &format!("app=job-{i}"), 9000, &[]).await
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    // They were verified empty before (a fleet at rest): a checkpoint each.
+    let empty = tgsync::core::checkpoint::fingerprint(std::iter::empty());
+    let now = w.clock.now();
+    futures::stream::iter(&others)
+        .for_each_concurrent(16, |arn| {
+            let state = &w.engine.state;
+            async move {
+                use tgsync::state::StateStore as _;
+                let cp = tgsync::core::Checkpoint {
+                    desired: empty,
+                    verified_at: now,
+                };
+                assert!(state.record_verified(arn, 0, now, cp).await.expect("seed"));
+            }
+        })
+        .await;
+    w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
+    // The engine as the template deploys the resync: 60 % of the default budgets (8
+    // Describe and 5 Register/Deregister calls per second), one container.
+    let share = |per_second| {
+        MutationRate::new(per_second, None)
+            .expect("rate")
+            .share(0.6, 1)
+    };
+    let groups = Elbv2TargetGroups::from_sdk_config(&w.sdk, share(5)).with_describe_rate(share(8));
+    let engine = w.engine_over(groups);
+    // The container's first invocation: it discovers the fleet, lists the namespaces
+    // and verifies every group it can in its time (a cold full diff of 1,000 groups is
+    // paced by the Describe budget), registering web-1.
+    let first = invoke(&engine, &w.clock, Duration::from_secs(75));
+    let registered = until_targets(&w, &web, &["10.0.1.1:8080"], Duration::from_secs(75));
+    let (first, _) = tokio::join!(first, registered);
+    assert_eq!(
+        first["totals"]["groups"].as_u64(),
+        Some(1000),
+        "{}",
+        first["errors"]
+    );
+    // The next scheduled invocation; 4 s in, web-1 turns NotReady.
+    let second = invoke(&engine, &w.clock, Duration::from_secs(10));
+    let reaction = async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        w.emulator
+            .store()
+            .update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
+        until_targets(&w, &web, &[], Duration::from_secs(60)).await
+    };
+    let (second, left) = tokio::join!(second, reaction);
+    eprintln!(
+        "at 1,000 groups, web-1 left {left:?} after turning NotReady; the invocation: {}",
+        second["watch"]
+    );
+    assert!(
+        left <= Duration::from_secs(3),
+        "web-1 left its group {left:?} after turning NotReady (want within 3 s)"
+    );
+}
