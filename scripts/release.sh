@@ -99,7 +99,7 @@ for entry in zips:
         sys.exit(f"template.yaml: expected one `CodeUri: {directory}` (package {package}), found {n}")
 # Drop each function's build metadata (BuildMethod/BuildProperties): nothing to build.
 text = re.sub(r"^    Metadata:\n      BuildMethod: rust-cargolambda\n      BuildProperties:\n(?:        .*\n)+", "", text, flags=re.M)
-if "rust-cargolambda" in text:
+if "BuildMethod: rust-cargolambda" in text:
     sys.exit("template.yaml: a function's build metadata was not understood")
 header = (f"# tgsync {version}: packaged by scripts/release.sh. CodeUri names the arm64 zips next to\n"
           "# this file; `sam deploy --template-file <this file>` uploads them.\n")

@@ -238,7 +238,9 @@ fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> V
             }
         }
         Value::Object(map) if map.len() == 1 && map.contains_key("Fn::Split") => {
-            let args = map["Fn::Split"].as_array().expect("Fn::Split [sep, string]");
+            let args = map["Fn::Split"]
+                .as_array()
+                .expect("Fn::Split [sep, string]");
             let sep = args[0].as_str().expect("separator");
             match resolve(&args[1], deployment, refs) {
                 Value::String(s) => s.split(sep).map(|i| json!(i)).collect(),
@@ -609,7 +611,10 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
 #[test]
 fn release_of_untagged_groups_is_off_by_default_and_the_resync_roles_alone() {
     let t = Template::load();
-    assert_eq!(t.parameter_default("ReleaseUntaggedGroups"), Some(&json!("false")));
+    assert_eq!(
+        t.parameter_default("ReleaseUntaggedGroups"),
+        Some(&json!("false"))
+    );
     for (given, granted) in [
         (vec![("ClusterName", "demo")], false),
         (
@@ -656,7 +661,8 @@ fn release_of_untagged_groups_is_off_by_default_and_the_resync_roles_alone() {
             for doc in docs {
                 let doc = resolve(&doc, &deployment, &BTreeMap::new());
                 for s in as_list(&doc["Statement"]) {
-                    let untagged = s["Condition"]["Null"]["aws:ResourceTag/tgsync/cluster"] == "true";
+                    let untagged =
+                        s["Condition"]["Null"]["aws:ResourceTag/tgsync/cluster"] == "true";
                     if s["Effect"] == "Allow" && untagged {
                         assert_eq!(
                             actions(&s),
@@ -700,7 +706,10 @@ fn every_role_gets_the_permissions_boundary() {
     assert_eq!(t.parameter_default("PermissionsBoundary"), Some(&json!("")));
     let with = t.parameters(&[
         ("ClusterName", "demo"),
-        ("PermissionsBoundary", "arn:aws:iam::123456789012:policy/boundary"),
+        (
+            "PermissionsBoundary",
+            "arn:aws:iam::123456789012:policy/boundary",
+        ),
     ]);
     assert!(with.conditions["HasPermissionsBoundary"]);
     assert!(!t.parameters(&[("ClusterName", "demo")]).conditions["HasPermissionsBoundary"]);
@@ -1891,7 +1900,10 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
 #[test]
 fn access_entries_scope_the_view_policy_to_the_allowed_namespaces() {
     let t = Template::load();
-    assert_eq!(t.parameter_default("CreateAccessEntries"), Some(&json!("true")));
+    assert_eq!(
+        t.parameter_default("CreateAccessEntries"),
+        Some(&json!("true"))
+    );
     let entries: BTreeMap<_, _> = t.of_type("AWS::EKS::AccessEntry").collect();
     assert_eq!(
         entries.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
@@ -1901,7 +1913,10 @@ fn access_entries_scope_the_view_policy_to_the_allowed_namespaces() {
     let view = json!({ "Fn::Sub": "arn:${AWS::Partition}:eks::aws:cluster-access-policy/AmazonEKSViewPolicy" });
     for (namespaces, scope) in [
         ("", json!({ "Type": "cluster" })),
-        ("shop", json!({ "Type": "namespace", "Namespaces": ["shop"] })),
+        (
+            "shop",
+            json!({ "Type": "namespace", "Namespaces": ["shop"] }),
+        ),
         (
             "shop kafka",
             json!({ "Type": "namespace", "Namespaces": ["shop", "kafka"] }),
@@ -1973,7 +1988,11 @@ fn rbac_manifest_grants_only_the_readiness_gate_patch() {
         .filter(|d| !d.is_null())
         .collect();
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-    assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"], "one manifest, two objects");
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding"],
+        "one manifest, two objects"
+    );
     let role = &docs[0];
     assert_eq!(
         role["rules"],
@@ -2014,9 +2033,16 @@ fn workspace_package(key: &str) -> String {
 fn the_release_metadata_agrees_with_the_workspace() {
     let t = Template::load();
     let version = workspace_package("version");
-    assert_eq!(version, env!("CARGO_PKG_VERSION"), "tgsync takes the workspace version");
+    assert_eq!(
+        version,
+        env!("CARGO_PKG_VERSION"),
+        "tgsync takes the workspace version"
+    );
     let sar = &t.doc["Metadata"]["AWS::ServerlessRepo::Application"];
-    assert_eq!(sar["SemanticVersion"].to_string().trim_matches('"'), version);
+    assert_eq!(
+        sar["SemanticVersion"].to_string().trim_matches('"'),
+        version
+    );
     assert_eq!(sar["SpdxLicenseId"], workspace_package("license"));
     for key in ["Name", "Description", "Author"] {
         assert!(sar[key].as_str().is_some_and(|s| !s.is_empty()), "{key}");
@@ -2032,7 +2058,8 @@ fn the_release_metadata_agrees_with_the_workspace() {
     );
     let changelog = read("CHANGELOG.md");
     assert!(
-        changelog.contains(&format!("## {version} ")) || changelog.contains(&format!("## [{version}]")),
+        changelog.contains(&format!("## {version} "))
+            || changelog.contains(&format!("## [{version}]")),
         "CHANGELOG.md has a section for {version}"
     );
     // Every member of the workspace takes the one version.
