@@ -198,34 +198,20 @@ where
 
 /// `ms` (milliseconds since the Unix epoch) as an RFC 3339 UTC timestamp with
 /// milliseconds, `2027-01-15T08:00:00.250Z`: the form Lambda accepts in a JSON line's
-/// `timestamp`. Infallible for every `u64`, so a metric line always has one.
+/// `timestamp`. Infallible for every `u64`, so a metric line always has one: a time past
+/// the year 9999 is written as its last millisecond. (The calendar arithmetic is jiff's,
+/// on civil UTC time, whose range covers all of year 9999.)
 pub fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's
-/// `civil_from_days`, for non-negative day counts).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    const EPOCH: jiff::civil::DateTime = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+    let at = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| {
+            EPOCH
+                .checked_add(jiff::SignedDuration::from_millis(ms))
+                .ok()
+        })
+        .unwrap_or(jiff::civil::DateTime::MAX);
+    at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 #[cfg(test)]
@@ -459,6 +445,7 @@ mod tests {
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339(1_800_000_000_250), "2027-01-15T08:00:00.250Z");
         assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59.999Z");
         // Every millisecond value round-trips through an RFC 3339 parser.
         for ms in [1u64, 86_399_999, 1_709_164_800_123, 253_402_300_799_999] {
             let s = rfc3339(ms);

@@ -308,6 +308,9 @@ pub struct WatchReport {
 pub struct Report {
     /// Which function produced it (`resync` or `pod-events`).
     pub function: &'static str,
+    /// The tgsync release that produced it (the crate version), so a report says which
+    /// code made its decisions.
+    pub version: &'static str,
     /// The cluster this deployment serves.
     pub cluster: String,
     /// Whether nothing was changed on purpose.
@@ -350,6 +353,7 @@ impl Report {
     ) -> Self {
         Self {
             function,
+            version: env!("CARGO_PKG_VERSION"),
             cluster: cluster.to_owned(),
             dry_run,
             started_at,
@@ -400,5 +404,18 @@ impl Report {
     /// The report for one group ARN, if present.
     pub fn group(&self, arn: &str) -> Option<&GroupReport> {
         self.groups.iter().find(|g| g.target_group_arn == arn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An operator reading a report (or a log of one) can tell which release made it.
+    #[test]
+    fn every_report_names_the_release() {
+        let report = Report::new("resync", "demo", false, UnixMillis(1)).finish(UnixMillis(2));
+        let json = serde_json::to_value(&report).expect("a report is JSON");
+        assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
     }
 }

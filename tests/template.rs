@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tgsync::config::Settings;
 use tgsync::input::pod_event::{Parsed, parse};
@@ -234,6 +235,16 @@ fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> V
             match items {
                 Some(items) => Value::String(items.join(sep)),
                 None => json!({ "Fn::Join": [sep, list] }),
+            }
+        }
+        Value::Object(map) if map.len() == 1 && map.contains_key("Fn::Split") => {
+            let args = map["Fn::Split"]
+                .as_array()
+                .expect("Fn::Split [sep, string]");
+            let sep = args[0].as_str().expect("separator");
+            match resolve(&args[1], deployment, refs) {
+                Value::String(s) => s.split(sep).map(|i| json!(i)).collect(),
+                other => json!({ "Fn::Split": [sep, other] }),
             }
         }
         Value::Object(map) if map.len() == 1 && map.contains_key("Ref") => {
@@ -590,8 +601,118 @@ fn target_group_changes_are_limited_to_this_clusters_groups() {
     );
     assert!(
         released,
-        "the release of untagged groups is granted by default"
+        "the release of untagged groups can be granted (ReleaseUntaggedGroups)"
     );
+}
+
+/// The release of untagged groups is off unless asked for, and then the resync role's
+/// alone: pod-events never releases, so it may never deregister a target of a group no
+/// deployment is bound to.
+#[test]
+fn release_of_untagged_groups_is_off_by_default_and_the_resync_roles_alone() {
+    let t = Template::load();
+    assert_eq!(
+        t.parameter_default("ReleaseUntaggedGroups"),
+        Some(&json!("false"))
+    );
+    for (given, granted) in [
+        (vec![("ClusterName", "demo")], false),
+        (
+            vec![("ClusterName", "demo"), ("ReleaseUntaggedGroups", "true")],
+            true,
+        ),
+    ] {
+        let deployment = t.parameters(&given);
+        // Statements as this deployment creates them, per role.
+        let mut holders = BTreeSet::new();
+        for (name, r) in t.resources() {
+            let p = &r["Properties"];
+            let (roles, docs): (Vec<String>, Vec<Value>) = match r["Type"].as_str() {
+                Some("AWS::IAM::Role") => (
+                    vec![name.clone()],
+                    as_list(&p["Policies"])
+                        .iter()
+                        .map(|pol| pol["PolicyDocument"].clone())
+                        .collect(),
+                ),
+                Some("AWS::IAM::ManagedPolicy") => (
+                    t.of_type("AWS::IAM::Role")
+                        .filter(|(_, role)| {
+                            as_list(&resolve(
+                                &role["Properties"]["ManagedPolicyArns"],
+                                &deployment,
+                                &BTreeMap::new(),
+                            ))
+                            .contains(&json!({ "Ref": name }))
+                        })
+                        .map(|(role, _)| role.clone())
+                        .collect(),
+                    vec![p["PolicyDocument"].clone()],
+                ),
+                Some("AWS::IAM::Policy") => (
+                    as_list(&p["Roles"])
+                        .iter()
+                        .filter_map(|r| r["Ref"].as_str().map(str::to_owned))
+                        .collect(),
+                    vec![p["PolicyDocument"].clone()],
+                ),
+                _ => continue,
+            };
+            for doc in docs {
+                let doc = resolve(&doc, &deployment, &BTreeMap::new());
+                for s in as_list(&doc["Statement"]) {
+                    let untagged =
+                        s["Condition"]["Null"]["aws:ResourceTag/tgsync/cluster"] == "true";
+                    if s["Effect"] == "Allow" && untagged {
+                        assert_eq!(
+                            actions(&s),
+                            ["elasticloadbalancing:DeregisterTargets"],
+                            "{name}"
+                        );
+                        holders.extend(roles.iter().cloned());
+                    }
+                }
+            }
+        }
+        let want: BTreeSet<String> = if granted {
+            BTreeSet::from(["ResyncRole".to_owned()])
+        } else {
+            BTreeSet::new()
+        };
+        assert_eq!(holders, want, "{given:?}");
+    }
+}
+
+/// PermissionsBoundary, when given, bounds every role the stack creates (the functions
+/// name their roles, so SAM creates none of its own).
+#[test]
+fn every_role_gets_the_permissions_boundary() {
+    let t = Template::load();
+    let roles: Vec<&String> = t.of_type("AWS::IAM::Role").map(|(n, _)| n).collect();
+    assert!(roles.len() >= 2, "{roles:?}");
+    for role in roles {
+        assert_eq!(
+            t.props(role)["PermissionsBoundary"],
+            json!({ "Fn::If": ["HasPermissionsBoundary", { "Ref": "PermissionsBoundary" }, { "Ref": "AWS::NoValue" }] }),
+            "{role}"
+        );
+    }
+    for (name, f) in t.of_type("AWS::Serverless::Function") {
+        assert!(
+            f["Properties"].get("Role").is_some(),
+            "{name}: without Role, SAM would create a role without the boundary"
+        );
+    }
+    assert_eq!(t.parameter_default("PermissionsBoundary"), Some(&json!("")));
+    let with = t.parameters(&[
+        ("ClusterName", "demo"),
+        (
+            "PermissionsBoundary",
+            "arn:aws:iam::123456789012:policy/boundary",
+        ),
+    ]);
+    assert!(with.conditions["HasPermissionsBoundary"]);
+    assert!(!t.parameters(&[("ClusterName", "demo")]).conditions["HasPermissionsBoundary"]);
 }
 
 #[test]
@@ -1796,4 +1917,290 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
             "the shares add up to at most the whole, per budget"
         );
     }
+}
+
+// ------------------------------------------------------------------------------------
+// Cluster access: access entries in the stack, RBAC only for the readiness gate
+// ------------------------------------------------------------------------------------
+
+/// With CreateAccessEntries (the default), both function roles get an access entry in
+/// the Kubernetes group tgsync, with AmazonEKSViewPolicy (get/list/watch pods) scoped to
+/// exactly the namespaces the functions may serve (the settings' AllowedNamespaces), or
+/// to the cluster when any namespace is allowed.
+#[test]
+fn access_entries_scope_the_view_policy_to_the_allowed_namespaces() {
+    let t = Template::load();
+    assert_eq!(
+        t.parameter_default("CreateAccessEntries"),
+        Some(&json!("true"))
+    );
+    let entries: BTreeMap<_, _> = t.of_type("AWS::EKS::AccessEntry").collect();
+    assert_eq!(
+        entries.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
+        ["PodEventsAccessEntry", "ResyncAccessEntry"]
+    );
+    let refs = BTreeMap::from([("StateTable", "t")]);
+    let view = json!({ "Fn::Sub": "arn:${AWS::Partition}:eks::aws:cluster-access-policy/AmazonEKSViewPolicy" });
+    for (namespaces, scope) in [
+        ("", json!({ "Type": "cluster" })),
+        (
+            "shop",
+            json!({ "Type": "namespace", "Namespaces": ["shop"] }),
+        ),
+        (
+            "shop kafka",
+            json!({ "Type": "namespace", "Namespaces": ["shop", "kafka"] }),
+        ),
+    ] {
+        let d = t.parameters(&[("ClusterName", "demo"), ("AllowedNamespaces", namespaces)]);
+        assert!(d.conditions["AccessEntries"]);
+        for (name, role) in [
+            ("ResyncAccessEntry", "ResyncRole"),
+            ("PodEventsAccessEntry", "PodEventsRole"),
+        ] {
+            assert_eq!(entries[&name.to_owned()]["Condition"], "AccessEntries");
+            let p = resolve(t.props(name), &d, &refs);
+            assert_eq!(p["ClusterName"], "demo", "{name}");
+            assert_eq!(p["PrincipalArn"], get_att(role, "Arn"), "{name}");
+            assert_eq!(p["Type"], "STANDARD", "{name}");
+            assert_eq!(p["KubernetesGroups"], json!([RBAC_GROUP]), "{name}");
+            let policies = as_list(&p["AccessPolicies"]);
+            assert_eq!(policies.len(), 1, "{name}: one access policy");
+            assert_eq!(policies[0]["PolicyArn"], view, "{name}");
+            assert_eq!(policies[0]["AccessScope"], scope, "{name} {namespaces:?}");
+            // The scope is the set of namespaces the functions accept in tags.
+            let env = BTreeMap::from([
+                ("TGSYNC_CLUSTER_NAME", "demo".to_owned()),
+                ("TGSYNC_TABLE_NAME", "t".to_owned()),
+                (
+                    "TGSYNC_ALLOWED_NAMESPACES",
+                    resolve(
+                        &t.props("ResyncFunction")["Environment"]["Variables"]
+                            ["TGSYNC_ALLOWED_NAMESPACES"],
+                        &d,
+                        &refs,
+                    )
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                ),
+            ]);
+            let settings = Settings::from_lookup(|k| env.get(k).cloned()).expect("settings");
+            let allowed = settings.binding_policy().allowed_namespaces;
+            let scoped: Option<BTreeSet<String>> = scope.get("Namespaces").map(|n| {
+                as_list(n)
+                    .iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_owned())
+                    .collect()
+            });
+            assert_eq!(allowed, scoped, "{name}: access scope = allowed namespaces");
+        }
+    }
+    let off = t.parameters(&[("ClusterName", "demo"), ("CreateAccessEntries", "false")]);
+    assert!(!off.conditions["AccessEntries"], "false creates none");
+    // Namespaces in the parameter are single-space separated: a split never yields "".
+    let pattern = t.doc["Parameters"]["AllowedNamespaces"]["AllowedPattern"]
+        .as_str()
+        .expect("AllowedNamespaces has an AllowedPattern");
+    assert!(pattern.contains("( [a-z0-9]"), "{pattern}");
+}
+
+/// The Kubernetes group the access entries name and infra/rbac.yaml binds.
+const RBAC_GROUP: &str = "tgsync";
+
+/// infra/rbac.yaml holds only what access policies cannot grant: `patch` on
+/// `pods/status` (the readiness gate), bound to the group of the access entries.
+#[test]
+fn rbac_manifest_grants_only_the_readiness_gate_patch() {
+    let text = read("infra/rbac.yaml");
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&text)
+        .map(|d| to_json(serde_norway::Value::deserialize(d).expect("infra/rbac.yaml is YAML")))
+        .filter(|d| !d.is_null())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding"],
+        "one manifest, two objects"
+    );
+    let role = &docs[0];
+    assert_eq!(
+        role["rules"],
+        json!([{ "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] }]),
+        "only the readiness gate's patch: reads come from the access policy"
+    );
+    let binding = &docs[1];
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{ "apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": RBAC_GROUP }])
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// The release: version, license, Serverless Application Repository metadata
+// ------------------------------------------------------------------------------------
+
+/// The `key = "value"` of the workspace's `[workspace.package]` table.
+fn workspace_package(key: &str) -> String {
+    let manifest = read("Cargo.toml");
+    let table = manifest
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|t| t.split("\n[").next())
+        .expect("Cargo.toml has [workspace.package]");
+    table
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').to_owned())
+        })
+        .unwrap_or_else(|| panic!("[workspace.package] has no {key}"))
+}
+
+#[test]
+fn the_release_metadata_agrees_with_the_workspace() {
+    let t = Template::load();
+    let version = workspace_package("version");
+    assert_eq!(
+        version,
+        env!("CARGO_PKG_VERSION"),
+        "tgsync takes the workspace version"
+    );
+    let sar = &t.doc["Metadata"]["AWS::ServerlessRepo::Application"];
+    assert_eq!(
+        sar["SemanticVersion"].to_string().trim_matches('"'),
+        version
+    );
+    assert_eq!(sar["SpdxLicenseId"], workspace_package("license"));
+    for key in ["Name", "Description", "Author"] {
+        assert!(sar[key].as_str().is_some_and(|s| !s.is_empty()), "{key}");
+    }
+    for key in ["LicenseUrl", "ReadmeUrl"] {
+        let file = sar[key].as_str().unwrap_or_else(|| panic!("{key}"));
+        assert!(root().join(file).is_file(), "{key}: {file} exists");
+    }
+    let license = read("LICENSE");
+    assert!(
+        license.contains("Apache License") && license.contains("Version 2.0, January 2004"),
+        "LICENSE is the Apache-2.0 text"
+    );
+    let changelog = read("CHANGELOG.md");
+    assert!(
+        changelog.contains(&format!("## {version} "))
+            || changelog.contains(&format!("## [{version}]")),
+        "CHANGELOG.md has a section for {version}"
+    );
+    // Every member of the workspace takes the one version.
+    let members = read("Cargo.toml");
+    let members = members
+        .split("members = [")
+        .nth(1)
+        .and_then(|m| m.split(']').next())
+        .expect("workspace members");
+    for member in members.split(',').map(|m| m.trim().trim_matches('"')) {
+        if member.is_empty() || member == "." {
+            continue;
+        }
+        let manifest = read(format!("{member}/Cargo.toml"));
+        assert!(
+            manifest.contains("version.workspace = true"),
+            "{member}/Cargo.toml takes the workspace version"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// README's parameter and configuration tables
+// ------------------------------------------------------------------------------------
+
+/// The rows of the first README table whose header row is exactly `header`: each row's
+/// backticked names in the first cell, with the whole row.
+fn readme_table(header: &str) -> Vec<(Vec<String>, String)> {
+    let readme = read("README.md");
+    let mut lines = readme.lines().skip_while(|l| l.trim() != header);
+    assert!(
+        lines.next().is_some(),
+        "README.md has no table with the header {header}"
+    );
+    lines
+        .skip(1) // separator
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let first = l.split('|').nth(1).unwrap_or_default();
+            let names = first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            (names, l.to_owned())
+        })
+        .collect()
+}
+
+/// README's parameter table lists every parameter of template.yaml (and no other), each
+/// with its default.
+#[test]
+fn readme_parameter_table_lists_every_template_parameter() {
+    let t = Template::load();
+    let rows = readme_table("| parameter | default | meaning |");
+    let mut documented = BTreeMap::new();
+    for (names, row) in &rows {
+        assert!(!names.is_empty(), "a row without a `parameter`: {row}");
+        for name in names {
+            assert!(
+                documented.insert(name.clone(), row.clone()).is_none(),
+                "README lists {name} twice"
+            );
+        }
+    }
+    let parameters: BTreeSet<String> = t.doc["Parameters"]
+        .as_object()
+        .expect("Parameters")
+        .keys()
+        .cloned()
+        .collect();
+    let listed: BTreeSet<String> = documented.keys().cloned().collect();
+    let missing: Vec<_> = parameters.difference(&listed).collect();
+    let unknown: Vec<_> = listed.difference(&parameters).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "README's parameter table and template.yaml differ: not in README {missing:?}, not in template.yaml {unknown:?}"
+    );
+    for (name, row) in &documented {
+        let default_cell = row.split('|').nth(2).unwrap_or_default();
+        match t.parameter_default(name).map(scalar_string) {
+            None => assert!(default_cell.contains("required"), "{name}: {row}"),
+            Some(Value::String(d)) if d.is_empty() => {
+                assert!(default_cell.contains("empty"), "{name}: {row}")
+            }
+            Some(Value::String(d)) => assert!(
+                default_cell.contains(&format!("`{d}`")),
+                "{name}: README's default is not `{d}`: {row}"
+            ),
+            Some(other) => panic!("{name}: default {other}"),
+        }
+    }
+}
+
+/// README's configuration table lists every TGSYNC_* variable src/config.rs reads (and
+/// no other).
+#[test]
+fn readme_configuration_table_lists_every_variable() {
+    let rows = readme_table("| variable | default | meaning |");
+    let listed: BTreeSet<String> = rows
+        .iter()
+        .flat_map(|(names, _)| names.iter())
+        .filter(|n| n.starts_with("TGSYNC_"))
+        .cloned()
+        .collect();
+    let read_by_code = config_variables();
+    let missing: Vec<_> = read_by_code.difference(&listed).collect();
+    let unknown: Vec<_> = listed.difference(&read_by_code).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "README's configuration table and src/config.rs differ: not in README {missing:?}, not read by src/config.rs {unknown:?}"
+    );
 }

@@ -52,3 +52,33 @@ variable "pod_port" {
   type        = string
   default     = "http"
 }
+
+variable "pods_security_group_id" {
+  description = "Security group of the pods (e.g. the cluster security group); null: add no rule."
+  type        = string
+  default     = null
+}
+
+variable "pod_port_number" {
+  description = "Port the pods listen on, when pod_port is a name (for the security group rules); null: target_port."
+  type        = number
+  default     = null
+}
+
+variable "client_cidr" {
+  description = "Clients admitted to the NLB's listener."
+  type        = string
+  default     = "10.0.0.0/8"
+}
+
+variable "stack" {
+  description = "The tgsync stack to deploy for the cluster (see modules/tgsync, variable stack); null: deployed otherwise."
+  type = object({
+    name             = optional(string, "tgsync")
+    application_id   = optional(string)
+    semantic_version = optional(string)
+    template_url     = optional(string)
+    parameters       = optional(map(string), {})
+  })
+  default = null
+}

@@ -1,6 +1,7 @@
 //! Parsing what invokes the functions: pure, total (never panics on any bytes), and strict
 //! where a lenient reading could do harm.
 
+mod eventbridge;
 pub mod pod_event;
 pub mod resync;
 

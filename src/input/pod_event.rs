@@ -6,6 +6,9 @@
 //! - an EventBridge `detail` that is a whole core/v1 Pod (other bridges);
 //! - a direct invoke `{"namespace": "...", "name": "..."}`.
 //!
+//! The EventBridge shapes are read through `aws_lambda_events`' envelope (see
+//! `eventbridge`): a field EventBridge does not send is named and the event ignored.
+//!
 //! Anything else is [`Parsed::Ignore`] with one line saying why, never an error: an error
 //! would make EventBridge retry garbage. Parsing is total: no input panics.
 
@@ -15,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::eventbridge;
 pub use crate::reconcile::PodEvent;
 
 /// The result of reading an invocation payload.
@@ -62,15 +66,23 @@ pub fn parse(payload: &Value, cluster: &str) -> Parsed {
         {
             return Parsed::Ignore(format!("event for cluster `{theirs}`, this is `{cluster}`"));
         }
-        if let Some(involved) = detail.get("involvedObject") {
-            return from_exporter(detail, involved);
+        let parsed = if let Some(involved) = detail.get("involvedObject") {
+            from_exporter(detail, involved)
+        } else if detail.get("kind").and_then(Value::as_str) == Some("Pod") {
+            from_pod_detail(detail)
+        } else {
+            return Parsed::Ignore(
+                "`detail` is neither a core/v1 Event (involvedObject) nor a Pod".into(),
+            );
+        };
+        // An event about another cluster or kind is ignored whatever its envelope; one
+        // that would be acted on must be an EventBridge event as EventBridge sends it.
+        if let Parsed::Pod(_) = &parsed
+            && let Err(e) = eventbridge::parse::<Value>(payload)
+        {
+            return Parsed::Ignore(format!("not an EventBridge event: {e}"));
         }
-        if detail.get("kind").and_then(Value::as_str) == Some("Pod") {
-            return from_pod_detail(detail);
-        }
-        return Parsed::Ignore(
-            "`detail` is neither a core/v1 Event (involvedObject) nor a Pod".into(),
-        );
+        return parsed;
     }
     match serde_json::from_value::<DirectInvoke>(payload.clone()) {
         Ok(d) => checked(PodEvent {
@@ -246,6 +258,34 @@ mod tests {
                 }
                 Parsed::Pod(e) => panic!("{payload} parsed as {e:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_pod_event_needs_the_envelope_eventbridge_sends() {
+        for (key, value, why) in [
+            (
+                "dryRun",
+                json!(true),
+                "field `dryRun` is not one EventBridge sends",
+            ),
+            ("time", json!("yesterday"), "field `time`"),
+            ("detail-type", json!(7), "field `detail-type`"),
+        ] {
+            for file in ["started", "pod"] {
+                let mut ev = event(file);
+                ev[key] = value.clone();
+                match parse(&ev, "demo") {
+                    Parsed::Ignore(reason) => assert!(reason.contains(why), "{reason}"),
+                    Parsed::Pod(e) => panic!("{key}={value} parsed as {e:?}"),
+                }
+            }
+        }
+        let mut ev = event("started");
+        ev.as_object_mut().unwrap().remove("source");
+        match parse(&ev, "demo") {
+            Parsed::Ignore(reason) => assert!(reason.contains("`source`"), "{reason}"),
+            Parsed::Pod(e) => panic!("parsed as {e:?}"),
         }
     }
 }

@@ -7,24 +7,17 @@
 //! transformer, or someone adding `"dryRun": true` to it) — is refused with a message,
 //! never read as "run everything for real".
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::InputError;
+use super::{InputError, eventbridge};
 use crate::reconcile::RunOptions;
 
-/// The top-level fields of an EventBridge scheduled event.
-const SCHEDULED_EVENT_FIELDS: [&str; 9] = [
-    "version",
-    "id",
-    "detail-type",
-    "source",
-    "account",
-    "time",
-    "region",
-    "resources",
-    "detail",
-];
+/// The `detail` of a scheduled event: always `{}`. A field in it (an input transformer,
+/// or `"dryRun": true` added by hand) is refused by name.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduledDetail {}
 
 /// A manual resync request. Unknown fields are refused: a misspelt `dryrun` must not
 /// silently become a real run.
@@ -56,35 +49,7 @@ impl ResyncRequest {
             Value::Null => Err(InputError::Malformed(
                 "the payload is empty (JSON null); invoke with {} for a full resync, or {\"dryRun\": true} to see the plan".into(),
             )),
-            Value::Object(map) if map.contains_key("detail-type") => {
-                let source = map
-                    .get("source")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let kind = map
-                    .get("detail-type")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if source != "aws.events" || kind != "Scheduled Event" {
-                    return Err(InputError::Malformed(format!(
-                        "an EventBridge event of source {source:?} and detail-type {kind:?} is not a schedule; resync takes the scheduled event or {{\"dryRun\", \"targetGroups\", \"force\"}}"
-                    )));
-                }
-                if let Some(extra) = map.keys().find(|k| !SCHEDULED_EVENT_FIELDS.contains(&k.as_str())) {
-                    return Err(InputError::Malformed(format!(
-                        "the scheduled event has a field EventBridge does not send ({extra:?}); a manual run takes {{\"dryRun\", \"targetGroups\", \"force\"}} on its own"
-                    )));
-                }
-                if map.get("detail").is_some_and(|d| d.as_object().is_none_or(|d| !d.is_empty())) {
-                    return Err(InputError::Malformed(
-                        "the scheduled event's detail is not {} (an input transformer?); resync refuses to guess what it asks for".into(),
-                    ));
-                }
-                Ok(Self {
-                    scheduled: true,
-                    ..Self::default()
-                })
-            }
+            Value::Object(map) if map.contains_key("detail-type") => Self::scheduled(payload),
             Value::Object(_) => {
                 let req: Self = serde_json::from_value(payload.clone()).map_err(|e| {
                     InputError::Malformed(format!(
@@ -125,6 +90,28 @@ impl ResyncRequest {
                 }
             ))),
         }
+    }
+
+    /// The schedule's event, through `aws_lambda_events`' envelope: the source and
+    /// detail-type of a schedule, no field EventBridge does not send, and an empty
+    /// `detail`.
+    fn scheduled(payload: &Value) -> Result<Self, InputError> {
+        let field = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or_default();
+        let (source, kind) = (field("source"), field("detail-type"));
+        if source != "aws.events" || kind != "Scheduled Event" {
+            return Err(InputError::Malformed(format!(
+                "an EventBridge event of source {source:?} and detail-type {kind:?} is not a schedule; resync takes the scheduled event or {{\"dryRun\", \"targetGroups\", \"force\"}}"
+            )));
+        }
+        eventbridge::parse::<ScheduledDetail>(payload).map_err(|e| {
+            InputError::Malformed(format!(
+                "the scheduled event is not as EventBridge sends it: {e} (an input transformer?); resync refuses to guess what it asks for: a manual run takes {{\"dryRun\", \"targetGroups\", \"force\"}} on its own"
+            ))
+        })?;
+        Ok(Self {
+            scheduled: true,
+            ..Self::default()
+        })
     }
 
     /// The engine options for this request.
@@ -202,5 +189,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("dryrun") && err.contains("dryRun"), "{err}");
+    }
+
+    #[test]
+    fn refusals_of_a_scheduled_event_name_the_field() {
+        let scheduled = || -> Value {
+            serde_json::from_str(include_str!("../../events/scheduled.json")).unwrap()
+        };
+        for (key, value, want) in [
+            ("dryRun", json!(true), "`dryRun`"),
+            ("detail", json!({"force": true}), "`force`"),
+            ("time", json!("noon"), "`time`"),
+        ] {
+            let mut ev = scheduled();
+            ev[key] = value;
+            let err = ResyncRequest::parse(&ev).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+        let mut ev = scheduled();
+        ev["source"] = json!("aws.s3");
+        let err = ResyncRequest::parse(&ev).unwrap_err().to_string();
+        assert!(err.contains("is not a schedule"), "{err}");
     }
 }
