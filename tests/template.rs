@@ -854,7 +854,7 @@ fn target_account_role_matches_the_stacks_own_limits() {
 fn both_functions_get_the_reconcile_policy_and_vpc_access_only_with_a_vpc() {
     let t = Template::load();
     let vpc_policy = json!({ "Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole" });
-    for function in ["ResyncFunction", "PodEventsFunction"] {
+    for function in ["ResyncFunction", "PodEventsFunction", "ManualFunction"] {
         let role_ref = &t.props(function)["Role"];
         let role = role_ref["Fn::GetAtt"][0]
             .as_str()
@@ -1226,7 +1226,7 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
     let functions: BTreeMap<_, _> = t.of_type("AWS::Serverless::Function").collect();
     assert_eq!(
         functions.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
-        ["PodEventsFunction", "ResyncFunction"]
+        ["ManualFunction", "PodEventsFunction", "ResyncFunction"]
     );
     for (name, dir, binary, timeout) in [
         ("ResyncFunction", "functions/resync", "tgsync-resync", 180),
@@ -1236,6 +1236,7 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
             "tgsync-pod-events",
             60,
         ),
+        ("ManualFunction", "functions/manual", "tgsync-manual", 300),
     ] {
         let f = t.resource(name);
         let p = &f["Properties"];
@@ -1262,6 +1263,35 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
     }
 }
 
+/// Manual runs have a function of their own with its own slot (never the resync's, which
+/// watches), and its release alias is the one the code serves releases through.
+#[test]
+fn manual_runs_have_their_own_slot_and_release_alias() {
+    let t = Template::load();
+    let p = t.props("ManualFunction");
+    assert_eq!(
+        p["AutoPublishAlias"],
+        tgsync::handlers::manual::RELEASE_ALIAS,
+        "the alias src/handlers/manual.rs serves releases through"
+    );
+    assert_eq!(
+        served_as("functions/manual"),
+        tgsync::handlers::manual::FUNCTION
+    );
+    assert!(p.get("Events").is_none(), "manual runs only");
+    let reserved = p["ReservedConcurrentExecutions"].as_u64().unwrap_or(0);
+    assert!(reserved >= 1, "a reserved slot of its own");
+    assert_eq!(
+        p["FunctionName"],
+        json!({ "Fn::Sub": "${FunctionNamePrefix}-manual" })
+    );
+    // The same reconcile work as the resync: its role (access entry, target accounts).
+    assert_eq!(p["Role"], get_att("ResyncRole", "Arn"));
+    // Only the schedule invokes the resync function.
+    let resync = read("functions/resync/src/main.rs");
+    assert!(resync.contains("handlers::resync::handle_schedule"));
+}
+
 #[test]
 fn environment_is_what_the_settings_read() {
     let t = Template::load();
@@ -1274,7 +1304,7 @@ fn environment_is_what_the_settings_read() {
     }
     let params = t.parameters(&[("ClusterName", "demo")]);
     let refs = BTreeMap::from([("StateTable", "tgsync-StateTable-ABC123")]);
-    for function in ["ResyncFunction", "PodEventsFunction"] {
+    for function in ["ResyncFunction", "PodEventsFunction", "ManualFunction"] {
         let vars = t.props(function)["Environment"]["Variables"]
             .as_object()
             .unwrap_or_else(|| panic!("{function}: Environment.Variables"));
@@ -1350,14 +1380,21 @@ fn environment_is_what_the_settings_read() {
 /// EMF metrics of src/metrics.rs) carry as the `Function` dimension.
 fn served_as(crate_dir: &str) -> String {
     let main = read(format!("{crate_dir}/src/main.rs"));
-    let needle = "tgsync::app::serve(\"";
-    let start = main
+    let needle = "tgsync::app::serve";
+    let call = main
         .find(needle)
-        .unwrap_or_else(|| panic!("{crate_dir}/src/main.rs no longer calls tgsync::app::serve"))
-        + needle.len();
+        .unwrap_or_else(|| panic!("{crate_dir}/src/main.rs no longer calls tgsync::app::serve"));
+    let start = call + main[call..].find("(\"").expect("a quoted function name") + 2;
     let len = main[start..].find('"').expect("closing quote");
     main[start..start + len].to_owned()
 }
+
+/// The crates of the functions the template deploys.
+const FUNCTION_DIRS: [&str; 3] = [
+    "functions/resync",
+    "functions/pod-events",
+    "functions/manual",
+];
 
 /// The alarms of the template, by logical id: their `Properties`.
 fn alarms(t: &Template) -> BTreeMap<String, Value> {
@@ -1373,7 +1410,7 @@ fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
     use tgsync::core::UnixMillis;
     use tgsync::report::{GroupReport, Outcome, Report};
     let mut out: BTreeMap<String, BTreeSet<(String, Vec<String>)>> = BTreeMap::new();
-    for dir in ["functions/resync", "functions/pod-events"] {
+    for dir in FUNCTION_DIRS {
         let function: &'static str = Box::leak(served_as(dir).into_boxed_str());
         let mut r = Report::new(function, "demo", false, UnixMillis(1_800_000_000_000));
         r.groups
@@ -1419,10 +1456,7 @@ fn every_alarm_watches_a_metric_that_is_emitted() {
     let t = Template::load();
     let emitted = emitted_metrics();
     assert_eq!(str_const("src/metrics.rs", "NAMESPACE"), "tgsync");
-    let functions: BTreeSet<String> = ["functions/resync", "functions/pod-events"]
-        .into_iter()
-        .map(served_as)
-        .collect();
+    let functions: BTreeSet<String> = FUNCTION_DIRS.into_iter().map(served_as).collect();
     let alarms = alarms(&t);
     assert!(alarms.len() >= 5, "{:?}", alarms.keys());
     for (name, a) in &alarms {
@@ -1636,6 +1670,7 @@ fn outputs_name_what_operators_need() {
         ),
         ("StateTableName", table_name()),
         ("DeadLetterQueueUrl", json!({ "Ref": "DeadLetterQueue" })),
+        ("ManualFunctionName", json!({ "Ref": "ManualFunction" })),
     ];
     for (name, value) in want {
         assert_eq!(outputs[name]["Value"], value, "output {name}");
@@ -1691,25 +1726,44 @@ fn pattern_matching_subset_behaves_like_eventbridge() {
     ));
 }
 
+/// The functions that share the deployment's ELBv2 budgets.
+const BUDGETED: [&str; 3] = ["ResyncFunction", "PodEventsFunction", "ManualFunction"];
+
 /// The ELBv2 budgets are the deployment's: each function has reserved concurrency, and
 /// its containers are told how many there can be and which share they get, so that with
-/// every container of both functions busy the calls in any second stay within the
-/// budgets (the per-container pacing is `MutationRate::share`).
+/// every container of every function busy (the watching resync, pod-events, a manual
+/// run) the calls in any second stay within the budgets (the per-container pacing is
+/// `MutationRate::share`). Checked for every budget the parameters allow, with as many
+/// pod-events containers as the documented rule admits (30 % of the smaller budget,
+/// rounded to the nearest whole number).
 #[test]
 fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
     let t = Template::load();
-    // The defaults, and a larger deployment within the documented rule (pod-events
-    // containers at most 40 % of the smaller budget).
-    for given in [
-        vec![],
-        vec![
-            ("PodEventsConcurrency", "5"),
-            ("ElbMutationsPerSecond", "20"),
-            ("ElbDescribesPerSecond", "20"),
-        ],
-    ] {
+    let rule = t.doc["Parameters"]["PodEventsConcurrency"]["Description"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        rule.contains("at most 30 %") && rule.contains("rounded to the nearest"),
+        "PodEventsConcurrency states the rule checked here: {rule}"
+    );
+    let range = |name: &str| {
+        let p = &t.doc["Parameters"][name];
+        p["MinValue"].as_u64().unwrap()..=p["MaxValue"].as_u64().unwrap()
+    };
+    let mut deployments: Vec<Vec<(String, String)>> = vec![vec![]];
+    for budget in range("ElbMutationsPerSecond") {
+        let containers = ((budget as f64) * 0.3).round().max(1.0) as u64;
+        assert!(range("PodEventsConcurrency").contains(&containers));
+        deployments.push(vec![
+            ("PodEventsConcurrency".into(), containers.to_string()),
+            ("ElbMutationsPerSecond".into(), budget.to_string()),
+            ("ElbDescribesPerSecond".into(), budget.max(3).to_string()),
+        ]);
+    }
+    for given in deployments {
         let mut params: Vec<(&str, &str)> = vec![("ClusterName", "demo")];
-        params.extend(given.iter().copied());
+        params.extend(given.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let d = t.parameters(&params);
         let refs = BTreeMap::from([("StateTable", "t")]);
         let env = |function: &str, name: &str| -> String {
@@ -1732,14 +1786,21 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                 .parse()
                 .expect("a number")
         };
-        let mut shares = 0.0;
+        let shares: f64 = BUDGETED
+            .iter()
+            .map(|f| env(f, "TGSYNC_BUDGET_SHARE").parse::<f64>().unwrap())
+            .sum();
+        assert!(
+            shares <= 1.0 + 1e-9,
+            "the shares add up to at most the whole: {shares}"
+        );
         for budget in [
             "TGSYNC_ELB_MUTATIONS_PER_SECOND",
             "TGSYNC_ELB_DESCRIBES_PER_SECOND",
         ] {
             let mut worst = 0;
             let mut total = 0;
-            for function in ["ResyncFunction", "PodEventsFunction"] {
+            for function in BUDGETED {
                 let containers = reserved(function);
                 assert_eq!(
                     env(function, "TGSYNC_MAX_CONTAINERS")
@@ -1749,7 +1810,6 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                     "{function}: TGSYNC_MAX_CONTAINERS is its reserved concurrency"
                 );
                 let share: f64 = env(function, "TGSYNC_BUDGET_SHARE").parse().unwrap();
-                shares += share;
                 total = env(function, budget).parse::<u32>().unwrap();
                 let rate = tgsync::aws::MutationRate::new(total, None)
                     .unwrap()
@@ -1761,9 +1821,20 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                 "{budget} {given:?}: {worst} calls in one second > {total}"
             );
         }
-        assert!(
-            shares <= 2.0 + 1e-9,
-            "the shares add up to at most the whole, per budget"
-        );
     }
+    // At the defaults the resync keeps the Describe pace its cost figures assume.
+    let d = t.parameters(&[("ClusterName", "demo")]);
+    let share: f64 = resolve(
+        &t.props("ResyncFunction")["Environment"]["Variables"]["TGSYNC_BUDGET_SHARE"],
+        &d,
+        &BTreeMap::new(),
+    )
+    .as_str()
+    .unwrap()
+    .parse()
+    .unwrap();
+    let describes = tgsync::aws::MutationRate::new(8, None)
+        .unwrap()
+        .share(share, 1);
+    assert_eq!(describes.per_window(), 4, "4 Describe calls a second");
 }
