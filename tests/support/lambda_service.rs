@@ -68,33 +68,62 @@ pub trait Backend: Send + Sync + 'static {
     fn call(&self, call: Call) -> Pin<Box<dyn Future<Output = Answer> + Send>>;
 }
 
-/// Handler code of this process. Each invocation runs on a thread of its own with a
-/// single-threaded runtime, as an execution environment of its own (which also spares
-/// the handler's future from having to be `Send`).
-#[derive(Clone)]
-pub struct InProcess<F>(pub F);
+/// Handler code of this process, run as one execution environment: a thread of its own
+/// with a single-threaded runtime that lives as long as the backend (clients the code
+/// creates keep their background tasks there between invocations, as in a warm
+/// container), invocations on it concurrently. The handler's future need not be `Send`.
+pub struct InProcess {
+    jobs: std::sync::mpsc::Sender<(Call, tokio::sync::oneshot::Sender<Answer>)>,
+}
 
-impl<F, Fut> Backend for InProcess<F>
-where
-    F: Fn(Call) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Answer> + 'static,
-{
-    fn call(&self, call: Call) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
-        let code = self.0.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
+impl InProcess {
+    /// Runs `code` for every invocation.
+    pub fn new<F, Fut>(code: F) -> Self
+    where
+        F: Fn(Call) -> Fut + Send + 'static,
+        Fut: Future<Output = Answer> + 'static,
+    {
+        let (jobs, inbox) =
+            std::sync::mpsc::channel::<(Call, tokio::sync::oneshot::Sender<Answer>)>();
         std::thread::spawn(move || {
-            let answer = match tokio::runtime::Builder::new_current_thread()
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-            {
-                Ok(runtime) => runtime.block_on(code(call)),
-                Err(e) => {
-                    Err(json!({ "errorType": "Runtime.Init", "errorMessage": e.to_string() }))
-                }
+            else {
+                return;
             };
-            let _ = tx.send(answer);
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                std::thread::spawn(move || {
+                    while let Ok(job) = inbox.recv() {
+                        if tx.send(job).is_err() {
+                            return;
+                        }
+                    }
+                });
+                while let Some((call, reply)) = rx.recv().await {
+                    let answer = code(call);
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(answer.await);
+                    });
+                }
+            });
         });
+        Self { jobs }
+    }
+}
+
+impl Backend for InProcess {
+    fn call(&self, call: Call) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sent = self.jobs.send((call, tx)).is_ok();
         Box::pin(async move {
+            if !sent {
+                return Err(
+                    json!({ "errorType": "Runtime.ExitError", "errorMessage": "the execution environment is gone" }),
+                );
+            }
             rx.await.unwrap_or_else(|_| {
                 Err(json!({ "errorType": "Runtime.ExitError", "errorMessage": "the handler panicked" }))
             })
@@ -491,7 +520,8 @@ async fn invoke(
                     }
                     freed.await;
                 }
-                run(&f, payload, invoked_arn).await;
+                // Lambda's asynchronous invoke: nobody waits for the answer.
+                let _ = run(&f, payload, invoked_arn).await;
             });
             Reply {
                 status: 202,

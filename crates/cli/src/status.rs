@@ -228,7 +228,7 @@ pub async fn read(cluster: &str, table: &str, groups: &[String]) -> Result<Statu
                             format!("cluster {}", e.cluster)
                         };
                         (
-                            t.clone(),
+                            t,
                             TargetStatus {
                                 target: t,
                                 health: "-".into(),
@@ -249,7 +249,7 @@ pub async fn read(cluster: &str, table: &str, groups: &[String]) -> Result<Statu
                             }
                             s.registered += 1;
                             s.healthy += usize::from(h == HealthState::Healthy);
-                            let row = targets.entry(t.clone()).or_insert_with(|| TargetStatus {
+                            let row = targets.entry(t).or_insert_with(|| TargetStatus {
                                 target: t,
                                 health: String::new(),
                                 owner: "foreign".into(),

@@ -184,9 +184,9 @@ async fn the_readme_command_plans_while_the_schedule_watches() {
         .map(|d| Function {
             deployed: d.clone(),
             backend: match d.logical_id.as_str() {
-                "ResyncFunction" => Arc::new(InProcess(resync_code.clone())),
+                "ResyncFunction" => Arc::new(InProcess::new(resync_code.clone())),
                 "ManualFunction" => Arc::new(Processes(runtime.clone())),
-                _ => Arc::new(InProcess(unanswered)),
+                _ => Arc::new(InProcess::new(unanswered)),
             },
         })
         .collect();
