@@ -177,7 +177,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             if g.json {
                 print_json(&report)?;
             } else {
-                print!("{}", output::plan(&report, &g.function));
+                print!("{}", output::plan(&report));
             }
             Ok(if output::failed(&report) {
                 exit::ERROR

@@ -223,9 +223,9 @@ fn trouble(out: &mut String, g: &GroupReport) {
 }
 
 /// `tgsync plan`.
-pub fn plan(r: &Report, function: &str) -> String {
+pub fn plan(r: &Report) -> String {
     let mut out = format!(
-        "plan of cluster {} ({function}, dry run): {} group(s), {} ms\n",
+        "plan of cluster {} (dry run): {} group(s), {} ms\n",
         r.cluster, r.totals.groups, r.duration_ms
     );
     let (mut reg, mut dereg, mut adopt, mut forget, mut changing) = (0, 0, 0, 0, 0);
@@ -441,7 +441,7 @@ mod tests {
         });
         r.groups.push(g);
         let r = r.finish(UnixMillis(5));
-        let text = plan(&r, "tgsync-manual");
+        let text = plan(&r);
         assert!(text.contains("  - 10.0.1.9:80"), "{text}");
         assert!(text.contains("  + 10.0.1.2:80"), "{text}");
         assert!(text.contains("  = 10.0.9.9:80"), "{text}");
