@@ -1684,7 +1684,7 @@ fn watch_not_running_alarm_exists_with_watch_mode_only() {
     // One watching minute each: a healthy watch gives period/60 a period; one handover
     // gap (a minute) must not fire it, and it fires within 15 minutes.
     assert!(
-        threshold <= period / 60 - 1,
+        threshold < period / 60,
         "{threshold} of {} minutes",
         period / 60
     );

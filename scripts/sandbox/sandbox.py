@@ -583,7 +583,7 @@ def step_scheduled(arn: str) -> None:
     c.that(set(rows) == set(READY_WEB), "ledger = ready pods only", sorted(rows))
     c.that("10.0.1.15:8080" not in tg, "not-ready pod 10.0.1.15 not registered")
     c.that(OTHER_APP not in tg, "app=cart pod not registered")
-    tgsync("status")
+    tgsync("status", "--targets")
     status = tgsync_json("status")
     sg = next((x for x in status.get("groups", []) if x.get("targetGroupArn") == arn), {})
     c.that(
