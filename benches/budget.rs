@@ -5,8 +5,8 @@
 //! Lambda runs them; a counting proxy in front of moto records every ELBv2 request.
 //!
 //! Two deployments are compared:
-//! - **as the template deploys it**: the resync with reserved concurrency 1 and 60 % of
-//!   the budgets, pod-events with reserved concurrency 2 and 40 % (Lambda runs at most 2
+//! - **as the template deploys it**: the resync with reserved concurrency 1 and 50 % of
+//!   the budgets, pod-events with reserved concurrency 2 and 30 % (Lambda runs at most 2
 //!   of the 100 invocations at a time; the others wait in its queue);
 //! - **unbounded**: no reserved concurrency, every container paced to the whole budget
 //!   (how every container was paced before): 100 pod-events containers at once.
@@ -92,7 +92,7 @@ async fn deployment(bounded: bool) {
     let proxy = ChaosProxy::transparent().await;
     let sdk = chaos_proxy::sdk_config(&proxy).await;
     let (resync_share, pod_share, pod_containers) = if bounded {
-        (0.6, 0.4, 2u32)
+        (0.5, 0.3, 2u32)
     } else {
         (1.0, 1.0, 1u32)
     };
@@ -186,7 +186,7 @@ async fn deployment(bounded: bool) {
          mutating requests: {} in all, largest 1-s window {} (5-s: {}) against a budget of {MUTATIONS}/s\n  \
          Describe requests: {} in all, largest 1-s window {} (5-s: {}) against a budget of {DESCRIBES}/s",
         if bounded {
-            "as the template deploys it (resync 1 container, 60 %; pod-events 2 containers, 40 %)"
+            "as the template deploys it (resync 1 container, 50 %; pod-events 2 containers, 30 %)"
         } else {
             "unbounded (no reserved concurrency, every container paced to the whole budget)"
         },

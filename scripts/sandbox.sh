@@ -5,11 +5,15 @@
 # seeded with scripts/sandbox/pods.json), creates a VPC, an internal NLB, a bound IP
 # target group holding one foreign target and the DynamoDB state table, runs both
 # built function binaries under `cargo lambda watch` (the Lambda Runtime API), then
-# drives them through seven steps with `cargo lambda invoke` (scripts/sandbox/sandbox.py):
-# dry run, scheduled resync, pod termination, pod turning Ready, steady state, and watch
-# mode (the resync runs with TGSYNC_WATCH_SECONDS=6: a pod turning Ready while it
-# watches is registered within about a second, the delay printed), and the way out (the
-# group untagged is reported orphaned, then released after a dry run).
+# drives them through seven steps (scripts/sandbox/sandbox.py): the schedule and pod
+# events with `cargo lambda invoke`, the operator's runs with the `tgsync` CLI (which
+# invokes the manual function through the Lambda Invoke API that `cargo lambda watch`
+# serves): `tgsync plan` (dry run), scheduled resync and `tgsync status`, pod
+# termination, pod turning Ready, steady state (`tgsync plan` finds nothing to do), watch
+# mode (the resync runs with TGSYNC_WATCH_SECONDS=6: a pod turning Ready while it watches
+# is registered within about a second, the delay printed), and the way out (the group
+# untagged is reported orphaned by `tgsync sync`; `tgsync release` shows the plan and
+# refuses without a terminal, `--yes` releases).
 # Each step prints the target group before and after and checks the outcome; the script
 # exits non-zero on the first step that is not what it should be, so it is also a smoke
 # test. Everything it starts is stopped and its temp dir removed on exit, Ctrl-C included.
@@ -94,14 +98,14 @@ ensure_venv
 unset AWS_PROFILE AWS_DEFAULT_PROFILE # the sandbox never touches a real account
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
 
-log "building tgsync-resync, tgsync-pod-events and kube-emulator (debug profile; the first build takes a few minutes)"
+log "building tgsync-resync, tgsync-pod-events, tgsync-manual, the tgsync CLI and kube-emulator (debug profile; the first build takes a few minutes)"
 build_started=$SECONDS
-cargo build --locked -p tgsync-resync -p tgsync-pod-events -p kube-emulator >"$WORK/build.log" 2>&1 ||
+cargo build --locked -p tgsync-resync -p tgsync-pod-events -p tgsync-manual -p tgsync-cli -p kube-emulator >"$WORK/build.log" 2>&1 ||
   fail "cargo build failed" "$WORK/build.log"
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps --locked |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 BIN="$TARGET_DIR/debug"
-log "built in $((SECONDS - build_started)) s: $BIN/{tgsync-resync,tgsync-pod-events,kube-emulator}"
+log "built in $((SECONDS - build_started)) s: $BIN/{tgsync-resync,tgsync-pod-events,tgsync-manual,tgsync,kube-emulator}"
 
 # --- 2. moto and the Kubernetes API emulator ---------------------------------------------
 start_moto "$WORK/moto.log" # traps EXIT to cleanup, which is ours (above)
@@ -137,7 +141,7 @@ log "creating the AWS side in moto"
 "$VENV/bin/python" "$ROOT/scripts/sandbox/sandbox.py" setup ||
   fail "creating the AWS resources in moto failed" "$WORK/moto.log"
 
-# --- 4. both functions, the way Lambda runs them -----------------------------------------
+# --- 4. the functions, the way Lambda runs them -------------------------------------------
 # start_function NAME DIR: `cargo lambda watch --only-lambda-apis` on a free port, and the
 # built binary polling its Runtime API. Sets PORT_<NAME>.
 start_function() {
@@ -178,8 +182,11 @@ start_function() {
 }
 WATCH_SECONDS=6 start_function resync "$ROOT/functions/resync"
 start_function pod-events "$ROOT/functions/pod-events"
+start_function manual "$ROOT/functions/manual"
 export SANDBOX_RESYNC_PORT="$PORT_resync" SANDBOX_POD_EVENTS_PORT="$PORT_pod_events"
+export SANDBOX_MANUAL_PORT="$PORT_manual" SANDBOX_TGSYNC="$BIN/tgsync"
 export SANDBOX_RESYNC_LOG="$WORK/resync.log" SANDBOX_POD_EVENTS_LOG="$WORK/pod-events.log"
+export SANDBOX_MANUAL_LOG="$WORK/manual.log"
 
 # --- 5. the steps ------------------------------------------------------------------------
 "$VENV/bin/python" "$ROOT/scripts/sandbox/sandbox.py" steps

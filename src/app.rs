@@ -119,13 +119,30 @@ impl App {
     }
 }
 
-/// The Lambda main of both functions: logging, crypto provider, configuration once per
+/// The Lambda main of the functions: logging, crypto provider, configuration once per
 /// container, then the runtime loop calling `handler` with the app, the payload and the
 /// invocation deadline. A bad setting does not crash the container: every invocation
 /// answers with the one-line error instead, so `aws lambda invoke` shows it.
 pub async fn serve<F, Fut>(function: &'static str, handler: F) -> Result<(), lambda_runtime::Error>
 where
     F: Fn(Arc<App>, serde_json::Value, UnixMillis) -> Fut,
+    Fut: std::future::Future<Output = Result<serde_json::Value, crate::handlers::HandlerError>>,
+{
+    serve_invocations(function, move |app, payload, invocation| {
+        let deadline = invocation.deadline.unwrap_or_default();
+        handler(app, payload, deadline)
+    })
+    .await
+}
+
+/// [`serve`], handing the handler everything Lambda says about the invocation (its
+/// deadline and the function, version or alias ARN the caller invoked).
+pub async fn serve_invocations<F, Fut>(
+    function: &'static str,
+    handler: F,
+) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(Arc<App>, serde_json::Value, crate::handlers::manual::Invocation) -> Fut,
     Fut: std::future::Future<Output = Result<serde_json::Value, crate::handlers::HandlerError>>,
 {
     crate::logging::init();
@@ -145,8 +162,11 @@ where
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| async move {
             let app = app.clone().map_err(lambda_runtime::Error::from)?;
-            let deadline = UnixMillis(event.context.deadline);
-            Ok::<_, lambda_runtime::Error>(handler(app, event.payload, deadline).await?)
+            let invocation = crate::handlers::manual::Invocation {
+                deadline: Some(UnixMillis(event.context.deadline)),
+                invoked_function_arn: event.context.invoked_function_arn,
+            };
+            Ok::<_, lambda_runtime::Error>(handler(app, event.payload, invocation).await?)
         },
     ))
     .await

@@ -1,12 +1,12 @@
 //! The JSON report both functions return: what changed, per group, in words an operator
 //! can act on. Targets appear as `ip:port`.
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::core::{Plan, Target, UnixMillis};
 
 /// How one group's reconcile ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Outcome {
     /// Nothing to change.
@@ -45,19 +45,20 @@ impl Outcome {
 }
 
 /// A target a call failed for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FailedTarget {
     /// The target.
     pub target: Target,
     /// `register` or `deregister`.
-    pub operation: &'static str,
+    #[serde(deserialize_with = "operation")]
+    pub operation: Name,
     /// The error.
     pub error: String,
 }
 
 /// A selected pod that yields no target because of a mistake an operator must fix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodError {
     /// `namespace/name`.
@@ -67,7 +68,7 @@ pub struct PodError {
 }
 
 /// One group's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupReport {
     /// Target group ARN.
@@ -77,33 +78,33 @@ pub struct GroupReport {
     /// The AWS account that owns the group (from its ARN): with target account roles, a
     /// deployment serves groups of several accounts, and an operator must know where to
     /// look.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub account: String,
     /// How it ended.
     pub outcome: Outcome,
     /// Targets registered.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub registered: Vec<Target>,
     /// Targets deregistered.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deregistered: Vec<Target>,
     /// Ledger rows dropped because their target was removed by hand.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forgotten: Vec<Target>,
     /// Targets tgsync did not register and left in place (shared mode).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub foreign_kept: Vec<Target>,
     /// Dry run only: what a real run would do.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Plan>,
     /// Targets whose register/deregister call failed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_targets: Vec<FailedTarget>,
     /// Gated pods whose `tgsync/target-health` condition was set True (`namespace/name`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates_opened: Vec<String>,
     /// Pods that should be targets but cannot be.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_errors: Vec<PodError>,
     /// Number of desired targets after the last pass.
     pub desired: usize,
@@ -121,7 +122,7 @@ pub struct GroupReport {
     pub passes: u32,
     /// True when the desired set was unchanged and verified recently, so target health
     /// was not read this run (the checkpoint).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verification_skipped: bool,
     /// The group was found deleted, or its tags changed since they were read: cached
     /// bindings must be dropped (not part of the JSON report).
@@ -187,7 +188,7 @@ impl GroupReport {
 }
 
 /// Counts over all groups, for a glance and for metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Totals {
     /// Groups bound to this cluster (including binding errors).
@@ -219,7 +220,7 @@ pub struct Totals {
 /// A group no longer bound to this cluster (its tags were removed or changed, or it was
 /// deleted) whose ledger still holds targets this cluster registered. tgsync never acts
 /// on it by itself: a `release` deregisters what is left and deletes the entries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Orphan {
     /// Target group ARN.
@@ -232,7 +233,7 @@ pub struct Orphan {
 
 /// How a scheduled run spends the account-wide Describe budget on re-verifying groups
 /// that nothing changed, and what that means for finding hand edits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verification {
     /// Unchanged groups one run may re-verify (`TGSYNC_VERIFY_DESCRIBES_PER_SECOND` ×
@@ -245,7 +246,7 @@ pub struct Verification {
 }
 
 /// ELBv2's push-back: answers that throttled, and attempts that were retries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ElbPressure {
     /// Throttled answers.
@@ -265,7 +266,7 @@ impl ElbPressure {
 }
 
 /// What a watch did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WatchReport {
     /// How long it watched (ms).
@@ -292,25 +293,27 @@ pub struct WatchReport {
     /// Targets deregistered.
     pub deregistered: usize,
     /// Readiness gates opened (`namespace/name`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates_opened: Vec<String>,
     /// Group reports of the passes that changed something or failed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<GroupReport>,
     /// Errors of the watch itself (a namespace that could not be watched).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
 }
 
 /// The whole run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    /// Which function produced it (`resync` or `pod-events`).
-    pub function: &'static str,
+    /// Which function produced it (`resync`, `pod-events` or `manual`).
+    #[serde(deserialize_with = "function")]
+    pub function: Name,
     /// The tgsync release that produced it (the crate version), so a report says which
-    /// code made its decisions.
-    pub version: &'static str,
+    /// code made its decisions. A report read back from another release says `other`.
+    #[serde(deserialize_with = "version", default = "unknown_version")]
+    pub version: Name,
     /// The cluster this deployment serves.
     pub cluster: String,
     /// Whether nothing was changed on purpose.
@@ -330,17 +333,56 @@ pub struct Report {
     /// Per group, sorted by name.
     pub groups: Vec<GroupReport>,
     /// ELBv2's push-back during the run: throttled answers and retried attempts.
+    #[serde(default)]
     pub elb: ElbPressure,
     /// Full resyncs (the runs that look): groups no longer bound that still hold this
     /// cluster's targets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orphans: Option<Vec<Orphan>>,
     /// Errors not tied to one group (discovery failed, an unknown ARN requested).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
     /// Notes about the input (e.g. why an event was ignored).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// A name the code gives (a function, an operation). Spelt as an alias so that serde's
+/// derive does not borrow it from the input: it is read back as one of the known names.
+pub type Name = &'static str;
+
+/// A report's `function` read back (the CLI reads the manual function's reports): one
+/// of the functions' names, `other` for anything else.
+fn function<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    Ok(match String::deserialize(d)?.as_str() {
+        "resync" => "resync",
+        "pod-events" => "pod-events",
+        "manual" => "manual",
+        _ => "other",
+    })
+}
+
+/// A failed target's `operation` read back.
+/// A report's `version` read back: this release's, or `other`.
+fn version<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    let v = String::deserialize(d)?;
+    Ok(if v == env!("CARGO_PKG_VERSION") {
+        env!("CARGO_PKG_VERSION")
+    } else {
+        "other"
+    })
+}
+
+fn unknown_version() -> &'static str {
+    "other"
+}
+
+fn operation<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    Ok(match String::deserialize(d)?.as_str() {
+        "register" => "register",
+        "deregister" => "deregister",
+        _ => "other",
+    })
 }
 
 impl Report {
@@ -417,5 +459,51 @@ mod tests {
         let report = Report::new("resync", "demo", false, UnixMillis(1)).finish(UnixMillis(2));
         let json = serde_json::to_value(&report).expect("a report is JSON");
         assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+    }
+}
+
+#[cfg(test)]
+mod read_back_tests {
+    use super::*;
+
+    /// The CLI reads the manual function's reports back: every field survives the trip,
+    /// the lists left out when empty included.
+    #[test]
+    fn a_report_reads_back_as_it_was_written() {
+        let t = |s: &str| s.parse::<Target>().unwrap();
+        let mut r = Report::new("manual", "demo", true, UnixMillis(1_800_000_000_000));
+        let mut g = GroupReport::new(
+            "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef",
+            "web",
+            Outcome::Planned,
+        );
+        g.plan = Some(Plan {
+            register: vec![t("10.0.1.1:8080")],
+            foreign_kept: vec![t("10.0.9.9:8080")],
+            ..Plan::default()
+        });
+        g.failed_targets.push(FailedTarget {
+            target: t("10.0.1.2:8080"),
+            operation: "deregister",
+            error: "refused".into(),
+        });
+        g.desired = 1;
+        r.groups.push(g);
+        r.groups.push(GroupReport::with_error(
+            "arn:b",
+            "broken",
+            Outcome::BindingError,
+            "tag missing",
+        ));
+        r.orphans = Some(vec![]);
+        let r = r.finish(UnixMillis(1_800_000_000_100));
+        let back: Report = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        let other: Report = serde_json::from_value(serde_json::json!({
+            "function": "elsewhere", "cluster": "c", "dryRun": false, "startedAt": 1,
+            "durationMs": 2, "totals": Totals::default(), "groups": [],
+        }))
+        .unwrap();
+        assert_eq!(other.function, "other");
     }
 }

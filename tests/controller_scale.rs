@@ -91,12 +91,12 @@ async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
         })
         .await;
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
-    // The engine as the template deploys the resync: 60 % of the default budgets (8
+    // The engine as the template deploys the resync: 50 % of the default budgets (8
     // Describe and 5 Register/Deregister calls per second), one container.
     let share = |per_second| {
         MutationRate::new(per_second, None)
             .expect("rate")
-            .share(0.6, 1)
+            .share(0.5, 1)
     };
     let groups = Elbv2TargetGroups::from_sdk_config(&w.sdk, share(5)).with_describe_rate(share(8));
     let engine = w.engine_over(groups);

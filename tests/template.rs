@@ -975,7 +975,7 @@ fn target_account_role_matches_the_stacks_own_limits() {
 fn both_functions_get_the_reconcile_policy_and_vpc_access_only_with_a_vpc() {
     let t = Template::load();
     let vpc_policy = json!({ "Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole" });
-    for function in ["ResyncFunction", "PodEventsFunction"] {
+    for function in ["ResyncFunction", "PodEventsFunction", "ManualFunction"] {
         let role_ref = &t.props(function)["Role"];
         let role = role_ref["Fn::GetAtt"][0]
             .as_str()
@@ -1347,7 +1347,7 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
     let functions: BTreeMap<_, _> = t.of_type("AWS::Serverless::Function").collect();
     assert_eq!(
         functions.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
-        ["PodEventsFunction", "ResyncFunction"]
+        ["ManualFunction", "PodEventsFunction", "ResyncFunction"]
     );
     for (name, dir, binary, timeout) in [
         ("ResyncFunction", "functions/resync", "tgsync-resync", 180),
@@ -1357,6 +1357,7 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
             "tgsync-pod-events",
             60,
         ),
+        ("ManualFunction", "functions/manual", "tgsync-manual", 300),
     ] {
         let f = t.resource(name);
         let p = &f["Properties"];
@@ -1383,6 +1384,35 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
     }
 }
 
+/// Manual runs have a function of their own with its own slot (never the resync's, which
+/// watches), and its release alias is the one the code serves releases through.
+#[test]
+fn manual_runs_have_their_own_slot_and_release_alias() {
+    let t = Template::load();
+    let p = t.props("ManualFunction");
+    assert_eq!(
+        p["AutoPublishAlias"],
+        tgsync::handlers::manual::RELEASE_ALIAS,
+        "the alias src/handlers/manual.rs serves releases through"
+    );
+    assert_eq!(
+        served_as("functions/manual"),
+        tgsync::handlers::manual::FUNCTION
+    );
+    assert!(p.get("Events").is_none(), "manual runs only");
+    let reserved = p["ReservedConcurrentExecutions"].as_u64().unwrap_or(0);
+    assert!(reserved >= 1, "a reserved slot of its own");
+    assert_eq!(
+        p["FunctionName"],
+        json!({ "Fn::Sub": "${FunctionNamePrefix}-manual" })
+    );
+    // The same reconcile work as the resync: its role (access entry, target accounts).
+    assert_eq!(p["Role"], get_att("ResyncRole", "Arn"));
+    // Only the schedule invokes the resync function.
+    let resync = read("functions/resync/src/main.rs");
+    assert!(resync.contains("handlers::resync::handle_schedule"));
+}
+
 #[test]
 fn environment_is_what_the_settings_read() {
     let t = Template::load();
@@ -1395,7 +1425,7 @@ fn environment_is_what_the_settings_read() {
     }
     let params = t.parameters(&[("ClusterName", "demo")]);
     let refs = BTreeMap::from([("StateTable", "tgsync-StateTable-ABC123")]);
-    for function in ["ResyncFunction", "PodEventsFunction"] {
+    for function in ["ResyncFunction", "PodEventsFunction", "ManualFunction"] {
         let vars = t.props(function)["Environment"]["Variables"]
             .as_object()
             .unwrap_or_else(|| panic!("{function}: Environment.Variables"));
@@ -1471,14 +1501,21 @@ fn environment_is_what_the_settings_read() {
 /// EMF metrics of src/metrics.rs) carry as the `Function` dimension.
 fn served_as(crate_dir: &str) -> String {
     let main = read(format!("{crate_dir}/src/main.rs"));
-    let needle = "tgsync::app::serve(\"";
-    let start = main
+    let needle = "tgsync::app::serve";
+    let call = main
         .find(needle)
-        .unwrap_or_else(|| panic!("{crate_dir}/src/main.rs no longer calls tgsync::app::serve"))
-        + needle.len();
+        .unwrap_or_else(|| panic!("{crate_dir}/src/main.rs no longer calls tgsync::app::serve"));
+    let start = call + main[call..].find("(\"").expect("a quoted function name") + 2;
     let len = main[start..].find('"').expect("closing quote");
     main[start..start + len].to_owned()
 }
+
+/// The crates of the functions the template deploys.
+const FUNCTION_DIRS: [&str; 3] = [
+    "functions/resync",
+    "functions/pod-events",
+    "functions/manual",
+];
 
 /// The alarms of the template, by logical id: their `Properties`.
 fn alarms(t: &Template) -> BTreeMap<String, Value> {
@@ -1498,10 +1535,12 @@ fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
     use tgsync::report::{GroupReport, Outcome, Report};
     let mut out: BTreeMap<String, BTreeSet<(String, Vec<String>)>> = BTreeMap::new();
     let at = UnixMillis(1_800_000_000_500);
-    for dir in ["functions/resync", "functions/pod-events"] {
+    for dir in FUNCTION_DIRS {
         let function: &'static str = Box::leak(served_as(dir).into_boxed_str());
         let mut r = Report::new(function, "demo", false, UnixMillis(1_800_000_000_000));
         r.watch = Some(Default::default());
+        // A full resync's report also counts orphans.
+        r.orphans = Some(Vec::new());
         let r = r.finish(at);
         let mut changed = GroupReport::new("arn:a", "web", Outcome::Changed);
         changed.registered_targets = Some(2);
@@ -1518,7 +1557,7 @@ fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
             GroupReport::new("arn:d", "busy", Outcome::LeaseHeld),
         ];
         let mut lines = emf_lines(&r, LambdaLevel::Info);
-        assert_eq!(lines.len(), 1, "{dir}: the run line");
+        assert_eq!(lines.len(), 2, "{dir}: the run line and the orphans line");
         for g in &groups {
             lines.extend(pass_lines(
                 &PassDone {
@@ -1539,7 +1578,11 @@ fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
             std::time::Duration::from_millis(900),
             LambdaLevel::Info,
         ));
-        assert_eq!(lines.len(), 1 + 4 + 1, "{dir}: run, four passes, a gate");
+        assert_eq!(
+            lines.len(),
+            2 + 4 + 1,
+            "{dir}: run, orphans, four passes, a gate"
+        );
         for line in lines {
             let v: Value = serde_json::from_str(&line).expect("EMF line is JSON");
             for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
@@ -1562,18 +1605,42 @@ fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
     out
 }
 
+/// What the code emits: for each metric name, the (namespace, dimension names) it is
+/// emitted under (what the dashboard and the alarms may rely on).
+fn known_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
+    let known = emitted_metrics();
+    // The controller's metrics the dashboard and `WatchNotRunningAlarm` rely on.
+    for (name, dims) in [
+        ("ReactionLatency", &["Cluster", "Function"][..]),
+        ("GateLatency", &["Cluster", "Function"]),
+        ("ElbThrottles", &["Cluster", "Function"]),
+        ("ElbRetries", &["Cluster", "Function"]),
+        ("WatchRunning", &["Cluster", "Function"]),
+        ("DesiredTargets", &["Cluster", "Function", "TargetGroup"]),
+        ("RegisteredTargets", &["Cluster", "Function", "TargetGroup"]),
+        ("HealthyTargets", &["Cluster", "Function", "TargetGroup"]),
+    ] {
+        let dims: Vec<String> = dims.iter().map(|d| (*d).to_owned()).collect();
+        assert!(
+            known
+                .get(name)
+                .is_some_and(|e| e.contains(&("tgsync".to_owned(), dims.clone()))),
+            "{name} is not emitted under {dims:?}: {:?}",
+            known.get(name)
+        );
+    }
+    known
+}
+
 /// Every alarm watches a metric that exists: tgsync's own metrics under the namespace
 /// and dimensions src/metrics.rs emits them with (Function = a binary's served name,
 /// Cluster = this stack's cluster); AWS metrics of this stack's own resources.
 #[test]
 fn every_alarm_watches_a_metric_that_is_emitted() {
     let t = Template::load();
-    let emitted = emitted_metrics();
+    let emitted = known_metrics();
     assert_eq!(str_const("src/metrics.rs", "NAMESPACE"), "tgsync");
-    let functions: BTreeSet<String> = ["functions/resync", "functions/pod-events"]
-        .into_iter()
-        .map(served_as)
-        .collect();
+    let functions: BTreeSet<String> = FUNCTION_DIRS.into_iter().map(served_as).collect();
     let alarms = alarms(&t);
     assert!(alarms.len() >= 5, "{:?}", alarms.keys());
     for (name, a) in &alarms {
@@ -1733,6 +1800,198 @@ fn resync_heartbeat_fires_when_runs_stop() {
     );
 }
 
+/// The watch alarm: only with watch mode on, fires on missing `WatchRunning` minutes
+/// (breaching when no data comes at all), and not on one short gap at a handover.
+#[test]
+fn watch_not_running_alarm_exists_with_watch_mode_only() {
+    let t = Template::load();
+    let a = t.resource("WatchNotRunningAlarm");
+    assert_eq!(a["Condition"], "WatchEnabled");
+    for (watch, on) in [("55", true), ("1", true), ("0", false)] {
+        let d = t.parameters(&[("ClusterName", "demo"), ("WatchSeconds", watch)]);
+        assert_eq!(d.conditions["WatchEnabled"], on, "WatchSeconds={watch}");
+    }
+    let p = &a["Properties"];
+    let resync = served_as("functions/resync");
+    assert_eq!(p["MetricName"], "WatchRunning");
+    assert!(
+        as_list(&p["Dimensions"]).contains(&json!({ "Name": "Function", "Value": resync })),
+        "{p}"
+    );
+    assert_eq!(p["Statistic"], "Sum");
+    assert_eq!(p["ComparisonOperator"], "LessThanThreshold");
+    assert_eq!(p["TreatMissingData"], "breaching", "no run is no watch");
+    let period = p["Period"].as_u64().unwrap();
+    let threshold = p["Threshold"].as_u64().unwrap();
+    let needed = p["DatapointsToAlarm"].as_u64().unwrap();
+    // One watching minute each: a healthy watch gives period/60 a period; one handover
+    // gap (a minute) must not fire it, and it fires within 15 minutes.
+    assert!(
+        threshold < period / 60,
+        "{threshold} of {} minutes",
+        period / 60
+    );
+    assert!(threshold >= 1 && needed >= 2 && period * needed <= 900);
+}
+
+/// The dashboard: valid JSON once CloudWatch substitutes it; every tgsync metric it
+/// graphs (directly or in a SEARCH) is one the code emits (or is announced to), under
+/// those dimensions, for this stack's cluster and a function that exists; the latencies
+/// as percentiles; the load balancers' own host counts.
+#[test]
+fn dashboard_graphs_what_the_code_emits() {
+    let t = Template::load();
+    let known = known_metrics();
+    let functions: BTreeSet<String> = FUNCTION_DIRS.into_iter().map(served_as).collect();
+    let p = t.props("Dashboard");
+    assert_eq!(
+        p["DashboardName"],
+        json!({ "Fn::Sub": "${FunctionNamePrefix}-${ClusterName}" })
+    );
+    let body = p["DashboardBody"]["Fn::Sub"]
+        .as_str()
+        .expect("DashboardBody is a !Sub string");
+    // What CloudWatch sees once CloudFormation substituted the body.
+    let mut substituted = body.to_owned();
+    for (var, value) in [
+        ("${ClusterName}", "demo"),
+        ("${AWS::Region}", "eu-west-1"),
+        ("${DashboardTargetGroupSearch}", "shop-web-8080"),
+    ] {
+        substituted = substituted.replace(var, value);
+    }
+    let alarms = alarms(&t);
+    for name in alarms.keys() {
+        substituted = substituted.replace(
+            &format!("${{{name}.Arn}}"),
+            &format!("arn:aws:cloudwatch:eu-west-1:111122223333:alarm:{name}"),
+        );
+    }
+    assert!(
+        !substituted.contains("${"),
+        "an unknown !Sub variable: {substituted}"
+    );
+    let doc: Value = serde_json::from_str(&substituted).expect("the dashboard body is JSON");
+    let mut graphed: BTreeSet<String> = BTreeSet::new();
+    let mut percentiles = BTreeSet::new();
+    let mut load_balancer = BTreeSet::new();
+    for w in as_list(&doc["widgets"]) {
+        let props = &w["properties"];
+        if w["type"] == "metric" {
+            assert_eq!(props["region"], "eu-west-1", "{w}");
+        }
+        for row in as_list(&props["metrics"]) {
+            let row = as_list(&row);
+            if let Some(expr) = row.first().and_then(|e| e["expression"].as_str()) {
+                // SEARCH('{Namespace,Dim,...} MetricName="X" ...', 'Stat', 60)
+                let schema = expr
+                    .split('{')
+                    .nth(1)
+                    .and_then(|r| r.split('}').next())
+                    .expect("a SEARCH schema");
+                let mut parts: Vec<&str> = schema.split(',').collect();
+                let namespace = parts.remove(0);
+                let mut dims: Vec<String> = parts.iter().map(|d| (*d).to_owned()).collect();
+                dims.sort();
+                let metric = expr
+                    .split("MetricName=\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .expect("a MetricName");
+                if namespace == "tgsync" {
+                    assert!(
+                        expr.contains("Cluster=\"demo\""),
+                        "this cluster only: {expr}"
+                    );
+                    let ok = known
+                        .get(metric)
+                        .is_some_and(|k| k.contains(&("tgsync".to_owned(), dims.clone())));
+                    assert!(ok, "{metric} under {dims:?} is not emitted: {expr}");
+                    graphed.insert(metric.to_owned());
+                } else {
+                    assert!(
+                        ["AWS/NetworkELB", "AWS/ApplicationELB"].contains(&namespace),
+                        "{expr}"
+                    );
+                    assert!(
+                        expr.contains("shop-web-8080"),
+                        "narrowed by the parameter: {expr}"
+                    );
+                    load_balancer.insert(format!("{namespace} {metric}"));
+                }
+                continue;
+            }
+            let namespace = row[0].as_str().expect("a namespace, not the `.` shorthand");
+            let metric = row[1].as_str().unwrap().to_owned();
+            let mut dims = Vec::new();
+            let mut i = 2;
+            while i + 1 < row.len() && row[i].is_string() {
+                let (k, v) = (row[i].as_str().unwrap(), row[i + 1].as_str().unwrap());
+                match k {
+                    "Cluster" => assert_eq!(v, "demo", "{metric}"),
+                    "Function" => assert!(functions.contains(v), "{metric}: Function {v}"),
+                    _ => {}
+                }
+                dims.push(k.to_owned());
+                i += 2;
+            }
+            dims.sort();
+            assert_eq!(namespace, "tgsync", "{row:?}");
+            let ok = known
+                .get(&metric)
+                .is_some_and(|k| k.contains(&("tgsync".to_owned(), dims.clone())));
+            assert!(ok, "{metric} under {dims:?} is not emitted");
+            if let Some(stat) = row.last().and_then(|o| o["stat"].as_str())
+                && stat.starts_with('p')
+            {
+                percentiles.insert(metric.clone());
+            }
+            graphed.insert(metric);
+        }
+    }
+    for m in [
+        "ReactionLatency",
+        "GateLatency",
+        "ElbThrottles",
+        "ElbRetries",
+        "WatchRunning",
+        "DesiredTargets",
+        "RegisteredTargets",
+        "HealthyTargets",
+        "ReconcileErrors",
+        "BackingOff",
+        "LeaseHeld",
+        "RunsCompleted",
+    ] {
+        assert!(graphed.contains(m), "the dashboard shows {m}");
+    }
+    assert_eq!(
+        percentiles,
+        BTreeSet::from(["GateLatency".to_owned(), "ReactionLatency".to_owned()]),
+        "latencies as percentiles"
+    );
+    for m in [
+        "AWS/NetworkELB HealthyHostCount",
+        "AWS/NetworkELB UnHealthyHostCount",
+    ] {
+        assert!(load_balancer.contains(m), "the dashboard shows {m}");
+    }
+    // Its alarm widget lists alarms that exist unconditionally.
+    let listed: Vec<String> = as_list(&doc["widgets"])
+        .iter()
+        .filter(|w| w["type"] == "alarm")
+        .flat_map(|w| as_list(&w["properties"]["alarms"]))
+        .map(|a| a.as_str().unwrap().rsplit(':').next().unwrap().to_owned())
+        .collect();
+    assert!(!listed.is_empty());
+    for a in listed {
+        assert!(
+            t.resource(&a).get("Condition").is_none(),
+            "{a} may not exist; the dashboard would be refused"
+        );
+    }
+}
+
 /// README's alarm table lists exactly the template's alarms, each with the metric and
 /// namespace it watches.
 #[test]
@@ -1787,6 +2046,7 @@ fn outputs_name_what_operators_need() {
         ),
         ("StateTableName", table_name()),
         ("DeadLetterQueueUrl", json!({ "Ref": "DeadLetterQueue" })),
+        ("ManualFunctionName", json!({ "Ref": "ManualFunction" })),
     ];
     for (name, value) in want {
         assert_eq!(outputs[name]["Value"], value, "output {name}");
@@ -1842,25 +2102,44 @@ fn pattern_matching_subset_behaves_like_eventbridge() {
     ));
 }
 
+/// The functions that share the deployment's ELBv2 budgets.
+const BUDGETED: [&str; 3] = ["ResyncFunction", "PodEventsFunction", "ManualFunction"];
+
 /// The ELBv2 budgets are the deployment's: each function has reserved concurrency, and
 /// its containers are told how many there can be and which share they get, so that with
-/// every container of both functions busy the calls in any second stay within the
-/// budgets (the per-container pacing is `MutationRate::share`).
+/// every container of every function busy (the watching resync, pod-events, a manual
+/// run) the calls in any second stay within the budgets (the per-container pacing is
+/// `MutationRate::share`). Checked for every budget the parameters allow, with as many
+/// pod-events containers as the documented rule admits (30 % of the smaller budget,
+/// rounded to the nearest whole number).
 #[test]
 fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
     let t = Template::load();
-    // The defaults, and a larger deployment within the documented rule (pod-events
-    // containers at most 40 % of the smaller budget).
-    for given in [
-        vec![],
-        vec![
-            ("PodEventsConcurrency", "5"),
-            ("ElbMutationsPerSecond", "20"),
-            ("ElbDescribesPerSecond", "20"),
-        ],
-    ] {
+    let rule = t.doc["Parameters"]["PodEventsConcurrency"]["Description"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        rule.contains("at most 30 %") && rule.contains("rounded to the nearest"),
+        "PodEventsConcurrency states the rule checked here: {rule}"
+    );
+    let range = |name: &str| {
+        let p = &t.doc["Parameters"][name];
+        p["MinValue"].as_u64().unwrap()..=p["MaxValue"].as_u64().unwrap()
+    };
+    let mut deployments: Vec<Vec<(String, String)>> = vec![vec![]];
+    for budget in range("ElbMutationsPerSecond") {
+        let containers = ((budget as f64) * 0.3).round().max(1.0) as u64;
+        assert!(range("PodEventsConcurrency").contains(&containers));
+        deployments.push(vec![
+            ("PodEventsConcurrency".into(), containers.to_string()),
+            ("ElbMutationsPerSecond".into(), budget.to_string()),
+            ("ElbDescribesPerSecond".into(), budget.max(3).to_string()),
+        ]);
+    }
+    for given in deployments {
         let mut params: Vec<(&str, &str)> = vec![("ClusterName", "demo")];
-        params.extend(given.iter().copied());
+        params.extend(given.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let d = t.parameters(&params);
         let refs = BTreeMap::from([("StateTable", "t")]);
         let env = |function: &str, name: &str| -> String {
@@ -1883,14 +2162,21 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                 .parse()
                 .expect("a number")
         };
-        let mut shares = 0.0;
+        let shares: f64 = BUDGETED
+            .iter()
+            .map(|f| env(f, "TGSYNC_BUDGET_SHARE").parse::<f64>().unwrap())
+            .sum();
+        assert!(
+            shares <= 1.0 + 1e-9,
+            "the shares add up to at most the whole: {shares}"
+        );
         for budget in [
             "TGSYNC_ELB_MUTATIONS_PER_SECOND",
             "TGSYNC_ELB_DESCRIBES_PER_SECOND",
         ] {
             let mut worst = 0;
             let mut total = 0;
-            for function in ["ResyncFunction", "PodEventsFunction"] {
+            for function in BUDGETED {
                 let containers = reserved(function);
                 assert_eq!(
                     env(function, "TGSYNC_MAX_CONTAINERS")
@@ -1900,7 +2186,6 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                     "{function}: TGSYNC_MAX_CONTAINERS is its reserved concurrency"
                 );
                 let share: f64 = env(function, "TGSYNC_BUDGET_SHARE").parse().unwrap();
-                shares += share;
                 total = env(function, budget).parse::<u32>().unwrap();
                 let rate = tgsync::aws::MutationRate::new(total, None)
                     .unwrap()
@@ -1912,11 +2197,22 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                 "{budget} {given:?}: {worst} calls in one second > {total}"
             );
         }
-        assert!(
-            shares <= 2.0 + 1e-9,
-            "the shares add up to at most the whole, per budget"
-        );
     }
+    // At the defaults the resync keeps the Describe pace its cost figures assume.
+    let d = t.parameters(&[("ClusterName", "demo")]);
+    let share: f64 = resolve(
+        &t.props("ResyncFunction")["Environment"]["Variables"]["TGSYNC_BUDGET_SHARE"],
+        &d,
+        &BTreeMap::new(),
+    )
+    .as_str()
+    .unwrap()
+    .parse()
+    .unwrap();
+    let describes = tgsync::aws::MutationRate::new(8, None)
+        .unwrap()
+        .share(share, 1);
+    assert_eq!(describes.per_window(), 4, "4 Describe calls a second");
 }
 
 // ------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
     sandbox.py setup    create the VPC, internal NLB, bound IP target group (with one
                         foreign target) and the DynamoDB state table in moto
-    sandbox.py steps    drive both functions through cargo lambda invoke and check every
+    sandbox.py steps    drive the functions (cargo lambda invoke for the schedule and pod
+                        events, the tgsync CLI for the operator's runs) and check every
                         outcome; exit 1 on the first step that is not what it should be
 
 Everything it needs comes from environment variables set by scripts/sandbox.sh
@@ -346,6 +347,66 @@ def invoke(function: str, data_file: Path) -> dict:
     return report
 
 
+def cli_env() -> dict[str, str]:
+    """The environment an operator's shell would give `tgsync` here: the sandbox's AWS
+    (moto), the manual function's Lambda Invoke API (cargo lambda watch, whose function
+    is `_`), the deployment's cluster and table, and the emulator's endpoint and CA for
+    `status`'s pod reads."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": env("SANDBOX_MOTO"),
+        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{env('SANDBOX_MANUAL_PORT')}",
+        "TGSYNC_MANUAL_FUNCTION": "_",
+        "TGSYNC_CLUSTER_NAME": CLUSTER,
+        "TGSYNC_TABLE_NAME": env("SANDBOX_TABLE"),
+        "TGSYNC_CLUSTER_ENDPOINT": env("SANDBOX_KUBE_URL"),
+        "TGSYNC_CLUSTER_CA_FILE": env("SANDBOX_CA_FILE"),
+        "NO_COLOR": "1",
+    }
+
+
+def tgsync(*args: str, expect: int = 0, show: bool = True) -> subprocess.CompletedProcess:
+    """Runs the CLI as an operator would (no terminal); its output is printed unless it
+    is JSON, and its exit code must be `expect`."""
+    out(f"  {bold('tgsync')}  tgsync {' '.join(args)}")
+    proc = subprocess.run(
+        [env("SANDBOX_TGSYNC"), *args],
+        env=cli_env(),
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != expect:
+        raise StepFailed(
+            f"tgsync {' '.join(args)} exited {proc.returncode}, not {expect}:\n{proc.stdout}{proc.stderr}",
+            "manual",
+        )
+    if show and "--json" not in args:
+        for line in proc.stdout.rstrip("\n").splitlines():
+            out(f"          {line}".rstrip())
+    if VERBOSE and "--json" in args:
+        for line in proc.stdout.splitlines():
+            out(dim("    " + line))
+    return proc
+
+
+def tgsync_json(*args: str, expect: int = 0) -> dict:
+    proc = tgsync(*args, "--json", expect=expect)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise StepFailed(f"tgsync's --json output is not JSON:\n{proc.stdout}{proc.stderr}", "manual") from None
+
+
 def short(targets_: list[str], limit: int = 4) -> str:
     if not targets_:
         return ""
@@ -491,12 +552,14 @@ def heading(n: int, title: str) -> None:
 
 
 def step_dry_run(arn: str) -> None:
-    heading(1, "dry run: tgsync-resync plans, changes nothing")
+    heading(1, "dry run: `tgsync plan` (the manual function) plans, changes nothing")
     before = show("before", arn)
-    report = invoke("resync", EVENTS / "resync-dry-run.json")
+    tgsync("plan", GROUP_NAME, expect=2)
+    report = tgsync_json("plan", GROUP_NAME, expect=2)
     g = summarize(report, arn)
     after = show("after", arn)
-    c = Checks("resync")
+    c = Checks("manual")
+    c.that(report.get("function") == "manual", "the manual function answered", report.get("function"))
     c.that(report.get("dryRun") is True, "dryRun", report.get("dryRun"))
     g = group_checks(c, g, "planned")
     plan = g.get("plan") or {}
@@ -520,6 +583,16 @@ def step_scheduled(arn: str) -> None:
     c.that(set(rows) == set(READY_WEB), "ledger = ready pods only", sorted(rows))
     c.that("10.0.1.15:8080" not in tg, "not-ready pod 10.0.1.15 not registered")
     c.that(OTHER_APP not in tg, "app=cart pod not registered")
+    tgsync("status", "--targets")
+    status = tgsync_json("status")
+    sg = next((x for x in status.get("groups", []) if x.get("targetGroupArn") == arn), {})
+    c.that(
+        (sg.get("desired"), sg.get("registered"), sg.get("healthy"), sg.get("owned"), sg.get("foreign"))
+        == (4, 5, 5, 4, 1),
+        "status: desired 4, registered 5, healthy 5, owned 4, foreign 1",
+        sg,
+    )
+    c.that(sg.get("lastVerifiedAt") is not None, "status: verified by the resync", sg.get("lastVerifiedAt"))
     c.done()
 
 
@@ -586,6 +659,8 @@ def step_converged(arn: str) -> None:
            {k: g.get(k) for k in ("registered", "deregistered")})
     c.that(after == before, "target group and ledger unchanged")
     c.that(KILLED_TARGET not in after[0], f"deleted pod's {KILLED_TARGET} not registered again")
+    plan = tgsync("plan", expect=0)
+    c.that("nothing to do" in plan.stdout, "`tgsync plan` finds nothing to do (exit 0)")
     c.done()
 
 
@@ -646,12 +721,6 @@ def step_watch(arn: str) -> None:
     c.done()
 
 
-def payload(name: str, body: dict) -> Path:
-    path = Path(env("SANDBOX_WORK")) / f"{name}.json"
-    path.write_text(json.dumps(body, indent=2))
-    return path
-
-
 def step_release(arn: str) -> None:
     heading(7, "the way out: tags removed, the group is reported orphaned, then released")
     show("before", arn)
@@ -659,8 +728,8 @@ def step_release(arn: str) -> None:
         ResourceArns=[arn], TagKeys=["tgsync/cluster", "tgsync/namespace", "tgsync/selector"]
     )
     out(f"  {bold('elbv2')}   RemoveTags tgsync/cluster, tgsync/namespace, tgsync/selector")
-    c = Checks("resync")
-    report = invoke("resync", payload("resync-full", {}))
+    c = Checks("manual")
+    report = tgsync_json("sync")
     orphans = report.get("orphans") or []
     owned = set(ledger(arn))
     out(f"  {bold('report')}  orphans: " + ", ".join(
@@ -668,13 +737,15 @@ def step_release(arn: str) -> None:
     c.that([o["targetGroupArn"] for o in orphans] == [arn], "the untagged group is an orphan", orphans)
     c.that(orphans and orphans[0]["targets"] == len(owned), f"holding the {len(owned)} owned targets")
     c.that(set(targets(arn)) == owned | {FOREIGN}, "and nothing was touched", sorted(targets(arn)))
-    plan_report = invoke("resync", payload("release-dry-run", {"release": [arn], "dryRun": True}))
-    plan = (summarize(plan_report, arn) or {}).get("plan") or {}
-    c.that(set(plan.get("deregister", [])) == owned, "the dry run plans to deregister the owned targets",
+    # No terminal to ask on and no --yes: the plan is shown, nothing changes (exit 3).
+    refused = tgsync("release", GROUP_NAME, expect=3)
+    c.that("pass --yes" in refused.stderr, "release without --yes is refused", refused.stderr)
+    plan = (summarize(tgsync_json("release", GROUP_NAME, expect=3)["plan"], arn) or {}).get("plan") or {}
+    c.that(set(plan.get("deregister", [])) == owned, "the plan deregisters the owned targets",
            plan.get("deregister"))
-    c.that(plan.get("foreignKept") == [FOREIGN], f"and to keep {FOREIGN}", plan.get("foreignKept"))
-    c.that(set(targets(arn)) == owned | {FOREIGN}, "the dry run changed nothing")
-    report = invoke("resync", payload("release", {"release": [arn]}))
+    c.that(plan.get("foreignKept") == [FOREIGN], f"and keeps {FOREIGN}", plan.get("foreignKept"))
+    c.that(set(targets(arn)) == owned | {FOREIGN}, "the refused release changed nothing")
+    report = tgsync_json("release", "--yes", GROUP_NAME)["release"]
     g = group_checks(c, summarize(report, arn), "released")
     tg, rows = show("after", arn)
     c.that(set(g.get("deregistered", [])) == owned, "deregistered what tgsync owned", g.get("deregistered"))
@@ -706,6 +777,7 @@ def steps() -> None:
         logs = {
             "resync": env("SANDBOX_RESYNC_LOG"),
             "pod-events": env("SANDBOX_POD_EVENTS_LOG"),
+            "manual": env("SANDBOX_MANUAL_LOG"),
             "emulator": env("SANDBOX_EMULATOR_LOG"),
         }
         for name in dict.fromkeys([e.log, "emulator"]):

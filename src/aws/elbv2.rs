@@ -119,6 +119,32 @@ impl Elbv2TargetGroups {
         self.calls.snapshot()
     }
 
+    /// The ARN of the target group named `name` in this adapter's account and region
+    /// (one DescribeTargetGroups by name), `None` when there is none: operators name
+    /// groups, tgsync's payloads and state take ARNs. Read-only, for the CLI.
+    pub async fn arn_of_name(&self, name: &str) -> Result<Option<String>, ElbError> {
+        self.calls.count(DESCRIBE_TARGET_GROUPS);
+        let out = self
+            .describes
+            .attempts(|| {
+                self.client
+                    .describe_target_groups()
+                    .names(name)
+                    .customize()
+                    .config_override(no_retry())
+                    .send()
+            })
+            .await;
+        match out {
+            Ok(page) => Ok(page
+                .target_groups()
+                .iter()
+                .find_map(|g| g.target_group_arn().map(str::to_owned))),
+            Err(e) if e.code() == Some(NOT_FOUND) => Ok(None),
+            Err(e) => Err(elb_error(DESCRIBE_TARGET_GROUPS, None, e)),
+        }
+    }
+
     /// Tags of up to [`TAGS_BATCH`] groups into `tags`, and the ARNs of groups deleted
     /// since they were listed into `deleted`. One deleted group makes the whole batch
     /// fail with TargetGroupNotFound; the batch is then asked one ARN at a time.

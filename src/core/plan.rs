@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::backoff::UnixMillis;
 use super::binding::Mode;
@@ -17,8 +17,8 @@ use super::target::{HealthState, Target};
 pub const MAX_TARGETS_PER_CALL: usize = 200;
 
 /// What one reconcile of a group must do. Every list is sorted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Plan {
     /// Desired but not present (draining counts as absent): RegisterTargets.
     pub register: Vec<Target>,

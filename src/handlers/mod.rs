@@ -2,6 +2,7 @@
 //! Generic over the adapters, so tests drive the exact handler code against moto and the
 //! Kubernetes emulator without a Lambda runtime.
 
+pub mod manual;
 pub mod pod_events;
 pub mod resync;
 

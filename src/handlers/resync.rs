@@ -1,5 +1,7 @@
 //! The resync function: full diff of every bound group (or the requested ones), or a
-//! release of named groups.
+//! release of named groups. Deployed, it serves the schedule alone
+//! ([`handle_schedule`]): its one reserved slot is busy watching most of the minute, so
+//! manual runs go to the manual function ([`super::manual`]), which has slots of its own.
 
 use std::time::Duration;
 
@@ -16,7 +18,30 @@ use crate::state::StateStore;
 /// Stop watching this long before the invocation's deadline, so the report gets out.
 pub const WATCH_END_MARGIN: Duration = Duration::from_secs(10);
 
-/// Handles one invocation: the scheduled event or a manual payload. A scheduled run
+/// Handles one invocation of the deployed resync function: the scheduled event only. A
+/// manual payload is refused with the way to the manual function: served here, it would
+/// take the slot the next scheduled run needs (and a release would need no more than the
+/// grant to invoke the schedule's function).
+pub async fn handle_schedule<P: PodSource, G: TargetGroupApi, S: StateStore>(
+    engine: &Engine<P, G, S>,
+    payload: &Value,
+    deadline: Option<UnixMillis>,
+    watch: Duration,
+) -> Result<Value, HandlerError> {
+    let request = ResyncRequest::parse(payload)
+        .inspect_err(|e| tracing::error!(error = %e, "refusing input"))?;
+    if !request.scheduled {
+        let e = crate::input::InputError::Malformed(
+            "the resync function runs the schedule (and watches); invoke the manual function instead (<prefix>-manual, the stack's ManualFunctionName output), or use `tgsync plan` / `tgsync sync` / `tgsync release`".into(),
+        );
+        tracing::error!(error = %e, "refusing input");
+        return Err(e.into());
+    }
+    handle(engine, payload, deadline, watch).await
+}
+
+/// Handles one invocation: the scheduled event or a manual payload (the library's entry
+/// for both; the deployed function takes [`handle_schedule`]'s way). A scheduled run
 /// keeps watching for `watch` after it started (watch mode; zero: off), always ending
 /// [`WATCH_END_MARGIN`] before the deadline.
 pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(

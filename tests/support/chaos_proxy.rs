@@ -179,6 +179,10 @@ pub struct Rules {
     /// after its RegisterTargets (moto reports it healthy at once), as a real NLB keeps
     /// it until its health checks pass.
     pub initial_for: Option<Duration>,
+    /// Targets (`ip:port`) whose health checks fail: DescribeTargetHealth shows them
+    /// `unhealthy` with ELBv2's `Target.FailedHealthChecks` (moto reports every IP
+    /// target healthy).
+    pub unhealthy: Vec<String>,
     /// One-shot: the next request of this operation (any, when empty) whose body contains
     /// the text is held and never answered (a call in flight when its caller is killed).
     pub stall: Vec<(String, String)>,
@@ -692,12 +696,18 @@ fn operation_of(request: &Message) -> String {
     classify(request).1
 }
 
-/// Keeps targets `initial` for [`Rules::initial_for`] after their registration: records
-/// RegisterTargets, and rewrites the states in DescribeTargetHealth answers.
+/// Keeps targets `initial` for [`Rules::initial_for`] after their registration, and
+/// [`Rules::unhealthy`] ones unhealthy: records RegisterTargets, and rewrites the states
+/// in DescribeTargetHealth answers.
 fn nlb_pace(shared: &Shared, operation: &str, request: &[u8], response: Vec<u8>) -> Vec<u8> {
-    let Some(initial_for) = lock(&shared.rules).initial_for else {
-        return response;
+    let (initial_for, unhealthy) = {
+        let rules = lock(&shared.rules);
+        (rules.initial_for, rules.unhealthy.clone())
     };
+    if initial_for.is_none() && unhealthy.is_empty() {
+        return response;
+    }
+    let initial_for = initial_for.unwrap_or_default();
     match operation {
         "RegisterTargets" => {
             let now = Instant::now();
@@ -726,7 +736,12 @@ fn nlb_pace(shared: &Shared, operation: &str, request: &[u8], response: Vec<u8>)
                 );
                 let young = at.get(&key).is_some_and(|t| t.elapsed() < initial_for);
                 out.push_str("<member>");
-                if young {
+                if unhealthy.contains(&key) {
+                    out.push_str(&member.replace(
+                        "<State>healthy</State>",
+                        "<State>unhealthy</State><Reason>Target.FailedHealthChecks</Reason><Description>Health checks failed</Description>",
+                    ));
+                } else if young {
                     out.push_str(&member.replace(
                         "<State>healthy</State>",
                         "<State>initial</State><Reason>Elb.RegistrationInProgress</Reason>",

@@ -31,7 +31,7 @@ pub enum Answer {
 
 #[derive(Default)]
 struct State {
-    queue: VecDeque<(String, Value, u64)>,
+    queue: VecDeque<(String, Value, u64, String)>,
     answers: HashMap<String, Answer>,
     next_polls: usize,
 }
@@ -101,12 +101,22 @@ impl RuntimeApi {
 
     /// Queues an invocation with `payload` that must end within `timeout`; its id.
     pub fn invoke(&self, payload: Value, timeout: Duration) -> String {
+        self.invoke_as(
+            payload,
+            timeout,
+            "arn:aws:lambda:us-east-1:123456789012:function:tgsync-test",
+        )
+    }
+
+    /// [`RuntimeApi::invoke`] of the function, version or alias `invoked_arn` (what
+    /// Lambda hands the runtime as `Lambda-Runtime-Invoked-Function-Arn`).
+    pub fn invoke_as(&self, payload: Value, timeout: Duration, invoked_arn: &str) -> String {
         let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = format!("00000000-0000-4000-8000-{n:012x}");
         let deadline = unix_ms() + timeout.as_millis() as u64;
         lock(&self.state)
             .queue
-            .push_back((id.clone(), payload, deadline));
+            .push_back((id.clone(), payload, deadline, invoked_arn.to_owned()));
         self.queued.notify_waiters();
         id
     }
@@ -190,7 +200,7 @@ async fn serve(
             return;
         } else if method == "GET" && path.ends_with("/invocation/next") {
             lock(&state).next_polls += 1;
-            let (id, payload, deadline) = loop {
+            let (id, payload, deadline, arn) = loop {
                 let notified = queued.notified();
                 if let Some(next) = lock(&state).queue.pop_front() {
                     break next;
@@ -202,7 +212,7 @@ async fn serve(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
                  Lambda-Runtime-Aws-Request-Id: {id}\r\n\
                  Lambda-Runtime-Deadline-Ms: {deadline}\r\n\
-                 Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:123456789012:function:tgsync-test\r\n\
+                 Lambda-Runtime-Invoked-Function-Arn: {arn}\r\n\
                  Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000\r\n\
                  Content-Length: {}\r\n\r\n{body}",
                 body.len()

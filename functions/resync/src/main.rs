@@ -1,4 +1,5 @@
-//! `tgsync-resync`: the scheduled (and manual) full diff of every bound target group.
+//! `tgsync-resync`: the scheduled full diff of every bound target group, then the watch
+//! (manual runs go to `tgsync-manual`).
 //! Thin on purpose: configuration, the engine and the handler live in the library.
 
 // The engine's nested futures are deeper than rustc's default layout query limit.
@@ -13,7 +14,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> Result<(), lambda_runtime::Error> {
     tgsync::app::serve("resync", |app, payload, deadline| async move {
         let watch = app.settings.watch;
-        tgsync::handlers::resync::handle(&app.engine, &payload, Some(deadline), watch).await
+        tgsync::handlers::resync::handle_schedule(&app.engine, &payload, Some(deadline), watch)
+            .await
     })
     .await
 }

@@ -62,6 +62,13 @@ fn wait_for_port(port: u16) {
 }
 
 fn invoke(port: u16, event: &str) -> Value {
+    let (ok, stdout, stderr) = invoke_raw(port, event);
+    assert!(ok, "invoke {event} failed: {stdout}\n{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report is JSON ({e}): {stdout}"))
+}
+
+/// `cargo lambda invoke` with `event`: whether it succeeded, its stdout and stderr.
+fn invoke_raw(port: u16, event: &str) -> (bool, String, String) {
     let out = Command::new(cargo_lambda())
         .args([
             "lambda",
@@ -79,13 +86,11 @@ fn invoke(port: u16, event: &str) -> Value {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo lambda invoke runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
+    (
         out.status.success(),
-        "invoke {event} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report is JSON ({e}): {stdout}"))
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -132,15 +137,12 @@ async fn built_binary_converges_a_group_under_cargo_lambda() {
         .expect("function binary starts"),
     );
 
-    // Dry run first: a plan, and nothing changed.
-    let report = invoke(port, "resync-dry-run.json");
-    assert_eq!(report["dryRun"], true, "{report}");
-    let group = &report["groups"][0];
-    assert_eq!(group["targetGroupArn"], arn.as_str());
-    assert_eq!(group["outcome"], "planned");
-    assert_eq!(
-        group["plan"]["register"],
-        serde_json::json!(["10.0.1.1:8080", "10.0.1.2:8080"])
+    // A manual payload is refused (manual runs go to tgsync-manual), and changes nothing.
+    let (ok, stdout, stderr) = invoke_raw(port, "resync-dry-run.json");
+    assert!(!ok, "a dry run is not the resync function's: {stdout}");
+    assert!(
+        format!("{stdout}{stderr}").contains("invoke the manual function"),
+        "the refusal names the way: {stdout}{stderr}"
     );
     assert!(w.targets(&arn).await.is_empty());
 

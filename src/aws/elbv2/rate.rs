@@ -132,12 +132,16 @@ mod tests {
 
     #[test]
     fn shares_of_a_budget_stay_within_it_in_every_second() {
-        // The template's split: 60 % for the one resync container, 40 % for two
-        // pod-events containers.
+        // The template's split: 50 % for the one resync container, 30 % for two
+        // pod-events containers, 20 % for the one manual container.
         for budget in [5, 8, 20, 100] {
             let whole = MutationRate::new(budget, None).unwrap();
-            let (resync, pod_events) = (whole.share(0.6, 1), whole.share(0.4, 2));
-            let worst = resync.per_window() + 2 * pod_events.per_window();
+            let (resync, pod_events, manual) = (
+                whole.share(0.5, 1),
+                whole.share(0.3, 2),
+                whole.share(0.2, 1),
+            );
+            let worst = resync.per_window() + 2 * pod_events.per_window() + manual.per_window();
             assert!(worst <= budget, "{budget}: {worst} in one second");
             assert!(
                 resync.per_window() >= 2,
@@ -145,8 +149,9 @@ mod tests {
             );
         }
         let five = MutationRate::new(5, None).unwrap();
-        assert_eq!(five.share(0.6, 1).per_window(), 3);
-        assert_eq!(five.share(0.4, 2).per_window(), 1);
+        assert_eq!(five.share(0.5, 1).per_window(), 2);
+        assert_eq!(five.share(0.3, 2).per_window(), 1);
+        assert_eq!(five.share(0.2, 1).per_window(), 1);
         assert_eq!(MutationRate::new(8, Some(1)).unwrap().per_window(), 9);
     }
 

@@ -1,0 +1,451 @@
+//! The human forms: tables and diffs. Pure (strings in, strings out), so tests read them.
+
+use std::fmt::Write;
+
+use tgsync::core::{Plan, Target, UnixMillis};
+use tgsync::report::{GroupReport, Outcome, Report};
+
+use crate::status::Status;
+
+/// Columns separated by two spaces, each as wide as its widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ", w = widths[i]);
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// `12 s ago`, `in 3 min`, from `now`.
+fn relative(at: UnixMillis, now: UnixMillis) -> String {
+    let (secs, future) = if at.0 >= now.0 {
+        ((at.0 - now.0) / 1000, true)
+    } else {
+        ((now.0 - at.0) / 1000, false)
+    };
+    let span = match secs {
+        0..120 => format!("{secs} s"),
+        120..7200 => format!("{} min", secs / 60),
+        _ => format!("{} h", secs / 3600),
+    };
+    if future {
+        format!("in {span}")
+    } else {
+        format!("{span} ago")
+    }
+}
+
+fn list(targets: &[Target]) -> String {
+    targets
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether a plan changes anything.
+fn plan_changes(p: &Plan) -> bool {
+    !(p.register.is_empty() && p.deregister.is_empty() && p.adopt.is_empty() && p.forget.is_empty())
+}
+
+/// `tgsync status`.
+pub fn status(s: &Status, with_targets: bool) -> String {
+    let now = s.read_at;
+    let mut out = format!(
+        "cluster {}, state table {}: {} group(s)\n\n",
+        s.cluster,
+        s.table,
+        s.groups.len()
+    );
+    let rows: Vec<Vec<String>> = s
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                g.desired.map_or("?".into(), |d| d.to_string()),
+                g.registered.to_string(),
+                g.healthy.to_string(),
+                g.owned.to_string(),
+                (g.foreign + g.other_clusters).to_string(),
+                g.backoff.as_ref().map_or("-".into(), |b| {
+                    format!(
+                        "{} failure(s), next {}",
+                        b.failures,
+                        relative(b.next_attempt_at, now)
+                    )
+                }),
+                g.lease.as_ref().map_or("-".into(), |l| {
+                    format!("{} (until {})", l.owner, relative(l.until, now))
+                }),
+                g.last_verified_at
+                    .map_or("never".into(), |at| relative(at, now)),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "GROUP",
+            "DESIRED",
+            "REGISTERED",
+            "HEALTHY",
+            "OWNED",
+            "FOREIGN",
+            "BACKOFF",
+            "LEASE",
+            "VERIFIED",
+        ],
+        &rows,
+    ));
+    for g in &s.groups {
+        let mut notes = Vec::new();
+        if let Some(e) = &g.error {
+            notes.push(format!("error: {e}"));
+        }
+        if let Some(p) = g.pending.as_ref().filter(|p| plan_changes(p)) {
+            let mut parts = Vec::new();
+            for (what, t) in [
+                ("register", &p.register),
+                ("deregister", &p.deregister),
+                ("adopt", &p.adopt),
+                ("forget", &p.forget),
+            ] {
+                if !t.is_empty() {
+                    parts.push(format!("{what} {}", list(t)));
+                }
+            }
+            notes.push(format!("pending: {}", parts.join("; ")));
+        }
+        if g.other_clusters > 0 {
+            notes.push(format!(
+                "{} of the foreign targets are other clusters' (shared group)",
+                g.other_clusters
+            ));
+        }
+        if !notes.is_empty() {
+            out.push('\n');
+            let _ = writeln!(out, "{}:", g.name);
+            for n in notes {
+                let _ = writeln!(out, "  {n}");
+            }
+        }
+        if with_targets && !g.targets.is_empty() {
+            out.push('\n');
+            let _ = writeln!(out, "{} ({})", g.name, g.target_group_arn);
+            let rows: Vec<Vec<String>> = g
+                .targets
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.target.to_string(),
+                        t.health.clone(),
+                        match &t.pod {
+                            Some(pod) => format!("{} ({pod})", t.owner),
+                            None => t.owner.clone(),
+                        },
+                    ]
+                })
+                .collect();
+            for l in table(&["TARGET", "HEALTH", "OWNER"], &rows).lines() {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+    }
+    if !s.orphans.is_empty() {
+        out.push_str("\norphaned (no longer bound, ledger still holds this cluster's targets; `tgsync release` them):\n");
+        for o in &s.orphans {
+            let _ = writeln!(out, "  {} ({} target(s))", o.target_group_arn, o.targets);
+        }
+    }
+    for e in &s.errors {
+        let _ = writeln!(out, "\nerror: {e}");
+    }
+    out
+}
+
+/// One group's plan as a diff, indented.
+fn diff(out: &mut String, p: &Plan, foreign_kept: &[Target]) {
+    let kept: &[Target] = if p.foreign_kept.is_empty() {
+        foreign_kept
+    } else {
+        &p.foreign_kept
+    };
+    for (mark, what, targets) in [
+        ("-", "deregister", &p.deregister[..]),
+        ("+", "register", &p.register[..]),
+        ("~", "adopt (present, not yet owned)", &p.adopt[..]),
+        ("x", "forget (gone; drop the ledger entry)", &p.forget[..]),
+        ("=", "foreign, kept", kept),
+    ] {
+        for t in targets {
+            let _ = writeln!(out, "  {mark} {:<22} {what}", t.to_string());
+        }
+    }
+}
+
+fn outcome_name(o: Outcome) -> String {
+    serde_json::to_value(o)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// A group's trouble, if any: its error and its failed targets.
+fn trouble(out: &mut String, g: &GroupReport) {
+    if let Some(e) = &g.error {
+        let _ = writeln!(out, "  ! {e}");
+    }
+    for f in &g.failed_targets {
+        let _ = writeln!(out, "  ! {} {}: {}", f.operation, f.target, f.error);
+    }
+    for e in &g.pod_errors {
+        let _ = writeln!(out, "  ! pod {}: {}", e.pod, e.error);
+    }
+}
+
+/// `tgsync plan`.
+pub fn plan(r: &Report) -> String {
+    let mut out = format!(
+        "plan of cluster {} (dry run): {} group(s), {} ms\n",
+        r.cluster, r.totals.groups, r.duration_ms
+    );
+    let (mut reg, mut dereg, mut adopt, mut forget, mut changing) = (0, 0, 0, 0, 0);
+    for g in &r.groups {
+        out.push('\n');
+        match &g.plan {
+            Some(p) if plan_changes(p) => {
+                changing += 1;
+                reg += p.register.len();
+                dereg += p.deregister.len();
+                adopt += p.adopt.len();
+                forget += p.forget.len();
+                let _ = writeln!(out, "{} ({} desired)", g.name, g.desired);
+                diff(&mut out, p, &g.foreign_kept);
+            }
+            Some(p) => {
+                let _ = writeln!(out, "{}: in sync ({} desired)", g.name, g.desired);
+                diff(&mut out, p, &[]);
+            }
+            None => {
+                let _ = writeln!(out, "{}: {}", g.name, outcome_name(g.outcome));
+            }
+        }
+        trouble(&mut out, g);
+    }
+    for o in r.orphans.iter().flatten() {
+        let _ = writeln!(
+            out,
+            "\norphaned: {} ({} target(s)); {}",
+            o.target_group_arn, o.targets, o.action
+        );
+    }
+    for e in &r.errors {
+        let _ = writeln!(out, "\nerror: {e}");
+    }
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if changing == 0 {
+            "nothing to do".to_owned()
+        } else {
+            format!(
+                "{reg} to register, {dereg} to deregister, {adopt} to adopt, {forget} to forget, in {changing} of {} group(s)",
+                r.groups.len()
+            )
+        }
+    );
+    out
+}
+
+/// Whether a dry run plans changes.
+pub fn has_changes(r: &Report) -> bool {
+    r.groups
+        .iter()
+        .any(|g| g.plan.as_ref().is_some_and(plan_changes))
+}
+
+/// Whether anything failed: a run-level error, or a group that failed, has a binding
+/// error or is backing off.
+pub fn failed(r: &Report) -> bool {
+    !r.errors.is_empty()
+        || r.groups
+            .iter()
+            .any(|g| g.outcome.is_error() || !g.failed_targets.is_empty())
+}
+
+/// `tgsync sync`.
+pub fn sync(r: &Report) -> String {
+    let mut out = format!(
+        "sync of cluster {}: {} group(s), {} changed, {} ms\n\n",
+        r.cluster, r.totals.groups, r.totals.changed, r.duration_ms
+    );
+    let rows: Vec<Vec<String>> = r
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                outcome_name(g.outcome),
+                g.desired.to_string(),
+                g.registered.len().to_string(),
+                g.deregistered.len().to_string(),
+                g.forgotten.len().to_string(),
+                g.error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "GROUP",
+            "OUTCOME",
+            "DESIRED",
+            "REGISTERED",
+            "DEREGISTERED",
+            "FORGOTTEN",
+            "ERROR",
+        ],
+        &rows,
+    ));
+    for e in &r.errors {
+        let _ = writeln!(out, "\nerror: {e}");
+    }
+    out
+}
+
+/// The release plan shown before asking.
+pub fn release_plan(r: &Report) -> String {
+    let mut out = format!("release plan for cluster {} (dry run):\n", r.cluster);
+    for g in &r.groups {
+        out.push('\n');
+        let _ = writeln!(out, "{} ({})", g.name, g.target_group_arn);
+        match &g.plan {
+            Some(p) => diff(&mut out, p, &g.foreign_kept),
+            None => {
+                let _ = writeln!(out, "  {}", outcome_name(g.outcome));
+            }
+        }
+        trouble(&mut out, g);
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "\nnote: {n}");
+    }
+    for e in &r.errors {
+        let _ = writeln!(out, "\nerror: {e}");
+    }
+    out
+}
+
+/// The question before a release.
+pub fn release_question(r: &Report) -> String {
+    let deregister: usize = r
+        .groups
+        .iter()
+        .filter_map(|g| g.plan.as_ref())
+        .map(|p| p.deregister.len())
+        .sum();
+    format!(
+        "\nRelease {} group(s) of cluster {}: deregister {deregister} target(s) and drop its ledger entries? The load balancer stops sending them traffic.",
+        r.groups.len(),
+        r.cluster
+    )
+}
+
+/// The release's result.
+pub fn released(r: &Report) -> String {
+    let mut out = format!(
+        "released {} of {} group(s) of cluster {}:\n\n",
+        r.totals.released,
+        r.groups.len(),
+        r.cluster
+    );
+    let rows: Vec<Vec<String>> = r
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                outcome_name(g.outcome),
+                g.deregistered.len().to_string(),
+                g.forgotten.len().to_string(),
+                list(&g.foreign_kept),
+                g.error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "GROUP",
+            "OUTCOME",
+            "DEREGISTERED",
+            "FORGOTTEN",
+            "KEPT",
+            "ERROR",
+        ],
+        &rows,
+    ));
+    for n in &r.notes {
+        let _ = writeln!(out, "\nnote: {n}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_times_read_naturally() {
+        let t = table(
+            &["A", "LONGER"],
+            &[
+                vec!["wide cell".into(), "x".into()],
+                vec!["b".into(), "".into()],
+            ],
+        );
+        assert_eq!(t, "A          LONGER\nwide cell  x\nb\n");
+        let now = UnixMillis(1_000_000);
+        assert_eq!(relative(UnixMillis(988_000), now), "12 s ago");
+        assert_eq!(relative(UnixMillis(1_300_000), now), "in 5 min");
+    }
+
+    #[test]
+    fn a_plan_reads_as_a_diff() {
+        let t = |s: &str| s.parse::<Target>().unwrap();
+        let mut r = Report::new("manual", "demo", true, UnixMillis(0));
+        let mut g = GroupReport::new("arn:a", "web", Outcome::Planned);
+        g.desired = 2;
+        g.plan = Some(Plan {
+            register: vec![t("10.0.1.2:80")],
+            deregister: vec![t("10.0.1.9:80")],
+            foreign_kept: vec![t("10.0.9.9:80")],
+            ..Plan::default()
+        });
+        r.groups.push(g);
+        let r = r.finish(UnixMillis(5));
+        let text = plan(&r);
+        assert!(text.contains("  - 10.0.1.9:80"), "{text}");
+        assert!(text.contains("  + 10.0.1.2:80"), "{text}");
+        assert!(text.contains("  = 10.0.9.9:80"), "{text}");
+        assert!(text.contains("1 to register, 1 to deregister"), "{text}");
+        assert!(has_changes(&r) && !failed(&r));
+    }
+}
