@@ -37,7 +37,7 @@ pub(super) fn note_backoff(
     let failures = backoff.map_or(0, |b| b.failures);
     report.next_attempt_at = Some(until);
     report.error = Some(format!(
-        "registrations back off after {failures} consecutive failure(s); deregistrations still happen at once; invoke resync with \"force\": true to retry now"
+        "registrations back off after {failures} consecutive failure(s); deregistrations still happen at once; `tgsync sync --force` (the manual function with \"force\": true) retries now"
     ));
 }
 

@@ -280,7 +280,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     target_group_arn: arn.clone(),
                     targets,
                     action: format!(
-                        "no longer bound to cluster `{}` (tags removed, or the group deleted); its targets stay as they are until you invoke resync with {{\"release\": [\"{arn}\"]}} (or tag it again)",
+                        "no longer bound to cluster `{}` (tags removed, or the group deleted); its targets stay as they are until you release it (`tgsync release {arn}`, or the manual function's release alias with {{\"release\": [\"{arn}\"]}}) or tag it again",
                         self.cluster
                     ),
                 });
