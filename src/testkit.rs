@@ -118,6 +118,14 @@ impl PodBuilder {
         self
     }
 
+    /// Puts the pod on node `name` (`spec.nodeName`).
+    pub fn node(mut self, name: &str) -> Self {
+        if let Some(spec) = self.pod.spec.as_mut() {
+            spec.node_name = Some(name.to_owned());
+        }
+        self
+    }
+
     /// Adds an annotation.
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
         self.pod
@@ -456,6 +464,7 @@ pub fn bound_group(
             target_type: "ip".into(),
             port: Some(port),
             family: AddressFamily::Ipv4,
+            quic: false,
         },
         tags: BTreeMap::from([
             ("tgsync/cluster".to_owned(), cluster.to_owned()),

@@ -127,6 +127,11 @@ async fn discovers_more_than_a_page_of_groups_with_tags() {
     assert_eq!(calls["RegisterTargets"], 0);
 }
 
+/// `(target, state)` of each entry of a health read.
+fn pairs(health: Vec<tgsync::core::TargetHealth>) -> Vec<(Target, HealthState)> {
+    health.into_iter().map(|h| (h.target, h.state)).collect()
+}
+
 #[tokio::test]
 async fn register_shows_targets_and_deregister_removes_them() {
     let client = client().await;
@@ -136,7 +141,7 @@ async fn register_shows_targets_and_deregister_removes_them() {
     assert_eq!(elb.health(&arn).await.expect("health"), vec![]);
     let targets = [t("10.0.1.7:8080"), t("10.0.1.8:8080"), t("10.0.1.9:9090")];
     elb.register(&arn, &targets).await.expect("register");
-    let mut health = elb.health(&arn).await.expect("health");
+    let mut health = pairs(elb.health(&arn).await.expect("health"));
     health.sort_by_key(|(t, _)| *t);
     // moto reports a registered target as `healthy` at once (real ELBv2: `initial`, or
     // `unused` when no listener uses the group).
@@ -170,7 +175,7 @@ async fn register_shows_targets_and_deregister_removes_them() {
     // moto drops a deregistered target at once (real ELBv2 shows it `draining` for the
     // deregistration delay).
     assert_eq!(
-        elb.health(&arn).await.expect("health"),
+        pairs(elb.health(&arn).await.expect("health")),
         vec![(targets[2], HealthState::Healthy)]
     );
     let calls = elb.api_calls();
@@ -187,7 +192,7 @@ async fn ipv6_targets_round_trip() {
     let target = t("[fd00:10::7]:443");
     elb.register(&arn, &[target]).await.expect("register");
     assert_eq!(
-        elb.health(&arn).await.expect("health"),
+        pairs(elb.health(&arn).await.expect("health")),
         vec![(target, HealthState::Healthy)]
     );
 }

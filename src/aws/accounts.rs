@@ -30,7 +30,7 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
 
 use super::Elbv2TargetGroups;
-use crate::core::{HealthState, Target};
+use crate::core::{Target, TargetHealth};
 use crate::groups::{AccountError, Discovery, ElbError, TargetGroup, TargetGroupApi, arn_account};
 
 /// STS limits a role session name to 64 characters.
@@ -297,12 +297,20 @@ impl TargetGroupApi for Accounts {
         self.route(arn)?.tags(arn).await
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
         self.route(arn)?.health(arn).await
     }
 
     async fn register(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
         self.route(arn)?.register(arn, targets).await
+    }
+
+    async fn register_in_zones(
+        &self,
+        arn: &str,
+        targets: &[(Target, String)],
+    ) -> Result<(), ElbError> {
+        self.route(arn)?.register_in_zones(arn, targets).await
     }
 
     async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
@@ -377,6 +385,7 @@ mod tests {
                 target_type: "ip".into(),
                 port: Some(80),
                 family: crate::core::AddressFamily::Ipv4,
+                quic: false,
             },
             tags: BTreeMap::new(),
         }

@@ -435,7 +435,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 for (target, pod) in waiting {
                     let healthy = health
                         .iter()
-                        .any(|(t, s)| *t == target && *s == HealthState::Healthy);
+                        .any(|h| h.target == target && h.state == HealthState::Healthy);
                     if !healthy {
                         continue;
                     }
