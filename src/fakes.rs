@@ -490,9 +490,9 @@ impl FakeElb {
             .administrative_override = o;
     }
 
-    /// Gives `arn` a targets quota: a RegisterTargets that would take it beyond `quota`
-    /// targets (draining ones not counted) registers nothing and refuses its targets for
-    /// capacity.
+    /// Gives `arn` a targets quota: a RegisterTargets registers what fits (draining
+    /// targets not counted) and refuses the rest for capacity, as the real adapter's
+    /// halving leaves it.
     pub fn set_quota(&self, arn: &str, quota: usize) {
         lock(&self.quotas).insert(arn.to_owned(), quota);
     }
@@ -526,24 +526,25 @@ impl FakeElb {
     async fn register_now(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
         self.chaos.pause().await;
         self.slow_mutation.wait().await;
+        // Beyond the quota: the targets the real adapter's halving would leave refused.
+        let mut over: Vec<Target> = Vec::new();
         if let Some(quota) = lock(&self.quotas).get(arn).copied() {
             let live: BTreeSet<Target> = self.live_targets(arn).into_iter().collect();
-            let after = live.len() + targets.iter().filter(|t| !live.contains(t)).count();
-            if after > quota {
-                self.count("RegisterTargets");
-                return Err(ElbError::Rejected {
-                    operation: "RegisterTargets",
-                    targets: targets
-                        .iter()
-                        .map(|t| Refused {
-                            target: *t,
-                            reason: "ELBv2 RegisterTargets failed: TooManyTargets: You've reached the limit on the number of targets".into(),
-                            refusal: Refusal::Capacity,
-                        })
-                        .collect(),
-                });
+            let mut room = quota.saturating_sub(live.len());
+            for t in targets.iter().filter(|t| !live.contains(t)) {
+                if room > 0 {
+                    room -= 1;
+                } else {
+                    over.push(*t);
+                }
             }
         }
+        let targets: Vec<Target> = targets
+            .iter()
+            .filter(|t| !over.contains(t))
+            .copied()
+            .collect();
+        let targets = targets.as_slice();
         {
             let mut lag = lock(&self.read_lag);
             let reads = lag.0;
@@ -571,7 +572,7 @@ impl FakeElb {
                 }
             }
         })?;
-        if refused.is_empty() {
+        if refused.is_empty() && over.is_empty() {
             Ok(())
         } else {
             Err(ElbError::Rejected {
@@ -579,6 +580,11 @@ impl FakeElb {
                 targets: refused
                     .into_iter()
                     .map(|(t, why)| Refused::target(t, why))
+                    .chain(over.into_iter().map(|t| Refused {
+                        target: t,
+                        reason: "ELBv2 RegisterTargets failed: TooManyTargets: You've reached the limit on the number of targets.".into(),
+                        refusal: Refusal::Capacity,
+                    }))
                     .collect(),
             })
         }

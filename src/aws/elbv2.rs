@@ -591,3 +591,66 @@ impl TargetGroupApi for Elbv2TargetGroups {
         self.mutate(Mutation::Deregister, arn, targets).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(code: &str, message: &str) -> Failure {
+        Failure {
+            error: ElbError::Other {
+                operation: REGISTER_TARGETS,
+                message: format!("{code}: {message}"),
+            },
+            code: Some(code.to_owned()),
+            message: message.to_owned(),
+        }
+    }
+
+    #[test]
+    fn elbv2s_zone_refusals_name_the_ip() {
+        // As ELBv2 words them (quoted in the AWS Load Balancer Controller's issues).
+        let f = failure(
+            "ValidationError",
+            "When cross-zone load balancing is disabled on this target group, you must specify an Availability Zone for IP target '172.16.0.108' since it is outside of the VPC",
+        );
+        assert_eq!(f.zone_required_ip(), "172.16.0.108".parse().ok());
+        assert_eq!(f.outside_vpc_ip(), None);
+        let f = failure(
+            "ValidationError",
+            "The Availability Zone is required for IP address '10.4.40.87' because it is not in the VPC",
+        );
+        assert_eq!(f.outside_vpc_ip(), "10.4.40.87".parse().ok());
+        assert_eq!(f.zone_required_ip(), None);
+        assert_eq!(
+            failure(
+                "InvalidTarget",
+                "must specify an Availability Zone for IP target '1.2.3.4'"
+            )
+            .zone_required_ip(),
+            None
+        );
+    }
+
+    #[test]
+    fn quota_errors_are_capacity_and_only_they() {
+        let too_many = failure(
+            TOO_MANY_TARGETS,
+            "You've reached the limit on the number of targets.",
+        );
+        assert_eq!(too_many.refusal(), Refusal::Capacity);
+        assert!(
+            !too_many.per_target(),
+            "halved as capacity, not as a bad target"
+        );
+        let per_id = failure(
+            TOO_MANY_REGISTRATIONS,
+            "You've reached the limit on the number of times a target can be registered with a load balancer.",
+        );
+        assert_eq!(per_id.refusal(), Refusal::Capacity);
+        assert!(per_id.per_target());
+        for code in ["ValidationError", "InvalidTarget", "Throttling"] {
+            assert_eq!(failure(code, "x").refusal(), Refusal::Target, "{code}");
+        }
+    }
+}

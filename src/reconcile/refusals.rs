@@ -147,3 +147,112 @@ fn note(report: &mut GroupReport, r: &Refused) -> Settled {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::RunOptions;
+    use super::super::tests::{TG, fake_engine, web_group};
+    use crate::core::{AdministrativeOverride, Target};
+    use crate::fakes::FakePods;
+    use crate::report::Outcome;
+    use crate::testkit::PodBuilder;
+
+    fn web(name: &str, ip: &str) -> PodBuilder {
+        PodBuilder::new("shop", name).label("app", "web").ip(ip)
+    }
+
+    fn t(s: &str) -> Target {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_full_group_registers_what_fits_and_does_not_back_off() {
+        let elb = web_group();
+        elb.set_quota(TG, 2);
+        let (e, _) = fake_engine(FakePods::default(), elb, 1);
+        for i in 1..=3 {
+            e.pods
+                .put(web(&format!("web-{i}"), &format!("10.0.1.{i}")).build());
+        }
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.registered, [t("10.0.1.1:8080"), t("10.0.1.2:8080")]);
+        assert_eq!(g.failed_targets.len(), 1, "{r:#?}");
+        assert!(g.failed_targets[0].error.contains("TooManyTargets"));
+        assert_eq!(g.outcome, Outcome::Failed);
+        assert!(g.error.as_deref().unwrap().contains("Raise the"), "{r:#?}");
+        assert_eq!((g.next_attempt_at, e.state.backoff(TG)), (None, None));
+        // Every run tries again, never held back.
+        let before = e.groups.calls()["RegisterTargets"];
+        let r = e.resync(&RunOptions::default()).await;
+        assert_eq!(r.group(TG).unwrap().outcome, Outcome::Failed);
+        assert_eq!(e.groups.calls()["RegisterTargets"], before + 1);
+        assert_eq!(e.state.backoff(TG), None);
+    }
+
+    #[tokio::test]
+    async fn targets_that_need_a_zone_go_in_their_nodes_zones() {
+        let elb = web_group();
+        elb.require_zones(TG);
+        let pods = FakePods::default();
+        pods.set_node_zone("node-a", "eu-west-1a");
+        let (e, _) = fake_engine(pods, elb, 1);
+        e.pods
+            .put(web("web-1", "192.168.0.1").node("node-a").build());
+        e.pods
+            .put(web("web-2", "192.168.0.2").node("node-x").build());
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.registered, [t("192.168.0.1:8080")], "{r:#?}");
+        assert_eq!(
+            e.groups.zone_of(TG, &t("192.168.0.1:8080")).as_deref(),
+            Some("eu-west-1a")
+        );
+        assert_eq!(g.failed_targets.len(), 1, "{r:#?}");
+        assert!(
+            g.failed_targets[0]
+                .error
+                .contains("node `node-x` has no `topology.kubernetes.io/zone` label"),
+            "{r:#?}"
+        );
+        // A failure to fix (label the node): the group backs off.
+        assert_eq!(g.outcome, Outcome::Failed);
+        assert!(e.state.backoff(TG).is_some());
+    }
+
+    #[tokio::test]
+    async fn unused_and_shifted_targets_are_reported_and_kept() {
+        let (e, _) = fake_engine(FakePods::default(), web_group(), 1);
+        e.pods.put(web("web-1", "10.0.1.1").build());
+        e.pods.put(web("web-2", "10.0.1.2").build());
+        e.resync(&RunOptions::default()).await;
+        e.groups.settle();
+        e.groups
+            .add_target(TG, t("10.0.1.1:8080"), crate::core::HealthState::Unused);
+        e.groups
+            .set_reason(TG, t("10.0.1.1:8080"), "Target.NotInUse", None);
+        e.groups.set_override(
+            TG,
+            t("10.0.1.2:8080"),
+            Some(AdministrativeOverride {
+                state: "zonal_shift_active".into(),
+                reason: Some("AdministrativeOverride.ZonalShiftActive".into()),
+                description: None,
+            }),
+        );
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.outcome, Outcome::InSync, "{r:#?}");
+        assert_eq!(g.unused_targets.len(), 1);
+        assert_eq!(g.unused_targets[0].target, t("10.0.1.1:8080"));
+        assert_eq!(
+            g.unused_targets[0].reason.as_deref(),
+            Some("Target.NotInUse")
+        );
+        assert_eq!(g.administrative_overrides.len(), 1);
+        assert_eq!(g.administrative_overrides[0].target, t("10.0.1.2:8080"));
+        assert_eq!(g.administrative_overrides[0].state, "healthy");
+        assert!(g.is_eventful());
+        assert_eq!(e.groups.live_targets(TG).len(), 2);
+    }
+}
