@@ -31,10 +31,15 @@ use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentials
 
 use super::Elbv2TargetGroups;
 use crate::core::{Target, TargetHealth};
-use crate::groups::{AccountError, Discovery, ElbError, TargetGroup, TargetGroupApi, arn_account};
+use crate::groups::{
+    AccountError, Discovery, ElbError, Refused, TargetGroup, TargetGroupApi, arn_account,
+};
 
 /// STS limits a role session name to 64 characters.
 const MAX_SESSION_NAME: usize = 64;
+
+/// Why a target of another account's group is not registered in its pod's zone.
+const ZONE_IN_ANOTHER_ACCOUNT: &str = "ELBv2 wants an Availability Zone of the group's VPC for this IP outside it (cross-zone load balancing is off), and zone names differ between accounts, so tgsync names none in another account; turn cross-zone load balancing on for the target group (attribute load_balancing.cross_zone.enabled) or run the pods in its VPC";
 
 /// A role in another account, from `TGSYNC_TARGET_ACCOUNT_ROLES`, with the account id its
 /// ARN names (the account whose target groups it reaches).
@@ -305,12 +310,26 @@ impl TargetGroupApi for Accounts {
         self.route(arn)?.register(arn, targets).await
     }
 
+    /// Only in this deployment's own account: Availability Zone names are per account
+    /// (the node's `us-east-1a` may be another zone in the group's account), so a zone
+    /// is never named to another account's group; its targets are refused with what to
+    /// do instead.
     async fn register_in_zones(
         &self,
         arn: &str,
         targets: &[(Target, String)],
     ) -> Result<(), ElbError> {
-        self.route(arn)?.register_in_zones(arn, targets).await
+        let elb = self.route(arn)?;
+        if !std::ptr::eq(elb, &self.home) {
+            return Err(ElbError::Rejected {
+                operation: "RegisterTargets",
+                targets: targets
+                    .iter()
+                    .map(|(t, _)| Refused::target(*t, ZONE_IN_ANOTHER_ACCOUNT))
+                    .collect(),
+            });
+        }
+        elb.register_in_zones(arn, targets).await
     }
 
     async fn deregister(&self, arn: &str, targets: &[Target]) -> Result<(), ElbError> {
@@ -446,6 +465,26 @@ mod tests {
             single.route(&tg_arn("444444444444")).unwrap(),
             &single.home
         ));
+    }
+
+    /// A zone is named only to a group of this deployment's own account.
+    #[tokio::test]
+    async fn zones_are_never_named_to_another_accounts_group() {
+        let a = accounts(&["222222222222"]);
+        let t: Target = "192.168.0.1:80".parse().unwrap();
+        let err = a
+            .register_in_zones(&tg_arn("222222222222"), &[(t, "us-east-1a".into())])
+            .await
+            .unwrap_err();
+        let ElbError::Rejected { targets, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(targets.len(), 1);
+        assert_eq!(targets[0].target, t);
+        assert!(
+            targets[0].reason.contains("cross-zone load balancing on"),
+            "{err}"
+        );
     }
 
     /// A role in this very account: its groups come once, through the role.

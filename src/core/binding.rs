@@ -504,7 +504,13 @@ mod tests {
     fn a_quic_group_binds_for_targets_with_server_ids() {
         assert!(GroupFacts::is_quic_protocol(Some("QUIC")));
         assert!(GroupFacts::is_quic_protocol(Some("TCP_QUIC")));
-        for other in [None, Some("TCP"), Some("UDP"), Some("TCP_UDP"), Some("quic")] {
+        for other in [
+            None,
+            Some("TCP"),
+            Some("UDP"),
+            Some("TCP_UDP"),
+            Some("quic"),
+        ] {
             assert!(!GroupFacts::is_quic_protocol(other), "{other:?}");
         }
         let mut g = ip_group(Some(443));
