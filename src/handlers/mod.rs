@@ -26,9 +26,11 @@ pub enum HandlerError {
 /// One log line per group that changed or is failing, and none for a group in sync: a
 /// run's log costs one summary line plus one line per group with something to say,
 /// however many groups it looked at (every line is a CloudWatch Logs charge). Changes
-/// are INFO, failures (binding errors and backoff included) WARN with their error. Each
-/// run-level error (an account whose target groups could not be discovered, a requested
-/// group that is not bound) gets a WARN line too.
+/// are INFO, failures (binding errors and backoff included) WARN with their error, and
+/// a group holding registered targets that get no traffic (`unused`, `unavailable`)
+/// gets a WARN line naming the first with ELBv2's reason. Each run-level error (an
+/// account whose target groups could not be discovered, a requested group that is not
+/// bound) gets a WARN line too.
 pub(crate) fn log_groups(report: &Report) {
     for e in &report.errors {
         tracing::warn!(error = %e, "run error");
@@ -47,7 +49,10 @@ pub(crate) fn log_groups(report: &Report) {
                 failed_targets = g.failed_targets.len(),
                 "target group not reconciled"
             );
-        } else {
+        } else if matches!(
+            g.outcome,
+            crate::report::Outcome::Changed | crate::report::Outcome::Released
+        ) {
             tracing::info!(
                 target_group = %g.name,
                 account = %g.account,
@@ -57,5 +62,60 @@ pub(crate) fn log_groups(report: &Report) {
                 "target group changed"
             );
         }
+        if let Some(first) = g.unused_targets.first() {
+            tracing::warn!(
+                target_group = %g.name,
+                account = %g.account,
+                unused_targets = g.unused_targets.len(),
+                first = %format_args!(
+                    "{} {} ({})",
+                    first.target,
+                    first.state,
+                    first.reason.as_deref().unwrap_or("no reason given")
+                ),
+                administrative_overrides = g.administrative_overrides.len(),
+                "registered targets get no traffic; see unusedTargets in the report"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{HealthState, TargetHealth, UnixMillis};
+    use crate::report::{GroupReport, Outcome};
+    use crate::testkit::LogCapture;
+
+    fn logged(report: &Report) -> Vec<String> {
+        let capture = LogCapture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(capture.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || log_groups(report));
+        capture.take()
+    }
+
+    #[test]
+    fn a_group_whose_targets_get_no_traffic_gets_a_warning_naming_the_reason() {
+        let mut report = Report::new("resync", "demo", false, UnixMillis(0));
+        let mut quiet = GroupReport::new("arn:a", "quiet", Outcome::InSync);
+        let mut idle = GroupReport::new("arn:b", "idle", Outcome::InSync);
+        let health = [
+            TargetHealth::new("10.0.1.1:80".parse().unwrap(), HealthState::Unused)
+                .with_reason("Target.NotInUse", None),
+        ];
+        quiet.note_health(&[]);
+        idle.note_health(&health);
+        report.groups = vec![quiet, idle];
+        let lines = logged(&report);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("WARN"), "{lines:?}");
+        assert!(lines[0].contains("target_group=idle"), "{lines:?}");
+        assert!(
+            lines[0].contains("10.0.1.1:80 unused (Target.NotInUse)"),
+            "{lines:?}"
+        );
     }
 }
