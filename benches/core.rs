@@ -107,6 +107,7 @@ fn bindings() -> Vec<Binding> {
         target_type: "ip".into(),
         port: Some(8080),
         family: AddressFamily::Ipv4,
+        quic: false,
     };
     (0..GROUPS)
         .map(|g| {

@@ -9,8 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::clock::ManualClock;
-use crate::core::{BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target, UnixMillis};
-use crate::groups::{ElbError, Fence, TargetGroup, TargetGroupApi};
+use crate::core::{
+    AdministrativeOverride, BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target,
+    TargetHealth, UnixMillis,
+};
+use crate::groups::{ElbError, Fence, Refusal, Refused, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::state::{
     Acquire, Change, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
@@ -86,6 +89,8 @@ pub struct FakePods {
     slow_get: Delay,
     before_gate: Mutex<Option<PodHook>>,
     changes: Mutex<Changes>,
+    /// Zone label per node name.
+    zones: Mutex<BTreeMap<String, String>>,
 }
 
 /// Every change since the fake started, for watches: the revision counter, the log of
@@ -216,7 +221,18 @@ fn watch_event(
     }
 }
 
+impl FakePods {
+    /// Labels node `node` with `zone` (`topology.kubernetes.io/zone`).
+    pub fn set_node_zone(&self, node: &str, zone: &str) {
+        lock(&self.zones).insert(node.to_owned(), zone.to_owned());
+    }
+}
+
 impl PodSource for FakePods {
+    async fn node_zone(&self, name: &str) -> Result<Option<String>, PodsError> {
+        Ok(lock(&self.zones).get(name).cloned())
+    }
+
     async fn list_versioned(
         &self,
         namespace: &str,
@@ -341,6 +357,14 @@ type ReadLag = (u32, BTreeMap<(String, Target), u32>);
 /// A fake group: its description and its targets.
 type FakeGroup = (TargetGroup, BTreeMap<Target, HealthState>);
 
+/// What a fake DescribeTargetHealth says of a target besides its state.
+#[derive(Debug, Clone, Default)]
+struct Detail {
+    reason: Option<String>,
+    description: Option<String>,
+    administrative_override: Option<AdministrativeOverride>,
+}
+
 /// Target groups of a fake ELBv2.
 #[derive(Debug, Default)]
 pub struct FakeElb {
@@ -351,6 +375,15 @@ pub struct FakeElb {
     fail_mutations: AtomicBool,
     read_lag: Mutex<ReadLag>,
     refused: Mutex<BTreeMap<Target, String>>,
+    /// Reason, description and override per (group, target), as DescribeTargetHealth
+    /// reports them.
+    details: Mutex<BTreeMap<(String, Target), Detail>>,
+    /// Targets quota per group (`TooManyTargets` beyond it).
+    quotas: Mutex<BTreeMap<String, usize>>,
+    /// Groups that refuse registrations without a named zone (an ALB with cross-zone
+    /// load balancing off, all pods outside its VPC), and the zone of each target
+    /// registered in one.
+    zoned: Mutex<BTreeMap<String, BTreeMap<Target, String>>>,
     slow_mutation: Delay,
     held_health: Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
 }
@@ -440,6 +473,41 @@ impl FakeElb {
         lock(&self.refused).insert(target, reason.to_owned());
     }
 
+    /// Makes DescribeTargetHealth report `reason` (and `description`) for `target`.
+    pub fn set_reason(&self, arn: &str, target: Target, reason: &str, description: Option<&str>) {
+        let mut details = lock(&self.details);
+        let d = details.entry((arn.to_owned(), target)).or_default();
+        d.reason = Some(reason.to_owned());
+        d.description = description.map(str::to_owned);
+    }
+
+    /// Makes DescribeTargetHealth report an administrative override (`None`: none) for
+    /// `target`, as during an NLB zonal shift.
+    pub fn set_override(&self, arn: &str, target: Target, o: Option<AdministrativeOverride>) {
+        lock(&self.details)
+            .entry((arn.to_owned(), target))
+            .or_default()
+            .administrative_override = o;
+    }
+
+    /// Gives `arn` a targets quota: a RegisterTargets registers what fits (draining
+    /// targets not counted) and refuses the rest for capacity, as the real adapter's
+    /// halving leaves it.
+    pub fn set_quota(&self, arn: &str, quota: usize) {
+        lock(&self.quotas).insert(arn.to_owned(), quota);
+    }
+
+    /// Makes `arn` refuse registrations without a named zone (ZoneRequired), as an ALB
+    /// group with cross-zone load balancing off does for IPs outside its VPC.
+    pub fn require_zones(&self, arn: &str) {
+        lock(&self.zoned).entry(arn.to_owned()).or_default();
+    }
+
+    /// The zone `target` was registered in with `register_in_zones`.
+    pub fn zone_of(&self, arn: &str, target: &Target) -> Option<String> {
+        lock(&self.zoned).get(arn)?.get(target).cloned()
+    }
+
     /// Makes Register/DeregisterTargets fail until called with `false`.
     pub fn set_failing_mutations(&self, failing: bool) {
         self.fail_mutations.store(failing, Ordering::SeqCst);
@@ -452,6 +520,81 @@ impl FakeElb {
 
     fn count(&self, op: &'static str) {
         *lock(&self.calls).entry(op).or_default() += 1;
+    }
+
+    /// RegisterTargets as ELBv2 does it: refusals per target, the quota as a whole.
+    async fn register_now(
+        &self,
+        arn: &str,
+        targets: &[Target],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        self.chaos.pause().await;
+        // The fence is asked as the attempt goes out; then it takes its time.
+        fenced("RegisterTargets", fence)?;
+        self.slow_mutation.wait().await;
+        // Beyond the quota: the targets the real adapter's halving would leave refused.
+        let mut over: Vec<Target> = Vec::new();
+        if let Some(quota) = lock(&self.quotas).get(arn).copied() {
+            let live: BTreeSet<Target> = self.live_targets(arn).into_iter().collect();
+            let mut room = quota.saturating_sub(live.len());
+            for t in targets.iter().filter(|t| !live.contains(t)) {
+                if room > 0 {
+                    room -= 1;
+                } else {
+                    over.push(*t);
+                }
+            }
+        }
+        let targets: Vec<Target> = targets
+            .iter()
+            .filter(|t| !over.contains(t))
+            .copied()
+            .collect();
+        let targets = targets.as_slice();
+        {
+            let mut lag = lock(&self.read_lag);
+            let reads = lag.0;
+            if reads > 0 {
+                for t in targets {
+                    lag.1.insert((arn.to_owned(), *t), reads);
+                }
+            }
+        }
+        let refused: Vec<(Target, String)> = {
+            let refusals = lock(&self.refused);
+            targets
+                .iter()
+                .filter_map(|t| refusals.get(t).map(|why| (*t, why.clone())))
+                .collect()
+        };
+        self.mutate("RegisterTargets", arn, |group| {
+            for t in targets {
+                if refused.iter().any(|(r, _)| r == t) {
+                    continue;
+                }
+                let state = group.entry(*t).or_insert(HealthState::Initial);
+                if state.is_draining() {
+                    *state = HealthState::Initial;
+                }
+            }
+        })?;
+        if refused.is_empty() && over.is_empty() {
+            Ok(())
+        } else {
+            Err(ElbError::Rejected {
+                operation: "RegisterTargets",
+                targets: refused
+                    .into_iter()
+                    .map(|(t, why)| Refused::target(t, why))
+                    .chain(over.into_iter().map(|t| Refused {
+                        target: t,
+                        reason: "ELBv2 RegisterTargets failed: TooManyTargets: You've reached the limit on the number of targets.".into(),
+                        refusal: Refusal::Capacity,
+                    }))
+                    .collect(),
+            })
+        }
     }
 
     fn mutate(
@@ -500,7 +643,7 @@ impl TargetGroupApi for FakeElb {
         }
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
         let held = lock(&self.held_health).get(arn).cloned();
         if let Some(gate) = held {
             let _passed = gate.acquire().await;
@@ -508,6 +651,7 @@ impl TargetGroupApi for FakeElb {
         self.chaos.pause().await;
         self.count("DescribeTargetHealth");
         let mut lag = lock(&self.read_lag);
+        let details = lock(&self.details);
         match lock(&self.groups).get(arn) {
             Some((_, targets)) => Ok(targets
                 .iter()
@@ -518,7 +662,19 @@ impl TargetGroupApi for FakeElb {
                         false
                     }
                 })
-                .map(|(t, s)| (*t, s.clone()))
+                .map(|(t, s)| {
+                    let d = details
+                        .get(&(arn.to_owned(), *t))
+                        .cloned()
+                        .unwrap_or_default();
+                    TargetHealth {
+                        target: *t,
+                        state: s.clone(),
+                        reason: d.reason,
+                        description: d.description,
+                        administrative_override: d.administrative_override,
+                    }
+                })
                 .collect()),
             None => Err(ElbError::NotFound {
                 arn: arn.to_owned(),
@@ -532,45 +688,34 @@ impl TargetGroupApi for FakeElb {
         targets: &[Target],
         fence: &dyn Fence,
     ) -> Result<(), ElbError> {
-        self.chaos.pause().await;
-        // The fence is asked as the attempt goes out; then it takes its time.
-        fenced("RegisterTargets", fence)?;
-        self.slow_mutation.wait().await;
-        {
-            let mut lag = lock(&self.read_lag);
-            let reads = lag.0;
-            if reads > 0 {
-                for t in targets {
-                    lag.1.insert((arn.to_owned(), *t), reads);
-                }
-            }
-        }
-        let refused: Vec<(Target, String)> = {
-            let refusals = lock(&self.refused);
-            targets
-                .iter()
-                .filter_map(|t| refusals.get(t).map(|why| (*t, why.clone())))
-                .collect()
-        };
-        self.mutate("RegisterTargets", arn, |group| {
-            for t in targets {
-                if refused.iter().any(|(r, _)| r == t) {
-                    continue;
-                }
-                let state = group.entry(*t).or_insert(HealthState::Initial);
-                if state.is_draining() {
-                    *state = HealthState::Initial;
-                }
-            }
-        })?;
-        if refused.is_empty() {
-            Ok(())
-        } else {
-            Err(ElbError::Rejected {
+        if lock(&self.zoned).contains_key(arn) {
+            self.count("RegisterTargets");
+            return Err(ElbError::Rejected {
                 operation: "RegisterTargets",
-                targets: refused,
-            })
+                targets: targets
+                    .iter()
+                    .map(|t| Refused {
+                        target: *t,
+                        reason: "ValidationError: When cross-zone load balancing is disabled on this target group, you must specify an Availability Zone".into(),
+                        refusal: Refusal::ZoneRequired,
+                    })
+                    .collect(),
+            });
         }
+        self.register_now(arn, targets, fence).await
+    }
+
+    async fn register_in_zones(
+        &self,
+        arn: &str,
+        targets: &[(Target, String)],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        if let Some(zones) = lock(&self.zoned).get_mut(arn) {
+            zones.extend(targets.iter().cloned());
+        }
+        let targets: Vec<Target> = targets.iter().map(|(t, _)| *t).collect();
+        self.register_now(arn, &targets, fence).await
     }
 
     async fn deregister(

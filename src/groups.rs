@@ -7,7 +7,7 @@ use std::future::Future;
 
 use thiserror::Error;
 
-use crate::core::{GroupFacts, HealthState, Target};
+use crate::core::{GroupFacts, Target, TargetHealth};
 
 /// A target group as discovery sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,20 +76,33 @@ pub trait TargetGroupApi: Send + Sync {
         arn: &str,
     ) -> impl Future<Output = Result<BTreeMap<String, String>, ElbError>> + Send;
 
-    /// One DescribeTargetHealth: every registered target and its state.
-    fn health(
-        &self,
-        arn: &str,
-    ) -> impl Future<Output = Result<Vec<(Target, HealthState)>, ElbError>> + Send;
+    /// One DescribeTargetHealth of the whole group (never filtered by target, so never
+    /// by a zone ELBv2 may have recorded differently): every registered target with its
+    /// state, ELBv2's reason and description, and any administrative override.
+    fn health(&self, arn: &str)
+    -> impl Future<Output = Result<Vec<TargetHealth>, ElbError>> + Send;
 
     /// RegisterTargets with at most 200 targets. When ELBv2 refuses the call because of
     /// some of them, the others are still registered and the refused ones come back in
-    /// [`ElbError::Rejected`] with ELBv2's reason. `fence` is checked before every
-    /// attempt ([`ElbError::Fenced`] when it refuses).
+    /// [`ElbError::Rejected`], each with ELBv2's reason and what it takes
+    /// ([`Refusal`]): targets beyond the group's quota, and targets ELBv2 wants in a
+    /// named zone, are told apart from targets refused for themselves. `fence` is checked
+    /// before every attempt ([`ElbError::Fenced`] when it refuses).
     fn register(
         &self,
         arn: &str,
         targets: &[Target],
+        fence: &dyn Fence,
+    ) -> impl Future<Output = Result<(), ElbError>> + Send;
+
+    /// RegisterTargets of targets outside the group's VPC, each in the Availability Zone
+    /// given (its pod's node's): what ELBv2 requires of an ALB group with cross-zone
+    /// load balancing off, after [`Refusal::ZoneRequired`]. Refusals and `fence` as for
+    /// [`TargetGroupApi::register`].
+    fn register_in_zones(
+        &self,
+        arn: &str,
+        targets: &[(Target, String)],
         fence: &dyn Fence,
     ) -> impl Future<Output = Result<(), ElbError>> + Send;
 
@@ -106,6 +119,45 @@ pub trait TargetGroupApi: Send + Sync {
     fn pressure(&self) -> crate::report::ElbPressure {
         crate::report::ElbPressure::default()
     }
+}
+
+/// A target ELBv2 refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The target.
+    pub target: Target,
+    /// ELBv2's error, as the report shows it.
+    pub reason: String,
+    /// What the refusal takes.
+    pub refusal: Refusal,
+}
+
+impl Refused {
+    /// `target` refused for itself with `reason`.
+    pub fn target(target: Target, reason: impl Into<String>) -> Self {
+        Self {
+            target,
+            reason: reason.into(),
+            refusal: Refusal::Target,
+        }
+    }
+}
+
+/// What a refused registration takes to go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Something about the target (or the call) ELBv2 will not take: a failure, retried
+    /// with backoff.
+    Target,
+    /// Capacity: the group is at its targets quota (`TooManyTargets`), or the target is
+    /// registered with as many groups of the load balancer as it may be
+    /// (`TooManyRegistrationsForTargetId`). Retrying sooner fixes nothing and no backoff
+    /// helps: the quota must be raised or the group split. Deregistrations are unaffected.
+    Capacity,
+    /// ELBv2 wants this target (outside the group's VPC) in a named Availability Zone:
+    /// an ALB group with cross-zone load balancing off refuses `all`. Register it again
+    /// with [`TargetGroupApi::register_in_zones`].
+    ZoneRequired,
 }
 
 /// What discovery found across accounts.
@@ -183,12 +235,12 @@ pub enum ElbError {
     },
     /// ELBv2 refused these targets (each with its reason); every other target of the
     /// call went through.
-    #[error("ELBv2 {operation} refused {} target(s): {}", targets.len(), targets.first().map(|(t, why)| format!("{t}: {why}")).unwrap_or_default())]
+    #[error("ELBv2 {operation} refused {} target(s): {}", targets.len(), targets.first().map(|r| format!("{}: {}", r.target, r.reason)).unwrap_or_default())]
     Rejected {
         /// The API operation.
         operation: &'static str,
-        /// The refused targets and ELBv2's reason for each.
-        targets: Vec<(Target, String)>,
+        /// The refused targets, ELBv2's reason and what each refusal takes.
+        targets: Vec<Refused>,
     },
     /// No credentials for the call: for a target account, the role could not be
     /// assumed. Not retried call by call (STS's own client already retried what is

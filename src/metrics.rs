@@ -226,8 +226,32 @@ pub fn emit_pass(pass: &PassDone<'_>) {
     for l in pass_lines(pass, level) {
         println!("{l}");
     }
+    if !pass.dry_run {
+        log_pass(pass);
+    }
+}
+
+/// The log lines of a pass (see [`emit_pass`]); a group holding registered targets that
+/// get no traffic (`unused`, `unavailable`) also gets a WARN line naming the first with
+/// ELBv2's reason.
+fn log_pass(pass: &PassDone<'_>) {
     let g = pass.report;
-    if pass.dry_run || !g.is_eventful() {
+    if let Some(first) = g.unused_targets.first() {
+        tracing::warn!(
+            target_group = %g.name,
+            account = %g.account,
+            unused_targets = g.unused_targets.len(),
+            first = %format_args!(
+                "{} {} ({})",
+                first.target,
+                first.state,
+                first.reason.as_deref().unwrap_or("no reason given")
+            ),
+            administrative_overrides = g.administrative_overrides.len(),
+            "registered targets get no traffic; see unusedTargets in the report"
+        );
+    }
+    if !matches!(g.outcome, Outcome::Changed | Outcome::Released) && !g.outcome.is_error() {
         return;
     }
     let outcome = serde_json::to_value(g.outcome)
@@ -560,6 +584,38 @@ mod tests {
         );
         let run = parsed(emf_lines(&report(), LambdaLevel::Info));
         assert!(run[0].get("Account").is_none(), "not on the run line");
+    }
+
+    /// A group whose registered targets get no traffic is worth a WARN line naming the
+    /// first and ELBv2's reason; a group in sync with none is worth nothing.
+    #[test]
+    fn a_group_whose_targets_get_no_traffic_gets_a_warning_naming_the_reason() {
+        use crate::core::{HealthState, TargetHealth};
+        let capture = crate::testkit::LogCapture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(capture.clone())
+            .with_ansi(false)
+            .finish();
+        let mut quiet = GroupReport::new("arn:a", "quiet", Outcome::InSync);
+        let mut idle = GroupReport::new("arn:b", "idle", Outcome::InSync);
+        let health = [
+            TargetHealth::new("10.0.1.1:80".parse().unwrap(), HealthState::Unused)
+                .with_reason("Target.NotInUse", None),
+        ];
+        quiet.note_health(&[]);
+        idle.note_health(&health);
+        tracing::subscriber::with_default(subscriber, || {
+            log_pass(&pass(&quiet));
+            log_pass(&pass(&idle));
+        });
+        let lines = capture.take();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("WARN"), "{lines:?}");
+        assert!(lines[0].contains("target_group=idle"), "{lines:?}");
+        assert!(
+            lines[0].contains("10.0.1.1:80 unused (Target.NotInUse)"),
+            "{lines:?}"
+        );
     }
 
     /// Lambda drops a JSON line below its application log level, and counts a line

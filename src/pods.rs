@@ -113,6 +113,18 @@ pub trait PodSource: Send + Sync {
         name: &str,
         uid: &str,
     ) -> impl Future<Output = Result<(), PodsError>> + Send;
+
+    /// The Availability Zone of node `name` (its `topology.kubernetes.io/zone` label);
+    /// `Ok(None)` when the node is gone or unlabelled, or the source knows no nodes. An
+    /// ALB group with cross-zone load balancing off wants its targets outside the VPC
+    /// registered in a named zone: their pods' nodes'.
+    fn node_zone(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, PodsError>> + Send {
+        let _ = name;
+        async { Ok(None) }
+    }
 }
 
 /// The `pods/status` patch that opens the readiness gate: conditions merge by `type`, so
@@ -191,6 +203,14 @@ pub enum PodsError {
         namespace: String,
         /// The version asked for.
         resource_version: String,
+    },
+    /// Reading a node (for its zone) failed.
+    #[error("reading node `{name}` for its zone failed: {reason}")]
+    Node {
+        /// Node name.
+        name: String,
+        /// Status code and message, or the transport error.
+        reason: String,
     },
     /// Reading a single pod failed.
     #[error("reading pod `{namespace}/{name}` failed: {reason}")]

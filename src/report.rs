@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::core::{Plan, Target, UnixMillis};
+use crate::core::{AdministrativeOverride, Plan, Target, TargetHealth, UnixMillis};
 
 /// How one group's reconcile ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,7 +21,9 @@ pub enum Outcome {
     LeaseHeld,
     /// Skipped: the group is backing off after failures (use `force` to override).
     BackingOff,
-    /// The reconcile failed; see `error` and `failedTargets`. The group backs off.
+    /// The reconcile failed; see `error` and `failedTargets`. The group backs off —
+    /// unless only the group's targets quota refused registrations: then nothing but a
+    /// larger quota or a split group helps, and it is tried again every run.
     Failed,
     /// Stopped at an injected fault (tests only).
     Aborted,
@@ -55,6 +57,37 @@ pub struct FailedTarget {
     pub operation: Name,
     /// The error.
     pub error: String,
+}
+
+/// A registered target the load balancer does not use (`unused`: its group has no load
+/// balancer or listener, its zone is not enabled, it is in an invalid state) or whose
+/// health it cannot tell (`unavailable`), with ELBv2's words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnusedTarget {
+    /// The target.
+    pub target: Target,
+    /// `unused` or `unavailable`.
+    pub state: String,
+    /// ELBv2's reason code (`Target.NotInUse`, `Target.InvalidState`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// ELBv2's description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A registered target the load balancer routes around by an administrative override
+/// (an NLB zonal shift): still registered and, for tgsync, as healthy as its state says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverriddenTarget {
+    /// The target.
+    pub target: Target,
+    /// Its health state.
+    pub state: String,
+    /// The override.
+    pub administrative_override: AdministrativeOverride,
 }
 
 /// A selected pod that yields no target because of a mistake an operator must fix.
@@ -106,6 +139,14 @@ pub struct GroupReport {
     /// Pods that should be targets but cannot be.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_errors: Vec<PodError>,
+    /// Registered targets that get no traffic (`unused`) or whose health is unknown
+    /// (`unavailable`), from the last health read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unused_targets: Vec<UnusedTarget>,
+    /// Registered targets under an administrative override (zonal shift), from the last
+    /// health read: never deregistered for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub administrative_overrides: Vec<OverriddenTarget>,
     /// Number of desired targets after the last pass.
     pub desired: usize,
     /// The error that stopped or failed this group.
@@ -159,6 +200,8 @@ impl GroupReport {
             failed_targets: Vec::new(),
             gates_opened: Vec::new(),
             pod_errors: Vec::new(),
+            unused_targets: Vec::new(),
+            administrative_overrides: Vec::new(),
             desired: 0,
             error: None,
             next_attempt_at: None,
@@ -172,11 +215,40 @@ impl GroupReport {
         }
     }
 
-    /// Whether the group is worth a log line and a per-group metric line: it changed or
-    /// it is failing. A group in sync (the steady state of almost every group) is not,
-    /// so a quiet run costs one summary line however many groups it looked at.
+    /// Whether the group is worth a log line and a per-group metric line: it changed,
+    /// it is failing, or it holds targets that get no traffic. A group in sync (the
+    /// steady state of almost every group) is not, so a quiet run costs one summary line
+    /// however many groups it looked at.
     pub fn is_eventful(&self) -> bool {
-        matches!(self.outcome, Outcome::Changed | Outcome::Released) || self.outcome.is_error()
+        matches!(self.outcome, Outcome::Changed | Outcome::Released)
+            || self.outcome.is_error()
+            || !self.unused_targets.is_empty()
+    }
+
+    /// Records what a health read says beyond the diff: the targets that get no traffic
+    /// and those under an administrative override (replacing what an earlier read of
+    /// this run said).
+    pub fn note_health(&mut self, actual: &[TargetHealth]) {
+        self.unused_targets = actual
+            .iter()
+            .filter(|h| h.gets_no_traffic())
+            .map(|h| UnusedTarget {
+                target: h.target,
+                state: h.state.as_str().to_owned(),
+                reason: h.reason.clone(),
+                description: h.description.clone(),
+            })
+            .collect();
+        self.administrative_overrides = actual
+            .iter()
+            .filter_map(|h| {
+                Some(OverriddenTarget {
+                    target: h.target,
+                    state: h.state.as_str().to_owned(),
+                    administrative_override: h.administrative_override.clone()?,
+                })
+            })
+            .collect();
     }
 
     /// A report that only carries an error.

@@ -129,6 +129,14 @@ impl PodBuilder {
         self
     }
 
+    /// Puts the pod on node `name` (`spec.nodeName`).
+    pub fn node(mut self, name: &str) -> Self {
+        if let Some(spec) = self.pod.spec.as_mut() {
+            spec.node_name = Some(name.to_owned());
+        }
+        self
+    }
+
     /// Adds an annotation.
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
         self.pod
@@ -467,6 +475,7 @@ pub fn bound_group(
             target_type: "ip".into(),
             port: Some(port),
             family: AddressFamily::Ipv4,
+            quic: false,
         },
         tags: BTreeMap::from([
             ("tgsync/cluster".to_owned(), cluster.to_owned()),
@@ -485,6 +494,7 @@ pub fn binding(cluster: &str, namespace: &str, selector: &str, port: u16) -> cra
         port: crate::core::PortSpec::Number(port),
         mode: crate::core::Mode::Shared,
         family: AddressFamily::Ipv4,
+        quic: false,
     }
 }
 

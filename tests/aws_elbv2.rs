@@ -128,6 +128,11 @@ async fn discovers_more_than_a_page_of_groups_with_tags() {
     assert_eq!(calls["RegisterTargets"], 0);
 }
 
+/// `(target, state)` of each entry of a health read.
+fn pairs(health: Vec<tgsync::core::TargetHealth>) -> Vec<(Target, HealthState)> {
+    health.into_iter().map(|h| (h.target, h.state)).collect()
+}
+
 #[tokio::test]
 async fn register_shows_targets_and_deregister_removes_them() {
     let client = client().await;
@@ -139,7 +144,7 @@ async fn register_shows_targets_and_deregister_removes_them() {
     elb.register(&arn, &targets, &Unfenced)
         .await
         .expect("register");
-    let mut health = elb.health(&arn).await.expect("health");
+    let mut health = pairs(elb.health(&arn).await.expect("health"));
     health.sort_by_key(|(t, _)| *t);
     // moto reports a registered target as `healthy` at once (real ELBv2: `initial`, or
     // `unused` when no listener uses the group).
@@ -173,7 +178,7 @@ async fn register_shows_targets_and_deregister_removes_them() {
     // moto drops a deregistered target at once (real ELBv2 shows it `draining` for the
     // deregistration delay).
     assert_eq!(
-        elb.health(&arn).await.expect("health"),
+        pairs(elb.health(&arn).await.expect("health")),
         vec![(targets[2], HealthState::Healthy)]
     );
     let calls = elb.api_calls();
@@ -192,7 +197,7 @@ async fn ipv6_targets_round_trip() {
         .await
         .expect("register");
     assert_eq!(
-        elb.health(&arn).await.expect("health"),
+        pairs(elb.health(&arn).await.expect("health")),
         vec![(target, HealthState::Healthy)]
     );
 }

@@ -2307,7 +2307,7 @@ const RBAC_GROUP: &str = "tgsync";
 /// infra/rbac.yaml holds only what access policies cannot grant: `patch` on
 /// `pods/status` (the readiness gate), bound to the group of the access entries.
 #[test]
-fn rbac_manifest_grants_only_the_readiness_gate_patch() {
+fn rbac_manifest_grants_only_what_access_policies_cannot() {
     let text = read("infra/rbac.yaml");
     let docs: Vec<Value> = serde_norway::Deserializer::from_str(&text)
         .map(|d| to_json(serde_norway::Value::deserialize(d).expect("infra/rbac.yaml is YAML")))
@@ -2316,22 +2316,29 @@ fn rbac_manifest_grants_only_the_readiness_gate_patch() {
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(
         kinds,
-        ["ClusterRole", "ClusterRoleBinding"],
-        "one manifest, two objects"
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding"
+        ],
+        "one manifest: the readiness gate's role and the nodes role, each bound"
     );
-    let role = &docs[0];
-    assert_eq!(
-        role["rules"],
+    // Reads of pods come from the access policy; this grants only what it cannot.
+    let wanted = [
         json!([{ "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] }]),
-        "only the readiness gate's patch: reads come from the access policy"
-    );
-    let binding = &docs[1];
-    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    assert_eq!(
-        binding["subjects"],
-        json!([{ "apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": RBAC_GROUP }])
-    );
+        json!([{ "apiGroups": [""], "resources": ["nodes"], "verbs": ["get"] }]),
+    ];
+    for (pair, rules) in docs.chunks(2).zip(wanted) {
+        let (role, binding) = (&pair[0], &pair[1]);
+        assert_eq!(role["rules"], rules, "{role}");
+        assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            binding["subjects"],
+            json!([{ "apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": RBAC_GROUP }])
+        );
+    }
 }
 
 // ------------------------------------------------------------------------------------

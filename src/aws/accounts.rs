@@ -30,13 +30,16 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
 
 use super::Elbv2TargetGroups;
-use crate::core::{HealthState, Target};
+use crate::core::{Target, TargetHealth};
 use crate::groups::{
-    AccountError, Discovery, ElbError, Fence, TargetGroup, TargetGroupApi, arn_account,
+    AccountError, Discovery, ElbError, Fence, Refused, TargetGroup, TargetGroupApi, arn_account,
 };
 
 /// STS limits a role session name to 64 characters.
 const MAX_SESSION_NAME: usize = 64;
+
+/// Why a target of another account's group is not registered in its pod's zone.
+const ZONE_IN_ANOTHER_ACCOUNT: &str = "ELBv2 wants an Availability Zone of the group's VPC for this IP outside it (cross-zone load balancing is off), and zone names differ between accounts, so tgsync names none in another account; turn cross-zone load balancing on for the target group (attribute load_balancing.cross_zone.enabled) or run the pods in its VPC";
 
 /// A role in another account, from `TGSYNC_TARGET_ACCOUNT_ROLES`, with the account id its
 /// ARN names (the account whose target groups it reaches).
@@ -299,7 +302,7 @@ impl TargetGroupApi for Accounts {
         self.route(arn)?.tags(arn).await
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
         self.route(arn)?.health(arn).await
     }
 
@@ -310,6 +313,29 @@ impl TargetGroupApi for Accounts {
         fence: &dyn Fence,
     ) -> Result<(), ElbError> {
         self.route(arn)?.register(arn, targets, fence).await
+    }
+
+    /// Only in this deployment's own account: Availability Zone names are per account
+    /// (the node's `us-east-1a` may be another zone in the group's account), so a zone
+    /// is never named to another account's group; its targets are refused with what to
+    /// do instead.
+    async fn register_in_zones(
+        &self,
+        arn: &str,
+        targets: &[(Target, String)],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        let elb = self.route(arn)?;
+        if !std::ptr::eq(elb, &self.home) {
+            return Err(ElbError::Rejected {
+                operation: "RegisterTargets",
+                targets: targets
+                    .iter()
+                    .map(|(t, _)| Refused::target(*t, ZONE_IN_ANOTHER_ACCOUNT))
+                    .collect(),
+            });
+        }
+        elb.register_in_zones(arn, targets, fence).await
     }
 
     async fn deregister(
@@ -394,6 +420,7 @@ mod tests {
                 target_type: "ip".into(),
                 port: Some(80),
                 family: crate::core::AddressFamily::Ipv4,
+                quic: false,
             },
             tags: BTreeMap::new(),
         }
@@ -454,6 +481,30 @@ mod tests {
             single.route(&tg_arn("444444444444")).unwrap(),
             &single.home
         ));
+    }
+
+    /// A zone is named only to a group of this deployment's own account.
+    #[tokio::test]
+    async fn zones_are_never_named_to_another_accounts_group() {
+        let a = accounts(&["222222222222"]);
+        let t: Target = "192.168.0.1:80".parse().unwrap();
+        let err = a
+            .register_in_zones(
+                &tg_arn("222222222222"),
+                &[(t, "us-east-1a".into())],
+                &crate::testkit::Unfenced,
+            )
+            .await
+            .unwrap_err();
+        let ElbError::Rejected { targets, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(targets.len(), 1);
+        assert_eq!(targets[0].target, t);
+        assert!(
+            targets[0].reason.contains("cross-zone load balancing on"),
+            "{err}"
+        );
     }
 
     /// A role in this very account: its groups come once, through the role.

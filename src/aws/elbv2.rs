@@ -10,6 +10,7 @@
 mod convert;
 mod pace;
 mod rate;
+mod zones;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::error::Error;
@@ -25,8 +26,8 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
 use super::{credentials_failure, error_summary, is_access_denied_code, is_throttling_code};
-use crate::core::{HealthState, MAX_TARGETS_PER_CALL, Target};
-use crate::groups::{ElbError, Fence, TargetGroup, TargetGroupApi};
+use crate::core::{MAX_TARGETS_PER_CALL, Target, TargetHealth};
+use crate::groups::{ElbError, Fence, Refusal, Refused, TargetGroup, TargetGroupApi};
 
 use pace::{Pace, Stopped};
 pub use rate::{MutationRate, RateError};
@@ -61,9 +62,9 @@ pub struct Elbv2TargetGroups {
     describes: Arc<Pace>,
     calls: Arc<ApiCalls>,
     /// Targets (per group) ELBv2 said are outside the group's VPC, or that
-    /// DescribeTargetHealth shows in zone `all`: registered and deregistered with
-    /// `AvailabilityZone=all`.
-    outside_vpc: Arc<std::sync::Mutex<HashSet<(String, Target)>>>,
+    /// DescribeTargetHealth shows in zone `all`, and the zone each is registered and
+    /// deregistered with; groups that want a named zone for them.
+    zones: Arc<zones::Zones>,
 }
 
 impl Debug for Elbv2TargetGroups {
@@ -83,7 +84,7 @@ impl Elbv2TargetGroups {
             mutations: Arc::new(Pace::new(Some(rate))),
             describes: Arc::new(Pace::new(None)),
             calls: Arc::new(ApiCalls::new(OPERATIONS)),
-            outside_vpc: Arc::default(),
+            zones: Arc::default(),
         }
     }
 
@@ -193,11 +194,20 @@ impl Elbv2TargetGroups {
     }
 
     /// One mutating call per chunk of at most [`MAX_TARGETS_PER_CALL`] targets, each
-    /// split further when ELBv2 refuses it because of some of its targets: an IP outside
-    /// the group's VPC (a peered VPC, a hybrid node) is registered again with
-    /// `AvailabilityZone=all`, as ELBv2 requires, and any other refusal is narrowed down
-    /// by halving until the refused targets stand alone. So one bad target never blocks
-    /// the others; the refused ones come back in [`ElbError::Rejected`].
+    /// split further when ELBv2 refuses it because of some of its targets, so one bad
+    /// target never blocks the others; the refused ones come back in
+    /// [`ElbError::Rejected`], each with what it takes ([`Refusal`]):
+    /// - an IP outside the group's VPC (a peered VPC, a hybrid node) is sent again with
+    ///   `AvailabilityZone=all`, as ELBv2 requires;
+    /// - an ALB group with cross-zone load balancing off refuses `all` and wants a zone
+    ///   of its VPC: its registrations come back as [`Refusal::ZoneRequired`] for the
+    ///   caller to send again with their pods' zones (remembered, so later registrations
+    ///   to it make no refused call first);
+    /// - the group's targets quota (`TooManyTargets`): the call is halved to register
+    ///   what fits; once a single target does not fit, the rest are refused without a
+    ///   call, as [`Refusal::Capacity`] (so is `TooManyRegistrationsForTargetId`);
+    /// - any other per-target refusal is narrowed down by halving until the refused
+    ///   targets stand alone.
     async fn mutate(
         &self,
         kind: Mutation,
@@ -205,14 +215,42 @@ impl Elbv2TargetGroups {
         targets: &[Target],
         fence: &dyn Fence,
     ) -> Result<(), ElbError> {
-        let mut refused: Vec<(Target, String)> = Vec::new();
+        let mut refused: Vec<Refused> = Vec::new();
         let mut first_error: Option<ElbError> = None;
         let mut queue: std::collections::VecDeque<Vec<Target>> = targets
             .chunks(MAX_TARGETS_PER_CALL)
             .map(<[Target]>::to_vec)
             .collect();
         let mut calls = 0usize;
-        while let Some(batch) = queue.pop_front() {
+        // The group is at its quota: ELBv2's reason, for the targets not tried.
+        let mut full: Option<String> = None;
+        let mut zones_learnt = false;
+        while let Some(mut batch) = queue.pop_front() {
+            if let Some(reason) = &full {
+                refused.extend(batch.iter().map(|t| Refused {
+                    target: *t,
+                    reason: reason.clone(),
+                    refusal: Refusal::Capacity,
+                }));
+                continue;
+            }
+            if matches!(kind, Mutation::Register) && self.zones.wants_named(arn) {
+                // No refused call first: every registration of such a group is made in
+                // its pod's zone (for an IP of the VPC the zone is optional, and its
+                // node's is its own).
+                let (waiting, ready): (Vec<Target>, Vec<Target>) = batch
+                    .into_iter()
+                    .partition(|t| self.zones.zone(arn, t).is_none_or(|z| z == zones::ALL));
+                refused.extend(waiting.into_iter().map(|t| Refused {
+                    target: t,
+                    reason: ZONE_REQUIRED.to_owned(),
+                    refusal: Refusal::ZoneRequired,
+                }));
+                if ready.is_empty() {
+                    continue;
+                }
+                batch = ready;
+            }
             calls += 1;
             let failure = match self.call(kind, arn, &batch, fence).await {
                 Ok(()) => continue,
@@ -224,15 +262,38 @@ impl Elbv2TargetGroups {
                 }
                 Err(Stopped::Failed(f)) => f,
             };
+            if let Some(ip) = failure.zone_required_ip() {
+                let newly = self.zones.mark_wants_named(arn);
+                let named: Vec<Target> = batch.iter().filter(|t| t.ip == ip).copied().collect();
+                let marked = self.zones.mark_outside(arn, &named);
+                match kind {
+                    Mutation::Register if newly || marked => {
+                        queue.push_front(batch);
+                        continue;
+                    }
+                    // A deregistration wants the zone the target is described in:
+                    // learn it once (one DescribeTargetHealth) and try again.
+                    Mutation::Deregister if !zones_learnt => {
+                        zones_learnt = true;
+                        if self.health(arn).await.is_ok() {
+                            queue.push_front(batch);
+                            continue;
+                        }
+                    }
+                    _ => {}
+                }
+            }
             if let Some(ip) = failure.outside_vpc_ip() {
                 let newly_outside: Vec<Target> =
                     batch.iter().filter(|t| t.ip == ip).copied().collect();
-                if !newly_outside.is_empty() && self.mark_outside(arn, &newly_outside) {
+                if !newly_outside.is_empty() && self.zones.mark_outside(arn, &newly_outside) {
                     queue.push_front(batch);
                     continue;
                 }
             }
-            if failure.per_target() && batch.len() > 1 {
+            let refusal = failure.refusal();
+            let splits = failure.per_target() || refusal == Refusal::Capacity;
+            if splits && batch.len() > 1 {
                 let (a, b) = batch.split_at(batch.len() / 2);
                 queue.push_front(b.to_vec());
                 queue.push_front(a.to_vec());
@@ -252,38 +313,29 @@ impl Elbv2TargetGroups {
                 continue;
             }
             let reason = failure.reason();
-            refused.extend(batch.iter().map(|t| (*t, reason.clone())));
-            first_error.get_or_insert(failure.error);
+            if failure.code.as_deref() == Some(TOO_MANY_TARGETS) {
+                // One target does not fit: neither will the rest.
+                full = Some(reason.clone());
+            }
+            refused.extend(batch.iter().map(|t| Refused {
+                target: *t,
+                reason: reason.clone(),
+                refusal,
+            }));
+            if refusal == Refusal::Target {
+                first_error.get_or_insert(failure.error);
+            }
         }
+        let only_failures = refused.iter().all(|r| r.refusal == Refusal::Target);
         match first_error {
-            None => Ok(()),
-            // One call, refused as a whole: report ELBv2's error as it is.
-            Some(error) if calls == 1 => Err(error),
-            Some(_) => Err(ElbError::Rejected {
+            None if refused.is_empty() => Ok(()),
+            // One call, refused as a whole for what is in it: ELBv2's error as it is.
+            Some(error) if calls == 1 && only_failures => Err(error),
+            _ => Err(ElbError::Rejected {
                 operation: kind.operation(),
                 targets: refused,
             }),
         }
-    }
-
-    /// Records that these targets of `arn` need `AvailabilityZone=all`; whether any was
-    /// new (a second refusal for the same IP is not an out-of-VPC problem).
-    fn mark_outside(&self, arn: &str, targets: &[Target]) -> bool {
-        let Ok(mut outside) = self.outside_vpc.lock() else {
-            return false;
-        };
-        let mut added = false;
-        for t in targets {
-            added |= outside.insert((arn.to_owned(), *t));
-        }
-        added
-    }
-
-    /// Whether `target` of `arn` is known to be outside the group's VPC.
-    fn is_outside(&self, arn: &str, target: &Target) -> bool {
-        self.outside_vpc
-            .lock()
-            .is_ok_and(|o| o.contains(&(arn.to_owned(), *target)))
     }
 
     /// One RegisterTargets / DeregisterTargets of `batch`, every attempt paced (see
@@ -297,7 +349,7 @@ impl Elbv2TargetGroups {
     ) -> Result<(), Stopped<Failure>> {
         let descriptions: Vec<TargetDescription> = batch
             .iter()
-            .map(|t| convert::description(t, self.is_outside(arn, t)))
+            .map(|t| convert::description(t, self.zones.zone(arn, t).as_deref()))
             .collect();
         let operation = kind.operation();
         // Counted once per call, like every other operation (attempts are not calls).
@@ -378,8 +430,29 @@ impl Failure {
     fn per_target(&self) -> bool {
         matches!(
             self.code.as_deref(),
-            Some("ValidationError" | "InvalidTarget")
+            Some("ValidationError" | "InvalidTarget" | TOO_MANY_REGISTRATIONS)
         )
+    }
+
+    /// What the refused targets take: capacity, for the two quota errors.
+    fn refusal(&self) -> Refusal {
+        match self.code.as_deref() {
+            Some(TOO_MANY_TARGETS | TOO_MANY_REGISTRATIONS) => Refusal::Capacity,
+            _ => Refusal::Target,
+        }
+    }
+
+    /// The IP of ELBv2's "When cross-zone load balancing is disabled on this target
+    /// group, you must specify an Availability Zone for IP target '…' since it is
+    /// outside of the VPC" (an ALB group that refuses `all`).
+    fn zone_required_ip(&self) -> Option<std::net::IpAddr> {
+        if self.code.as_deref() != Some("ValidationError")
+            || !self.message.contains("must specify an Availability Zone")
+        {
+            return None;
+        }
+        let (_, rest) = self.message.split_once("IP target '")?;
+        rest.split_once('\'')?.0.parse().ok()
     }
 
     /// The IP of ELBv2's "The Availability Zone is required for IP address '…' because
@@ -421,6 +494,16 @@ type TagsByArn = HashMap<String, BTreeMap<String, String>>;
 
 /// ELBv2's error code for a target group that does not exist.
 const NOT_FOUND: &str = "TargetGroupNotFound";
+
+/// ELBv2's error code for a registration beyond the group's targets quota.
+const TOO_MANY_TARGETS: &str = "TooManyTargets";
+
+/// ELBv2's error code for a target registered with as many groups of a load balancer as
+/// it may be.
+const TOO_MANY_REGISTRATIONS: &str = "TooManyRegistrationsForTargetId";
+
+/// Why a target of a group that refuses `all` was not sent yet.
+const ZONE_REQUIRED: &str = "ELBv2 RegisterTargets: the group has cross-zone load balancing off and wants an Availability Zone of its VPC for this IP outside the VPC; it is registered in its node's zone";
 
 /// Maps an SDK error that survived retries: a missing group (when the call names one),
 /// throttling, IAM refusal, or anything else with its `Code: message`.
@@ -504,8 +587,10 @@ impl TargetGroupApi for Elbv2TargetGroups {
         })
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<(Target, HealthState)>, ElbError> {
+    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
         self.calls.count(DESCRIBE_TARGET_HEALTH);
+        // The whole group, never filtered by target: a filter naming a zone finds
+        // nothing when ELBv2 recorded another, and a target would look unregistered.
         let out = self
             .describes
             .attempts(|| {
@@ -518,22 +603,16 @@ impl TargetGroupApi for Elbv2TargetGroups {
             })
             .await
             .map_err(|e| elb_error(DESCRIBE_TARGET_HEALTH, Some(arn), e))?;
-        let mut outside = Vec::new();
-        let health = out
+        Ok(out
             .target_health_descriptions()
             .iter()
             .filter_map(|d| {
-                let (target, state) = convert::health(d)?;
-                if d.target().and_then(|t| t.availability_zone()) == Some("all") {
-                    outside.push(target);
-                }
-                Some((target, state))
+                let health = convert::health(d)?;
+                let zone = d.target().and_then(|t| t.availability_zone());
+                self.zones.described(arn, &health.target, zone);
+                Some(health)
             })
-            .collect();
-        if !outside.is_empty() {
-            self.mark_outside(arn, &outside);
-        }
-        Ok(health)
+            .collect())
     }
 
     async fn register(
@@ -543,6 +622,19 @@ impl TargetGroupApi for Elbv2TargetGroups {
         fence: &dyn Fence,
     ) -> Result<(), ElbError> {
         self.mutate(Mutation::Register, arn, targets, fence).await
+    }
+
+    async fn register_in_zones(
+        &self,
+        arn: &str,
+        targets: &[(Target, String)],
+        fence: &dyn Fence,
+    ) -> Result<(), ElbError> {
+        for (t, zone) in targets {
+            self.zones.set(arn, t, zone);
+        }
+        let targets: Vec<Target> = targets.iter().map(|(t, _)| *t).collect();
+        self.mutate(Mutation::Register, arn, &targets, fence).await
     }
 
     async fn deregister(
@@ -559,6 +651,69 @@ impl TargetGroupApi for Elbv2TargetGroups {
         crate::report::ElbPressure {
             throttles: m.throttles + d.throttles,
             retries: m.retries + d.retries,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(code: &str, message: &str) -> Failure {
+        Failure {
+            error: ElbError::Other {
+                operation: REGISTER_TARGETS,
+                message: format!("{code}: {message}"),
+            },
+            code: Some(code.to_owned()),
+            message: message.to_owned(),
+        }
+    }
+
+    #[test]
+    fn elbv2s_zone_refusals_name_the_ip() {
+        // As ELBv2 words them (quoted in the AWS Load Balancer Controller's issues).
+        let f = failure(
+            "ValidationError",
+            "When cross-zone load balancing is disabled on this target group, you must specify an Availability Zone for IP target '172.16.0.108' since it is outside of the VPC",
+        );
+        assert_eq!(f.zone_required_ip(), "172.16.0.108".parse().ok());
+        assert_eq!(f.outside_vpc_ip(), None);
+        let f = failure(
+            "ValidationError",
+            "The Availability Zone is required for IP address '10.4.40.87' because it is not in the VPC",
+        );
+        assert_eq!(f.outside_vpc_ip(), "10.4.40.87".parse().ok());
+        assert_eq!(f.zone_required_ip(), None);
+        assert_eq!(
+            failure(
+                "InvalidTarget",
+                "must specify an Availability Zone for IP target '1.2.3.4'"
+            )
+            .zone_required_ip(),
+            None
+        );
+    }
+
+    #[test]
+    fn quota_errors_are_capacity_and_only_they() {
+        let too_many = failure(
+            TOO_MANY_TARGETS,
+            "You've reached the limit on the number of targets.",
+        );
+        assert_eq!(too_many.refusal(), Refusal::Capacity);
+        assert!(
+            !too_many.per_target(),
+            "halved as capacity, not as a bad target"
+        );
+        let per_id = failure(
+            TOO_MANY_REGISTRATIONS,
+            "You've reached the limit on the number of times a target can be registered with a load balancer.",
+        );
+        assert_eq!(per_id.refusal(), Refusal::Capacity);
+        assert!(per_id.per_target());
+        for code in ["ValidationError", "InvalidTarget", "Throttling"] {
+            assert_eq!(failure(code, "x").refusal(), Refusal::Target, "{code}");
         }
     }
 }

@@ -753,7 +753,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 for (target, pod) in waiting {
                     let healthy = health
                         .iter()
-                        .any(|(t, s)| *t == target && *s == HealthState::Healthy);
+                        .any(|h| h.target == target && h.state == HealthState::Healthy);
                     let key = (arn.clone(), target);
                     if !healthy {
                         unhealthy_at.insert(key, read_at);

@@ -76,6 +76,16 @@ pub struct GroupFacts {
     pub port: Option<u16>,
     /// `IpAddressType` of the group.
     pub family: AddressFamily,
+    /// The group's protocol is QUIC or TCP_QUIC: every target needs a QUIC server ID.
+    pub quic: bool,
+}
+
+impl GroupFacts {
+    /// Whether a group of this `Protocol` (ELBv2's string) registers targets with a QUIC
+    /// server ID.
+    pub fn is_quic_protocol(protocol: Option<&str>) -> bool {
+        matches!(protocol, Some("QUIC" | "TCP_QUIC"))
+    }
 }
 
 /// A valid set of binding tags.
@@ -93,6 +103,8 @@ pub struct Binding {
     pub mode: Mode,
     /// The group's address family: which pod IP is registered.
     pub family: AddressFamily,
+    /// A QUIC or TCP_QUIC group: each target carries its pod's QUIC server ID.
+    pub quic: bool,
 }
 
 /// What this deployment lets target-group tags ask for (`TGSYNC_ALLOWED_NAMESPACES`,
@@ -205,6 +217,7 @@ impl Binding {
             port,
             mode,
             family: group.family,
+            quic: group.quic,
         })
     }
 }
@@ -356,6 +369,7 @@ mod tests {
             target_type: "ip".into(),
             port,
             family: AddressFamily::Ipv4,
+            quic: false,
         }
     }
 
@@ -487,11 +501,31 @@ mod tests {
     }
 
     #[test]
+    fn a_quic_group_binds_for_targets_with_server_ids() {
+        assert!(GroupFacts::is_quic_protocol(Some("QUIC")));
+        assert!(GroupFacts::is_quic_protocol(Some("TCP_QUIC")));
+        for other in [
+            None,
+            Some("TCP"),
+            Some("UDP"),
+            Some("TCP_UDP"),
+            Some("quic"),
+        ] {
+            assert!(!GroupFacts::is_quic_protocol(other), "{other:?}");
+        }
+        let mut g = ip_group(Some(443));
+        assert!(!Binding::parse(&base(), &g).unwrap().quic);
+        g.quic = true;
+        assert!(Binding::parse(&base(), &g).unwrap().quic);
+    }
+
+    #[test]
     fn only_ip_groups_bind() {
         let g = GroupFacts {
             target_type: "instance".into(),
             port: Some(80),
             family: AddressFamily::Ipv4,
+            quic: false,
         };
         let err = Binding::parse(&base(), &g).unwrap_err();
         assert_eq!(err, BindingError::UnsupportedTargetType("instance".into()));
@@ -659,6 +693,7 @@ mod properties {
                 target_type: if ip { "ip".into() } else { "instance".into() },
                 port: group_port,
                 family: AddressFamily::Ipv4,
+                quic: false,
             };
             match Binding::parse(&tags, &facts) {
                 Ok(b) => {

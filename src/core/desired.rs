@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::binding::{Binding, PortSpec};
 use super::pod::{PodFacts, PodRef};
-use super::target::{AddressFamily, Target};
+use super::target::{AddressFamily, QuicServerId, Target};
 
 /// Why a selected pod yields no target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,6 +38,22 @@ pub enum SkipReason {
         /// The port name looked for.
         port: String,
     },
+    /// The group is QUIC or TCP_QUIC and the pod has no `tgsync/quic-server-id`
+    /// annotation: ELBv2 registers no target there without a server ID. A pod error.
+    QuicServerIdMissing,
+    /// The pod's `tgsync/quic-server-id` annotation is not a server ID: a pod error.
+    QuicServerIdInvalid {
+        /// What is wrong with it.
+        error: String,
+    },
+    /// Another selected pod already registers with the same QUIC server ID, which must
+    /// be unique behind a listener: a pod error.
+    DuplicateQuicServerId {
+        /// The contested ID.
+        id: String,
+        /// The pod that kept it (`namespace/name`).
+        kept_for: String,
+    },
     /// Another selected pod already yields the same target: a pod error.
     DuplicateTarget {
         /// The contested target.
@@ -53,7 +69,11 @@ impl SkipReason {
     pub fn is_error(&self) -> bool {
         matches!(
             self,
-            Self::PortNotFound { .. } | Self::DuplicateTarget { .. }
+            Self::PortNotFound { .. }
+                | Self::DuplicateTarget { .. }
+                | Self::QuicServerIdMissing
+                | Self::QuicServerIdInvalid { .. }
+                | Self::DuplicateQuicServerId { .. }
         )
     }
 }
@@ -73,6 +93,16 @@ impl fmt::Display for SkipReason {
             Self::PortNotFound { port } => write!(
                 f,
                 "no container declares a port named `{port}`; fix the pod spec or the tgsync/port tag"
+            ),
+            Self::QuicServerIdMissing => f.write_str(
+                "the group is QUIC or TCP_QUIC and the pod has no `tgsync/quic-server-id` annotation; give every pod of the workload its own server ID (0x + 16 lowercase hex digits), e.g. in its admission policy",
+            ),
+            Self::QuicServerIdInvalid { error } => {
+                write!(f, "annotation `tgsync/quic-server-id`: {error}")
+            }
+            Self::DuplicateQuicServerId { id, kept_for } => write!(
+                f,
+                "QUIC server ID {id} is already used by pod {kept_for}; server IDs must be unique behind a listener"
             ),
             Self::DuplicateTarget { target, kept_for } => {
                 write!(f, "target {target} is already yielded by pod {kept_for}")
@@ -107,6 +137,9 @@ pub struct DesiredTarget {
     pub pod: Arc<PodRef>,
     /// `Some(open)` when the pod carries the `tgsync/target-health` readiness gate.
     pub gate: Option<bool>,
+    /// The pod's node (`spec.nodeName`), whose zone a registration outside the group's
+    /// VPC may need.
+    pub node: Option<Arc<str>>,
 }
 
 impl Desired {
@@ -132,24 +165,45 @@ pub fn desired_targets<'a>(
     binding: &Binding,
 ) -> Desired {
     let mut out = Desired::default();
+    // QUIC server IDs taken so far (QUIC groups only), and by which pod.
+    let mut server_ids: BTreeMap<QuicServerId, Arc<PodRef>> = BTreeMap::new();
     for pod in pods {
         if pod.pod.namespace != binding.namespace || !binding.selector.matches(&pod.labels) {
             continue;
         }
         match target_of(pod, binding) {
             Ok(target) => {
-                if let Some(existing) = out.targets.get(&target) {
+                let same_address = out
+                    .targets
+                    .range(Target::new(target.ip, target.port)..)
+                    .next()
+                    .filter(|(t, _)| t.ip == target.ip && t.port == target.port);
+                if let Some((_, existing)) = same_address {
                     let kept_for = existing.pod.to_string();
                     out.skipped.push(Skipped {
                         pod: pod.pod.clone(),
                         reason: SkipReason::DuplicateTarget { target, kept_for },
                     });
+                } else if let Some(id) = target.quic_server_id
+                    && let Some(holder) = server_ids.get(&id)
+                {
+                    out.skipped.push(Skipped {
+                        pod: pod.pod.clone(),
+                        reason: SkipReason::DuplicateQuicServerId {
+                            id: id.to_string(),
+                            kept_for: holder.to_string(),
+                        },
+                    });
                 } else {
+                    if let Some(id) = target.quic_server_id {
+                        server_ids.insert(id, pod.pod.clone());
+                    }
                     out.targets.insert(
                         target,
                         DesiredTarget {
                             pod: pod.pod.clone(),
                             gate: pod.gate,
+                            node: pod.node_name.clone(),
                         },
                     );
                 }
@@ -202,7 +256,20 @@ fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
             .named_port(name)
             .ok_or_else(|| SkipReason::PortNotFound { port: name.clone() })?,
     };
-    Ok(Target::new(ip, port))
+    let target = Target::new(ip, port);
+    if !binding.quic {
+        // Other protocols never send a server ID, whatever the pod says.
+        return Ok(target);
+    }
+    let id = pod
+        .quic_server_id
+        .as_deref()
+        .ok_or(SkipReason::QuicServerIdMissing)?
+        .parse::<QuicServerId>()
+        .map_err(|e| SkipReason::QuicServerIdInvalid {
+            error: e.to_string(),
+        })?;
+    Ok(target.with_quic_server_id(id))
 }
 
 #[cfg(test)]
@@ -388,6 +455,80 @@ mod tests {
         assert_eq!(d.targets.len(), 1);
         assert_eq!(d.skipped.len(), 1);
         assert!(d.skipped[0].reason.is_error());
+    }
+
+    fn quic(mut b: Binding) -> Binding {
+        b.quic = true;
+        b
+    }
+
+    fn with_id(name: &str, id: Option<&str>) -> PodFacts {
+        let mut facts = PodFacts::from_pod(fixture(name));
+        facts.quic_server_id = id.map(str::to_owned);
+        facts
+    }
+
+    #[test]
+    fn a_quic_group_takes_the_server_id_from_the_annotation() {
+        let b = quic(shop_web(443));
+        let d = desired_targets([&with_id("running", Some("0x0123456789abcdef"))], &b);
+        let t = d.targets.keys().next().expect("a target");
+        assert_eq!(t.to_string(), "10.0.1.10:443@0x0123456789abcdef");
+        // Other protocols never send one, whatever the pod says.
+        let d = desired_targets(
+            [&with_id("running", Some("0x0123456789abcdef"))],
+            &shop_web(443),
+        );
+        assert_eq!(d.targets.keys().next().unwrap().quic_server_id, None);
+    }
+
+    #[test]
+    fn a_quic_pod_without_a_valid_server_id_is_a_pod_error() {
+        let b = quic(shop_web(443));
+        for (id, expect) in [
+            (None, "has no `tgsync/quic-server-id` annotation"),
+            (Some("0x0123"), "exactly 16 hex digits"),
+            (Some("0x0123456789ABCDEF"), "lowercase"),
+            (Some("123456789abcdef01"), "`0x`"),
+        ] {
+            let d = desired_targets([&with_id("running", id)], &b);
+            assert!(d.targets.is_empty(), "{id:?}");
+            let reason = &d.skipped[0].reason;
+            assert!(reason.is_error(), "{id:?}");
+            assert!(reason.to_string().contains(expect), "{id:?}: {reason}");
+        }
+        // A pod that is not ready is not ready, whatever its annotation.
+        let d = desired_targets([&with_id("not-ready", None)], &b);
+        assert_eq!(d.skipped[0].reason, SkipReason::NotReady);
+    }
+
+    #[test]
+    fn server_ids_are_unique_and_one_address_is_one_target_whatever_its_id() {
+        let b = quic(shop_web(443));
+        let a = with_id("running", Some("0x0000000000000001"));
+        let mut same_id = with_id("gated", Some("0x0000000000000001"));
+        same_id.pod = Arc::new(PodRef {
+            namespace: "shop".into(),
+            name: "web-same-id".into(),
+            uid: "u3".into(),
+        });
+        let mut same_ip = with_id("running", Some("0x0000000000000002"));
+        same_ip.pod = Arc::new(PodRef {
+            namespace: "shop".into(),
+            name: "web-same-ip".into(),
+            uid: "u4".into(),
+        });
+        let d = desired_targets([&a, &same_id, &same_ip], &b);
+        assert_eq!(d.targets.len(), 1);
+        assert!(matches!(
+            d.skipped[0].reason,
+            SkipReason::DuplicateQuicServerId { .. }
+        ));
+        assert!(matches!(
+            d.skipped[1].reason,
+            SkipReason::DuplicateTarget { .. }
+        ));
+        assert!(d.skipped.iter().all(|s| s.reason.is_error()));
     }
 
     #[test]

@@ -104,6 +104,8 @@ mod tests {
             gate: None,
             named_ports: vec![],
             host_network: false,
+            quic_server_id: None,
+            node_name: None,
         }
     }
 

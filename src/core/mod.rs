@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod binding;
 pub mod checkpoint;
 pub mod desired;
+pub mod health;
 pub mod index;
 pub mod plan;
 pub mod pod;
@@ -23,10 +24,11 @@ pub use backoff::{BackoffPolicy, BackoffState, Gate, UnixMillis};
 pub use binding::{Binding, BindingError, BindingPolicy, GroupFacts, Mode, PortSpec};
 pub use checkpoint::{Checkpoint, Rotation};
 pub use desired::{Desired, SkipReason, contribution, desired_targets};
+pub use health::{AdministrativeOverride, TargetHealth};
 pub use index::PodIndex;
 pub use plan::{
     Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan, release_plan,
 };
 pub use pod::{PodFacts, PodRef};
 pub use selector::{Labels, Selector, SelectorError};
-pub use target::{AddressFamily, HealthState, Target};
+pub use target::{AddressFamily, HealthState, QuicServerId, QuicServerIdError, Target};

@@ -52,16 +52,19 @@ impl Plan {
             && self.adopt.is_empty()
     }
 
-    /// The mutating calls, registers first (new pods take traffic before old ones leave),
-    /// each chunked to the API limit.
+    /// The mutating calls, deregistrations first, each chunked to the API limit: nothing
+    /// delays a deregistration (a pod that stopped being ready must stop getting traffic
+    /// now, not after a slow or refused registration), the room it frees counts against
+    /// the group's targets quota before the registrations need it, and a QUIC target
+    /// whose server ID changed leaves before it comes back with the new one.
     pub fn calls(&self) -> impl Iterator<Item = Call<'_>> {
-        self.register
+        self.deregister
             .chunks(MAX_TARGETS_PER_CALL)
-            .map(Call::Register)
+            .map(Call::Deregister)
             .chain(
-                self.deregister
+                self.register
                     .chunks(MAX_TARGETS_PER_CALL)
-                    .map(Call::Deregister),
+                    .map(Call::Register),
             )
     }
 }
@@ -406,7 +409,35 @@ mod tests {
     }
 
     #[test]
-    fn calls_are_chunked_registers_first() {
+    fn a_changed_quic_server_id_is_deregister_then_register() {
+        let desired = set(&["10.0.0.1:443@0x0000000000000002"]);
+        let actual = actual(&[
+            ("10.0.0.1:443@0x0000000000000001", "healthy"),
+            ("10.0.0.2:443@0x0000000000000003", "healthy"),
+        ]);
+        let owned = set(&[
+            "10.0.0.1:443@0x0000000000000001",
+            "10.0.0.2:443@0x0000000000000003",
+        ]);
+        let p = plan(
+            &desired,
+            actual.iter().map(|(t, s)| (t, s)),
+            &mine(&owned),
+            &rules(Mode::Shared),
+        );
+        assert_eq!(
+            strs(&p.deregister),
+            [
+                "10.0.0.1:443@0x0000000000000001",
+                "10.0.0.2:443@0x0000000000000003"
+            ]
+        );
+        assert_eq!(strs(&p.register), ["10.0.0.1:443@0x0000000000000002"]);
+        assert!(matches!(p.calls().next(), Some(Call::Deregister(_))));
+    }
+
+    #[test]
+    fn calls_are_chunked_deregistrations_first() {
         let desired: BTreeSet<Target> = (0..450u32)
             .map(|i| Target::new(std::net::Ipv4Addr::from(0x0a00_0000 + i).into(), 80))
             .collect();
@@ -435,11 +466,11 @@ mod tests {
         assert_eq!(
             sizes,
             [
+                (false, 200),
+                (false, 1),
                 (true, 200),
                 (true, 200),
                 (true, 50),
-                (false, 200),
-                (false, 1)
             ]
         );
     }

@@ -9,13 +9,20 @@ use proptest::prelude::*;
 use super::backoff::UnixMillis;
 use super::binding::Mode;
 use super::plan::{Call, Claim, MAX_TARGETS_PER_CALL, Plan, Rules, plan};
-use super::target::{HealthState, Target};
+use super::target::{HealthState, QuicServerId, Target};
 
 /// A target from a universe of `n` addresses on two ports, small enough that desired,
-/// actual and owned overlap often.
-fn target(n: u32) -> impl Strategy<Value = Target> {
-    (0..n, prop_oneof![Just(80u16), Just(8080u16)])
-        .prop_map(|(i, port)| Target::new(Ipv4Addr::from(0x0a00_0000 + i).into(), port))
+/// actual and owned overlap often. In a QUIC universe every target carries one of three
+/// server IDs, so the same address often comes with another ID (a pod whose ID changed).
+fn target(n: u32, quic: bool) -> impl Strategy<Value = Target> {
+    (0..n, prop_oneof![Just(80u16), Just(8080u16)], 1..=3u8).prop_map(move |(i, port, id)| {
+        let t = Target::new(Ipv4Addr::from(0x0a00_0000 + i).into(), port);
+        if quic {
+            t.with_quic_server_id(QuicServerId::from_bytes([0, 0, 0, 0, 0, 0, 0, id]))
+        } else {
+            t
+        }
+    })
 }
 
 fn state() -> impl Strategy<Value = HealthState> {
@@ -45,23 +52,28 @@ const NOW: UnixMillis = UnixMillis(10_000_000);
 
 fn inputs() -> impl Strategy<Value = Inputs> {
     // Mostly small universes (dense overlaps), sometimes large ones (many chunks).
-    prop_oneof![3 => Just(40u32), 1 => Just(2_000u32)].prop_flat_map(|n| {
-        let max = if n > 100 { 900 } else { 60 };
-        (
-            prop::collection::btree_set(target(n), 0..max),
-            prop::collection::btree_map(target(n), state(), 0..max),
-            prop::collection::btree_set(target(n), 0..max),
-            prop::collection::btree_set(target(n), 0..max / 4),
-            prop_oneof![Just(Mode::Shared), Just(Mode::Exclusive)],
-        )
-            .prop_map(|(desired, actual, owned, theirs, mode)| Inputs {
-                desired,
-                theirs: theirs.difference(&owned).copied().collect(),
-                actual,
-                owned,
-                mode,
-            })
-    })
+    // A QUIC group now and then: targets are (ip, port, server id).
+    (
+        prop_oneof![3 => Just(40u32), 1 => Just(2_000u32)],
+        prop_oneof![3 => Just(false), 1 => Just(true)],
+    )
+        .prop_flat_map(|(n, quic)| {
+            let max = if n > 100 { 900 } else { 60 };
+            (
+                prop::collection::btree_set(target(n, quic), 0..max),
+                prop::collection::btree_map(target(n, quic), state(), 0..max),
+                prop::collection::btree_set(target(n, quic), 0..max),
+                prop::collection::btree_set(target(n, quic), 0..max / 4),
+                prop_oneof![Just(Mode::Shared), Just(Mode::Exclusive)],
+            )
+                .prop_map(|(desired, actual, owned, theirs, mode)| Inputs {
+                    desired,
+                    theirs: theirs.difference(&owned).copied().collect(),
+                    actual,
+                    owned,
+                    mode,
+                })
+        })
 }
 
 fn claims(i: &Inputs) -> BTreeMap<Target, Claim> {
@@ -192,6 +204,39 @@ proptest! {
         prop_assert_eq!(&dereg, &p.deregister);
         let planned: BTreeSet<_> = p.register.iter().chain(&p.deregister).collect();
         prop_assert_eq!(planned.len(), reg.len() + dereg.len(), "a target planned twice");
+    }
+
+    /// 4b. Every deregistration goes out before any registration: nothing delays a
+    /// deregistration, and a QUIC target whose server ID changed leaves before it comes
+    /// back with the new one.
+    #[test]
+    fn deregistrations_go_first(i in inputs()) {
+        let p = run(&i);
+        let kinds: Vec<bool> = p.calls().map(|c| matches!(c, Call::Register(_))).collect();
+        // Once a registration went out, no deregistration follows.
+        prop_assert!(kinds.windows(2).all(|w| !w[0] || w[1]), "{kinds:?}");
+    }
+
+    /// 4c. A target of ours whose address is desired with another QUIC server ID (or
+    /// without one) is deregistered, and the desired one registered: the server ID is
+    /// part of the identity, never changed in place.
+    #[test]
+    fn a_changed_server_id_is_deregister_and_register(i in inputs()) {
+        let p = run(&i);
+        let present = present(&i.actual);
+        for t in &present {
+            let replaced = i.desired.iter().any(|d| {
+                d.ip == t.ip && d.port == t.port && d.quic_server_id != t.quic_server_id
+            });
+            if replaced && i.owned.contains(t) && !i.desired.contains(t) {
+                prop_assert!(p.deregister.contains(t), "{t} kept beside its new ID");
+            }
+        }
+        for d in &i.desired {
+            if !present.contains(d) {
+                prop_assert!(p.register.contains(d), "{d} not registered");
+            }
+        }
     }
 
     /// 5. The same inputs, in any order, give the same calls in the same order.

@@ -16,6 +16,12 @@ use super::target::AddressFamily;
 
 /// Annotation that takes a pod out of every group without deleting it.
 pub const EXCLUDE_ANNOTATION: &str = "tgsync/exclude";
+/// Annotation holding a pod's QUIC server ID (`0x` + 16 lowercase hex digits), which a
+/// QUIC or TCP_QUIC group registers its target with. Written by the workload or its
+/// admission policy; the app must encode it in the connection IDs it issues.
+pub const QUIC_SERVER_ID_ANNOTATION: &str = "tgsync/quic-server-id";
+/// Node label holding the node's Availability Zone (well-known Kubernetes label).
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Readiness gate a pod declares to be registered before it is Ready and held unready
 /// until its target is healthy in the NLB.
 pub const READINESS_GATE: &str = "tgsync/target-health";
@@ -69,6 +75,10 @@ pub struct PodFacts {
     pub named_ports: Vec<(String, u16)>,
     /// `spec.hostNetwork`: the pod's IP is its node's.
     pub host_network: bool,
+    /// The `tgsync/quic-server-id` annotation as written (checked only for QUIC groups).
+    pub quic_server_id: Option<String>,
+    /// `spec.nodeName`: where the pod runs, whose zone a registration may need.
+    pub node_name: Option<Arc<str>>,
 }
 
 impl PodFacts {
@@ -108,7 +118,9 @@ impl PodFacts {
             }
         }
         let (mut gated, mut host_network, mut named_ports) = (false, false, Vec::new());
+        let mut node_name = None;
         if let Some(spec) = pod.spec.as_mut() {
+            node_name = spec.node_name.take().map(Arc::from);
             gated = spec
                 .readiness_gates
                 .iter()
@@ -136,6 +148,10 @@ impl PodFacts {
             .as_ref()
             .and_then(|a| a.get(EXCLUDE_ANNOTATION))
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let quic_server_id = meta
+            .annotations
+            .as_mut()
+            .and_then(|a| a.remove(QUIC_SERVER_ID_ANNOTATION));
         Self {
             pod: Arc::new(PodRef {
                 namespace: meta.namespace.take().unwrap_or_default(),
@@ -152,6 +168,8 @@ impl PodFacts {
             gate: gated.then_some(gate_open),
             named_ports,
             host_network,
+            quic_server_id,
+            node_name,
             phase,
         }
     }

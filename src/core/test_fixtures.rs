@@ -55,6 +55,7 @@ pub fn binding(namespace: &str, selector: &str, port: PortSpec) -> Binding {
         port,
         mode: Mode::Shared,
         family: AddressFamily::Ipv4,
+        quic: false,
     }
 }
 

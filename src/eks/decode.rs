@@ -27,7 +27,9 @@ use serde::de::{
 };
 use thiserror::Error;
 
-use crate::core::pod::{EXCLUDE_ANNOTATION, READINESS_GATE, SIDECAR_RESTART_POLICY};
+use crate::core::pod::{
+    EXCLUDE_ANNOTATION, QUIC_SERVER_ID_ANNOTATION, READINESS_GATE, SIDECAR_RESTART_POLICY,
+};
 use crate::core::{Labels, PodFacts, PodRef};
 
 /// One page of a pod LIST: the pods, and the list metadata the pager needs.
@@ -401,6 +403,8 @@ fn assemble<'de>(meta: Meta<'de>, spec: Spec, status: Status) -> LeanPod<'de> {
         gate: spec.gated.then_some(status.gate_open),
         named_ports: spec.named_ports,
         host_network: spec.host_network,
+        quic_server_id: meta.quic_server_id,
+        node_name: spec.node_name,
     };
     LeanPod {
         facts,
@@ -416,6 +420,7 @@ struct Meta<'de> {
     uid: Option<String>,
     labels: Option<Labels>,
     excluded: bool,
+    quic_server_id: Option<String>,
     terminating: bool,
     resource_version: Option<Cow<'de, str>>,
 }
@@ -442,8 +447,10 @@ deserialize_from!(map, Meta<'de>, "ObjectMeta", |map| {
                 meta.labels = labels.map(|l| l.0);
             }
             MetaField::Annotations => {
-                let exclude: Option<ExcludeAnnotation> = map.next_value()?;
-                meta.excluded = exclude.is_some_and(|e| e.0);
+                let ours: Option<Annotations> = map.next_value()?;
+                let ours = ours.unwrap_or_default();
+                meta.excluded = ours.excluded;
+                meta.quic_server_id = ours.quic_server_id;
             }
             MetaField::DeletionTimestamp => {
                 // Any value but null: k8s-openapi would also parse the time.
@@ -471,21 +478,29 @@ deserialize_from!(map, LabelEntries, "a map of labels", |map| {
     Ok(LabelEntries(Labels::from_object_entries(entries)))
 });
 
-/// Whether `metadata.annotations` holds `tgsync/exclude: "true"` (case-insensitive,
-/// trimmed); other annotations, often large, are skipped unread.
-struct ExcludeAnnotation(bool);
+/// tgsync's annotations of `metadata.annotations`: whether it holds
+/// `tgsync/exclude: "true"` (case-insensitive, trimmed), and `tgsync/quic-server-id` as
+/// written; other annotations, often large, are skipped unread.
+#[derive(Default)]
+struct Annotations {
+    excluded: bool,
+    quic_server_id: Option<String>,
+}
 
-deserialize_from!(map, ExcludeAnnotation, "a map of annotations", |map| {
-    let mut excluded = false;
+deserialize_from!(map, Annotations, "a map of annotations", |map| {
+    let mut ours = Annotations::default();
     while let Some(key) = map.next_key::<Str<'de>>()? {
         if key.0 == EXCLUDE_ANNOTATION {
             let value: Str<'de> = map.next_value()?;
-            excluded = value.0.trim().eq_ignore_ascii_case("true");
+            ours.excluded = value.0.trim().eq_ignore_ascii_case("true");
+        } else if key.0 == QUIC_SERVER_ID_ANNOTATION {
+            let value: Str<'de> = map.next_value()?;
+            ours.quic_server_id = Some(value.0.into_owned());
         } else {
             skip(&mut map)?;
         }
     }
-    Ok(ExcludeAnnotation(excluded))
+    Ok(ours)
 });
 
 /// What tgsync reads of `spec`.
@@ -494,6 +509,7 @@ struct Spec {
     gated: bool,
     host_network: bool,
     named_ports: Vec<(String, u16)>,
+    node_name: Option<Arc<str>>,
 }
 
 fields!(SpecField {
@@ -501,6 +517,7 @@ fields!(SpecField {
     "initContainers" => InitContainers,
     "readinessGates" => ReadinessGates,
     "hostNetwork" => HostNetwork,
+    "nodeName" => NodeName,
 });
 
 deserialize_from!(map, Spec, "PodSpec", |map| {
@@ -531,6 +548,10 @@ deserialize_from!(map, Spec, "PodSpec", |map| {
             SpecField::HostNetwork => {
                 let host: Option<bool> = map.next_value()?;
                 spec.host_network = host.unwrap_or(false);
+            }
+            SpecField::NodeName => {
+                let node: Option<Str<'de>> = map.next_value()?;
+                spec.node_name = node.map(|n| Arc::from(n.0.as_ref()));
             }
             SpecField::Other => skip(&mut map)?,
         }
@@ -1086,7 +1107,13 @@ mod tests {
             if i % 4 == 0 {
                 b = b.gated();
             }
-            let json = serde_json::to_string(&b.realistic().build()).unwrap();
+            let mut b = b
+                .realistic()
+                .node(&format!("ip-10-0-3-{}.ec2.internal", i % 3));
+            if i % 5 == 0 {
+                b = b.annotation("tgsync/quic-server-id", &format!("0x{:016x}", 0xabc0 + i));
+            }
+            let json = serde_json::to_string(&b.build()).unwrap();
             assert!(json.len() > 3_000, "{} bytes", json.len());
             assert_agree(&json);
         }

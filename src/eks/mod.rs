@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod decode;
+mod nodes;
 pub mod pods;
 pub mod token;
 

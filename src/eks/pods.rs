@@ -435,6 +435,10 @@ impl PodSource for KubePods {
         }
     }
 
+    async fn node_zone(&self, name: &str) -> Result<Option<String>, PodsError> {
+        self.zone_of_node(name).await
+    }
+
     async fn open_gate(&self, namespace: &str, name: &str, uid: &str) -> Result<(), PodsError> {
         let client = self.access.client().await?;
         let api: Api<Pod> = Api::namespaced(client, namespace);

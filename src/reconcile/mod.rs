@@ -12,6 +12,7 @@ mod namespace;
 mod observe;
 mod pass;
 mod pod_event;
+mod refusals;
 mod release;
 
 pub(crate) use namespace::DEFERRED;

@@ -9,7 +9,7 @@ use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
     BackoffState, Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, PodRef, Rules, Target,
-    UnixMillis, desired_targets, plan,
+    TargetHealth, UnixMillis, desired_targets, plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
@@ -129,11 +129,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         };
         let plan = plan(
             &desired.targets,
-            actual.iter().map(|(t, s)| (t, s)),
+            actual.iter().map(TargetHealth::pair),
             &self.claims(&state.ledger),
             &Rules::new(bound.binding.mode, now),
         );
         report.foreign_kept.clone_from(&plan.foreign_kept);
+        report.note_health(&actual);
         if opts.dry_run {
             report.outcome = Outcome::Planned;
             if let Gate::Wait { until } = gate {
@@ -191,13 +192,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub(super) async fn open_gates(
         &self,
         desired: &Desired,
-        actual: &[(Target, HealthState)],
+        actual: &[TargetHealth],
         report: &mut GroupReport,
     ) {
         let healthy: BTreeSet<Target> = actual
             .iter()
-            .filter(|(_, s)| *s == HealthState::Healthy)
-            .map(|(t, _)| *t)
+            .filter(|h| h.state == HealthState::Healthy)
+            .map(|h| h.target)
             .collect();
         for pod in desired.gates_to_open(|t| healthy.contains(t)) {
             self.open_gate(pod, report).await;

@@ -10,11 +10,12 @@
 //! call, and fences every ELBv2 attempt.
 
 use super::observe::{note_backoff, pod_errors};
+use super::refusals::{Settled, capacity_error};
 use super::{BoundGroup, Engine, RunOptions};
 use crate::core::checkpoint::fingerprint;
 use crate::core::{
     Binding, Checkpoint, Gate, MAX_TARGETS_PER_CALL, PodFacts, PodIndex, Rules, Target,
-    desired_targets, plan,
+    TargetHealth, desired_targets, plan,
 };
 use crate::faults::FaultPoint;
 use crate::groups::{ElbError, TargetGroupApi};
@@ -44,7 +45,7 @@ pub(crate) struct PriorRead {
     /// The group's version the observation saw.
     pub version: u64,
     /// Target health as read then.
-    pub health: Vec<(Target, crate::core::HealthState)>,
+    pub health: Vec<TargetHealth>,
     /// When it was read.
     pub at: crate::core::UnixMillis,
 }
@@ -122,6 +123,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         opts: &RunOptions,
     ) -> PassEnd {
         report.passes += 1;
+        if report.outcome == Outcome::Failed && report.next_attempt_at.is_none() {
+            // An earlier pass ended over capacity (no backoff): this one says anew.
+            report.outcome = Outcome::InSync;
+            report.error = None;
+        }
         let mut ledger = state.ledger.clone();
         let listed = self.pass_pods(&bound.binding, &state, reads).await;
         let (pods, version) = match listed {
@@ -233,12 +239,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 Stop::Failed(format!("reading target health failed: {e}"))
             })?,
         };
+        report.note_health(&actual);
         let now = self.clock.now();
         let (desired, mut plan) = loop {
             let desired = desired_targets(pods.candidates(&bound.binding), &bound.binding);
             let plan = plan(
                 &desired.targets,
-                actual.iter().map(|(t, s)| (t, s)),
+                actual.iter().map(TargetHealth::pair),
                 &self.claims(ledger),
                 &Rules::new(bound.binding.mode, now),
             );
@@ -276,6 +283,30 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 registered_at: now,
             })
         };
+        let mut failures = 0usize;
+        // Deregistrations first: nothing delays one (not a ledger write, not a slow or
+        // refused registration), the room they free counts against the group's targets
+        // quota before the registrations need it, and a QUIC target whose server ID
+        // changed leaves before it comes back with the new one.
+        for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
+            self.cut_point(opts)?;
+            if let Err(e) = self
+                .mutate(lease, &arn, chunk, Mutation::Deregister)
+                .await?
+            {
+                failures += fail(report, chunk, "deregister", &e.to_string());
+                continue;
+            }
+            report.applied_at.get_or_insert_with(|| self.clock.now());
+            report.deregistered.extend_from_slice(chunk);
+            // Removed from the ledger only now, and stored with the next ledger write (or
+            // at the end of the pass): a crash before that leaves a stale entry, which a
+            // later pass forgets; never an owned target without one.
+            for t in chunk {
+                ledger.remove(t);
+            }
+            self.fault(FaultPoint::AfterDeregisterChunk)?;
+        }
         if (!plan.adopt.is_empty() || !plan.register.is_empty()) && self.mine(ledger).is_empty() {
             // The group's first entry of this cluster: index it first, so a resync finds
             // the ledger if the group is ever unbound (the orphan report).
@@ -288,7 +319,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     ))
                 })?;
         }
-        let mut failures = 0usize;
         // Adopt (and take over other clusters' stale claims on our live pods' IPs):
         // ownership only, stored with the first write.
         let mut adopted = false;
@@ -301,6 +331,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if adopted && plan.register.is_empty() {
             self.store_ledger(ctx, ledger, &state.ledger).await?;
         }
+        let mut settled = Settled::default();
         for chunk in plan.register.chunks(MAX_TARGETS_PER_CALL) {
             self.cut_point(opts)?;
             // Write-ahead: never register a target the ledger does not know.
@@ -325,55 +356,44 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     report.registered.extend(
                         chunk
                             .iter()
-                            .filter(|t| !targets.iter().any(|(r, _)| r == *t)),
+                            .filter(|t| !targets.iter().any(|r| r.target == **t)),
                     );
-                    for (t, why) in &targets {
-                        failures += fail(report, std::slice::from_ref(t), "register", why);
-                    }
+                    settled += self
+                        .settle_refusals(&arn, targets, &desired, report, lease)
+                        .await;
                 }
                 Err(e) => failures += fail(report, chunk, "register", &e.to_string()),
             }
             self.fault(FaultPoint::AfterRegisterChunk)?;
         }
-        for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
-            self.cut_point(opts)?;
-            if let Err(e) = self
-                .mutate(lease, &arn, chunk, Mutation::Deregister)
-                .await?
-            {
-                failures += fail(report, chunk, "deregister", &e.to_string());
-                continue;
-            }
-            report.applied_at.get_or_insert_with(|| self.clock.now());
-            report.deregistered.extend_from_slice(chunk);
-            // Removed from the ledger only now, and stored at the end of the pass: a
-            // crash before that leaves a stale entry, which a later pass forgets; never
-            // an owned target without one.
-            for t in chunk {
-                ledger.remove(t);
-            }
-            self.fault(FaultPoint::AfterDeregisterChunk)?;
-        }
         for t in &plan.forget {
             ledger.remove(t);
         }
         report.forgotten.extend_from_slice(&plan.forget);
-        let present = actual.iter().filter(|(_, s)| !s.is_draining()).count();
+        let present = actual.iter().filter(|h| !h.state.is_draining()).count();
         report.registered_targets =
             Some((present + report.registered.len()).saturating_sub(report.deregistered.len()));
         report.healthy_targets = Some(
             actual
                 .iter()
-                .filter(|(t, s)| {
-                    *s == crate::core::HealthState::Healthy && !report.deregistered.contains(t)
+                .filter(|h| {
+                    h.state == crate::core::HealthState::Healthy
+                        && !report.deregistered.contains(&h.target)
                 })
                 .count(),
         );
         self.open_gates(&desired, &actual, report).await;
+        failures += settled.failures;
         if failures > 0 {
             return Err(Stop::Failed(format!(
                 "{failures} change(s) failed; see failedTargets"
             )));
+        }
+        if settled.over_capacity > 0 {
+            // Not right, yet no backoff: only capacity can fix it (and no checkpoint).
+            report.outcome = Outcome::Failed;
+            report.error = Some(capacity_error(settled.over_capacity));
+            return Ok(None);
         }
         Ok(held_back.is_empty().then_some(fp))
     }

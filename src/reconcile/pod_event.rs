@@ -218,7 +218,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             let healthy = match self.groups.health(&group.group.arn).await {
                 Ok(h) => h
                     .iter()
-                    .any(|(t, s)| t == target && *s == HealthState::Healthy),
+                    .any(|h| h.target == *target && h.state == HealthState::Healthy),
                 Err(_) => false,
             };
             if !healthy {

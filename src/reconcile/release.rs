@@ -150,7 +150,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         report: &mut GroupReport,
     ) -> Option<BTreeMap<crate::core::Target, crate::core::HealthState>> {
         match self.groups.health(arn).await {
-            Ok(actual) => Some(actual.into_iter().collect()),
+            Ok(actual) => Some(actual.into_iter().map(|h| (h.target, h.state)).collect()),
             Err(ElbError::NotFound { .. }) => {
                 report.gone = true;
                 Some(BTreeMap::new())

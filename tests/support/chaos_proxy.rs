@@ -20,6 +20,21 @@
 //!
 //! The service of a request is read from its SigV4 credential scope
 //! (`Credential=AKID/date/region/<service>/aws4_request`), as moto itself routes.
+//!
+//! Beside the faults, [`Rules`] model ELBv2 behaviour moto (5.2) lacks, each by the
+//! documented error code and shape (the exact wording of a live message is ELBv2's
+//! where a public source quotes it, a stand-in otherwise, as each rule says):
+//! - the VPC: an IP outside it needs `AvailabilityZone=all` ([`Rules::vpc`]), and in an
+//!   ALB group with cross-zone load balancing off a zone of the VPC instead
+//!   ([`Rules::cross_zone_off`]);
+//! - the targets quota of a group (`TooManyTargets`, [`Rules::quota`]);
+//! - QUIC and TCP_QUIC groups ([`Rules::quic`]): moto creates neither, so a UDP group is
+//!   described as QUIC, its registrations are validated as ELBv2 validates
+//!   `QuicServerId`, and its health answers carry the IDs;
+//! - what DescribeTargetHealth says beyond `healthy` ([`Rules::health`]): states with
+//!   ELBv2's reason codes and descriptions, and the administrative override of an NLB
+//!   zonal shift (every other target reports `no_override`, as an NLB does);
+//! - the NLB's pace ([`Rules::initial_for`]).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -202,6 +217,50 @@ pub struct Rules {
     /// moto lets anyone assume any role (it checks neither the role nor its trust
     /// policy nor the external ID), so a role that cannot be assumed is made here.
     pub deny_assume_role: Vec<String>,
+    /// Target group ARNs of ALB groups with cross-zone load balancing off: with
+    /// [`Rules::vpc`], a RegisterTargets naming an IP outside the VPC without a zone, or
+    /// with `all`, is refused with ELBv2's ValidationError "When cross-zone load
+    /// balancing is disabled on this target group, you must specify an Availability
+    /// Zone for IP target '…' since it is outside of the VPC" (as quoted in the AWS Load
+    /// Balancer Controller's fix for it); a zone not in [`Rules::zones`] is refused too
+    /// (stand-in wording). The zone each target was registered in is kept and shows in
+    /// DescribeTargetHealth, as ELBv2 shows it. moto ignores `AvailabilityZone`.
+    pub cross_zone_off: Vec<String>,
+    /// The Availability Zones of the VPC (for [`Rules::cross_zone_off`]).
+    pub zones: Vec<String>,
+    /// Targets per target group: a RegisterTargets that would take a group beyond it is
+    /// refused as a whole with ELBv2's `TooManyTargets` (HTTP 400; the message is the API
+    /// reference's description of the error). Counted: the targets registered through
+    /// this proxy and not deregistered since (moto drops a deregistered target at once,
+    /// so draining targets do not count here; a real group may count them until its
+    /// deregistration delay ends).
+    pub quota: Option<usize>,
+    /// Target group ARNs of QUIC groups (created in moto as UDP, which moto has, and
+    /// described as `QUIC`). A RegisterTargets to one must give every target a
+    /// `QuicServerId` of `0x` and 16 lowercase hex digits, unique in the group, and may
+    /// not change the ID of a registered target; to any other group it may give none.
+    /// Each is refused with ELBv2's ValidationError (the rules are the API reference's;
+    /// the messages are stand-ins). DescribeTargetHealth of a QUIC group shows each
+    /// target's ID, as ELBv2 does; moto keeps none.
+    pub quic: Vec<String>,
+    /// What DescribeTargetHealth reports for these IPs instead of moto's `healthy`: the
+    /// state, ELBv2's reason code and description, and whether a zonal shift
+    /// (`AdministrativeOverride` state `zonal_shift_active`) applies. Every other
+    /// target's answer gains `no_override`, as an NLB reports it.
+    pub health: Vec<(String, HealthRule)>,
+}
+
+/// What DescribeTargetHealth reports for one IP ([`Rules::health`]).
+#[derive(Debug, Clone, Default)]
+pub struct HealthRule {
+    /// `unused`, `initial`, `unhealthy`, …; `None` keeps moto's state.
+    pub state: Option<String>,
+    /// ELBv2's reason code, e.g. `Target.NotInUse`.
+    pub reason: Option<String>,
+    /// ELBv2's description.
+    pub description: Option<String>,
+    /// Under an NLB zonal shift.
+    pub zonal_shift: bool,
 }
 
 struct Shared {
@@ -210,6 +269,9 @@ struct Shared {
     rules: Mutex<Rules>,
     /// When each target (`id:port`) was last registered through the proxy.
     registered_at: Mutex<std::collections::HashMap<String, Instant>>,
+    /// Targets registered through the proxy per group: `id:port` → (QUIC server ID,
+    /// zone), for the rules moto cannot apply.
+    held: Mutex<BTreeMap<String, BTreeMap<String, Held>>>,
     decider: Mutex<Decider>,
     log: Mutex<Vec<Record>>,
     request_ids: std::sync::atomic::AtomicU64,
@@ -259,6 +321,7 @@ impl ChaosProxy {
             upstream,
             rules: Mutex::new(Rules::default()),
             registered_at: Mutex::new(std::collections::HashMap::new()),
+            held: Mutex::new(BTreeMap::new()),
             decider: Mutex::new(Decider {
                 rng: fastrand::Rng::with_seed(chaos.seed),
                 share: chaos.fault_share,
@@ -307,6 +370,20 @@ impl ChaosProxy {
     /// Every request received so far, in arrival order.
     pub fn records(&self) -> Vec<Record> {
         lock(&self.shared.log).clone()
+    }
+
+    /// The targets (`id:port`) of group `arn` registered through the proxy and not
+    /// deregistered since, each with the zone it was registered in (if any) and its QUIC
+    /// server ID (if any).
+    pub fn held(&self, arn: &str) -> BTreeMap<String, (Option<String>, Option<String>)> {
+        lock(&self.shared.held)
+            .get(arn)
+            .map(|g| {
+                g.iter()
+                    .map(|(k, h)| (k.clone(), (h.zone.clone(), h.quic.clone())))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -442,10 +519,13 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
     while let Ok(Some(request)) = read_message(&mut read, false).await {
         let at = Instant::now();
         let (service, operation) = classify(&request);
-        let verdict = lock(&shared.rules).judge(service, &operation, &request.body);
+        let mut verdict = lock(&shared.rules).judge(service, &operation, &request.body);
+        if verdict == Verdict::Pass && service == Service::Elbv2 {
+            verdict = model_judge(&shared, &operation, &request.body);
+        }
         let fate = match verdict {
             Verdict::Pass => lock(&shared.decider).decide(service),
-            Verdict::Refuse(_) | Verdict::Deny(_) => Fate::Refused,
+            Verdict::Refuse(_) | Verdict::Deny(_) | Verdict::Error { .. } => Fate::Refused,
             Verdict::LoseAnswer => Fate::AnswerLost,
             Verdict::Stall => Fate::Stalled,
             Verdict::Throttle => Fate::Throttled,
@@ -492,6 +572,20 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
                     elbv2_error("Sender", "ValidationError", &message, &request_id).into_bytes(),
                 )
             }
+            (_, Verdict::Error { code, message }) => {
+                let id = shared
+                    .request_ids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let request_id = format!("c4a05000-0000-4000-8000-{id:012x}");
+                (
+                    "400 Bad Request".to_owned(),
+                    vec![
+                        ("Content-Type".to_owned(), "text/xml".to_owned()),
+                        ("x-amzn-RequestId".to_owned(), request_id.clone()),
+                    ],
+                    elbv2_error("Sender", code, &message, &request_id).into_bytes(),
+                )
+            }
             (_, Verdict::Deny(message)) => {
                 let id = shared
                     .request_ids
@@ -530,6 +624,9 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
                         &request.body,
                         response.body,
                     );
+                    let ok = status.starts_with('2');
+                    let body =
+                        model_answer(&shared, &operation_of(&request), &request.body, ok, body);
                     (status, response.headers, body)
                 }
                 Err(e) => (
@@ -621,6 +718,13 @@ enum Verdict {
     Throttle,
     /// Forward after this long.
     Delay(Duration),
+    /// Answer ELBv2's error `code` (HTTP 400) with this message.
+    Error {
+        /// The error code.
+        code: &'static str,
+        /// The message.
+        message: String,
+    },
 }
 
 impl Rules {
@@ -670,25 +774,359 @@ impl Rules {
         if service != Service::Elbv2 || operation != "RegisterTargets" {
             return Verdict::Pass;
         }
-        for (id, zone) in form_targets(&text) {
+        for (id, _) in form_targets(&text) {
             if let Some((_, message)) = self.refuse.iter().find(|(ip, _)| *ip == id) {
                 return Verdict::Refuse(message.clone());
-            }
-            let outside = match (&self.vpc, id.parse::<std::net::Ipv4Addr>()) {
-                (Some((net, len)), Ok(ip)) => {
-                    let mask = u32::MAX.checked_shl(32 - u32::from(*len)).unwrap_or(0);
-                    u32::from(ip) & mask != u32::from(*net) & mask
-                }
-                _ => false,
-            };
-            if outside && zone.as_deref() != Some("all") {
-                return Verdict::Refuse(format!(
-                    "The Availability Zone is required for IP address '{id}' because it is not in the VPC"
-                ));
             }
         }
         Verdict::Pass
     }
+
+    /// Whether `id` is an IPv4 address outside [`Rules::vpc`].
+    fn outside(&self, id: &str) -> bool {
+        match (&self.vpc, id.parse::<std::net::Ipv4Addr>()) {
+            (Some((net, len)), Ok(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(*len)).unwrap_or(0);
+                u32::from(ip) & mask != u32::from(*net) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The ELBv2 model: the VPC and its zones, the quota, QUIC groups, health reasons.
+
+/// A target registered through the proxy.
+#[derive(Debug, Clone, Default)]
+struct Held {
+    /// Its `QuicServerId`.
+    quic: Option<String>,
+    /// The `AvailabilityZone` it was registered with.
+    zone: Option<String>,
+}
+
+/// One `Targets.member.N` of a form body.
+#[derive(Debug, Clone, Default)]
+struct FormTarget {
+    id: String,
+    port: String,
+    zone: Option<String>,
+    quic: Option<String>,
+}
+
+impl FormTarget {
+    fn key(&self) -> String {
+        format!("{}:{}", self.id, self.port)
+    }
+}
+
+/// ELBv2's verdict on a RegisterTargets under the model's rules (before moto applies it).
+fn model_judge(shared: &Shared, operation: &str, body: &[u8]) -> Verdict {
+    if operation != "RegisterTargets" {
+        return Verdict::Pass;
+    }
+    let text = String::from_utf8_lossy(body);
+    let arn = form_param(&text, "TargetGroupArn").unwrap_or_default();
+    let targets = form_target_list(&text);
+    let rules = lock(&shared.rules);
+    let held = lock(&shared.held);
+    let group = held.get(&arn);
+    let invalid = |message: String| Verdict::Error {
+        code: "ValidationError",
+        message,
+    };
+    let quic = rules.quic.contains(&arn);
+    for t in &targets {
+        if rules.outside(&t.id) {
+            if rules.cross_zone_off.contains(&arn) {
+                match t.zone.as_deref() {
+                    None | Some("all") => {
+                        return invalid(format!(
+                            "When cross-zone load balancing is disabled on this target group, you must specify an Availability Zone for IP target '{}' since it is outside of the VPC",
+                            t.id
+                        ));
+                    }
+                    Some(z) if !rules.zones.iter().any(|v| v == z) => {
+                        return invalid(format!(
+                            "The Availability Zone '{z}' is not an Availability Zone of the target group's VPC"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            } else if t.zone.is_none() {
+                return invalid(format!(
+                    "The Availability Zone is required for IP address '{}' because it is not in the VPC",
+                    t.id
+                ));
+            }
+        }
+        match (&t.quic, quic) {
+            (None, true) => {
+                return invalid(format!(
+                    "A QUIC server ID is required for target '{}' of a QUIC or TCP_QUIC target group",
+                    t.key()
+                ));
+            }
+            (Some(_), false) => {
+                return invalid(format!(
+                    "A QUIC server ID can only be specified for QUIC and TCP_QUIC target groups (target '{}')",
+                    t.key()
+                ));
+            }
+            (Some(id), true) => {
+                let well_formed = id.len() == 18
+                    && id.starts_with("0x")
+                    && id[2..]
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                if !well_formed {
+                    return invalid(format!(
+                        "The QUIC server ID '{id}' is not valid: it must be 0x followed by 16 lowercase hexadecimal characters"
+                    ));
+                }
+                let holder = group.and_then(|g| {
+                    g.iter()
+                        .find(|(k, h)| h.quic.as_deref() == Some(id) && **k != t.key())
+                });
+                if let Some((other, _)) = holder {
+                    return invalid(format!(
+                        "The QUIC server ID '{id}' is already used by target '{other}'"
+                    ));
+                }
+                if let Some(old) = group
+                    .and_then(|g| g.get(&t.key()))
+                    .and_then(|h| h.quic.as_deref())
+                    .filter(|old| *old != id)
+                {
+                    return invalid(format!(
+                        "The QUIC server ID of registered target '{}' cannot be modified from '{old}'; deregister it first",
+                        t.key()
+                    ));
+                }
+            }
+            (None, false) => {}
+        }
+    }
+    if let Some(quota) = rules.quota {
+        let new = targets
+            .iter()
+            .filter(|t| group.is_none_or(|g| !g.contains_key(&t.key())))
+            .map(FormTarget::key)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        if group.map_or(0, BTreeMap::len) + new > quota {
+            return Verdict::Error {
+                code: "TooManyTargets",
+                message: "You've reached the limit on the number of targets.".into(),
+            };
+        }
+    }
+    Verdict::Pass
+}
+
+/// Records what moto applied (registrations, deregistrations) and rewrites its Describe
+/// answers as ELBv2 would give them under the model's rules.
+fn model_answer(
+    shared: &Shared,
+    operation: &str,
+    request: &[u8],
+    ok: bool,
+    body: Vec<u8>,
+) -> Vec<u8> {
+    let text = String::from_utf8_lossy(request);
+    let arn = || form_param(&text, "TargetGroupArn").unwrap_or_default();
+    match operation {
+        "RegisterTargets" if ok => {
+            let mut held = lock(&shared.held);
+            let group = held.entry(arn()).or_default();
+            for t in form_target_list(&text) {
+                group.insert(
+                    t.key(),
+                    Held {
+                        quic: t.quic.clone(),
+                        zone: t.zone.clone(),
+                    },
+                );
+            }
+            body
+        }
+        "DeregisterTargets" if ok => {
+            if let Some(group) = lock(&shared.held).get_mut(&arn()) {
+                for t in form_target_list(&text) {
+                    group.remove(&t.key());
+                }
+            }
+            body
+        }
+        "DescribeTargetGroups" if ok => {
+            let quic = lock(&shared.rules).quic.clone();
+            if quic.is_empty() {
+                return body;
+            }
+            let answer = String::from_utf8_lossy(&body).into_owned();
+            rewrite_members(&answer, "TargetGroups", |member| {
+                let is_quic = element(member, "TargetGroupArn").is_some_and(|a| quic.contains(&a));
+                if !is_quic {
+                    return member.to_owned();
+                }
+                match element(member, "Protocol") {
+                    Some(p) => member.replacen(
+                        &format!("<Protocol>{p}</Protocol>"),
+                        "<Protocol>QUIC</Protocol>",
+                        1,
+                    ),
+                    None => member.to_owned(),
+                }
+            })
+            .into_bytes()
+        }
+        "DescribeTargetHealth" if ok => {
+            let arn = arn();
+            let rules = lock(&shared.rules).clone();
+            let held = lock(&shared.held).get(&arn).cloned().unwrap_or_default();
+            let answer = String::from_utf8_lossy(&body).into_owned();
+            rewrite_members(&answer, "TargetHealthDescriptions", |member| {
+                let id = element(member, "Id").unwrap_or_default();
+                let port = element(member, "Port").unwrap_or_default();
+                let mut member = member.to_owned();
+                if let Some(h) = held.get(&format!("{id}:{port}")) {
+                    let mut extra = String::new();
+                    if let Some(q) = h.quic.as_ref().filter(|_| rules.quic.contains(&arn)) {
+                        extra.push_str(&format!("<QuicServerId>{q}</QuicServerId>"));
+                    }
+                    if let Some(z) = &h.zone
+                        && element(&member, "AvailabilityZone").is_none()
+                    {
+                        extra.push_str(&format!("<AvailabilityZone>{z}</AvailabilityZone>"));
+                    }
+                    member = member.replacen("</Target>", &format!("{extra}</Target>"), 1);
+                }
+                let rule = rules.health.iter().find(|(ip, _)| *ip == id).map(|(_, r)| r);
+                if let Some(r) = rule
+                    && let (Some(start), Some(end)) =
+                        (member.find("<TargetHealth>"), member.find("</TargetHealth>"))
+                {
+                    let state = r
+                        .state
+                        .clone()
+                        .or_else(|| element(&member, "State"))
+                        .unwrap_or_default();
+                    let mut health = format!("<TargetHealth><State>{state}</State>");
+                    if let Some(reason) = &r.reason {
+                        health.push_str(&format!("<Reason>{reason}</Reason>"));
+                    }
+                    if let Some(d) = &r.description {
+                        health.push_str(&format!("<Description>{d}</Description>"));
+                    }
+                    health.push_str("</TargetHealth>");
+                    member.replace_range(start..end + "</TargetHealth>".len(), &health);
+                }
+                let shifted = rule.is_some_and(|r| r.zonal_shift);
+                let o = if shifted {
+                    "<AdministrativeOverride><State>zonal_shift_active</State><Reason>AdministrativeOverride.ZonalShiftActive</Reason><Description>Target is in an Availability Zone that has traffic shifted away from it</Description></AdministrativeOverride>"
+                } else {
+                    "<AdministrativeOverride><State>no_override</State><Reason>AdministrativeOverride.NoOverride</Reason><Description>No override is currently active on target</Description></AdministrativeOverride>"
+                };
+                if !member.contains("<AdministrativeOverride>") {
+                    member.push_str(o);
+                }
+                member
+            })
+            .into_bytes()
+        }
+        _ => body,
+    }
+}
+
+/// `xml` with each top-level `<member>` of the `<list>` element replaced by `f` of its
+/// content (nested `<member>`s are part of their parent's content).
+fn rewrite_members(xml: &str, list: &str, mut f: impl FnMut(&str) -> String) -> String {
+    let open = format!("<{list}>");
+    let close = format!("</{list}>");
+    let (Some(start), Some(end)) = (xml.find(&open), xml.rfind(&close)) else {
+        return xml.to_owned();
+    };
+    let inner = &xml[start + open.len()..end];
+    let mut out = String::with_capacity(xml.len() + 256);
+    out.push_str(&xml[..start + open.len()]);
+    let mut rest = inner;
+    while let Some(at) = rest.find("<member>") {
+        out.push_str(&rest[..at]);
+        let content_start = at + "<member>".len();
+        // Find the matching </member>, counting nested members.
+        let mut depth = 1usize;
+        let mut i = content_start;
+        let bytes = rest.as_bytes();
+        let mut content_end = rest.len();
+        while i < bytes.len() {
+            if rest[i..].starts_with("<member>") {
+                depth += 1;
+                i += "<member>".len();
+            } else if rest[i..].starts_with("</member>") {
+                depth -= 1;
+                if depth == 0 {
+                    content_end = i;
+                    break;
+                }
+                i += "</member>".len();
+            } else {
+                i += 1;
+            }
+        }
+        out.push_str("<member>");
+        out.push_str(&f(&rest[content_start..content_end]));
+        out.push_str("</member>");
+        rest = rest
+            .get(content_end + "</member>".len()..)
+            .unwrap_or_default();
+    }
+    out.push_str(rest);
+    out.push_str(&xml[end..]);
+    out
+}
+
+/// The text of the first `<name>` element of `xml`.
+fn element(xml: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find('<')?;
+    Some(xml[start..end].to_owned())
+}
+
+/// A top-level parameter of a form body.
+fn form_param(body: &str, name: &str) -> Option<String> {
+    body.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+/// Each `Targets.member.N` of a form body, in order.
+fn form_target_list(body: &str) -> Vec<FormTarget> {
+    let mut by_index: BTreeMap<u32, FormTarget> = BTreeMap::new();
+    for pair in body.split('&') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let Some((n, field)) = key
+            .strip_prefix("Targets.member.")
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u32>() else { continue };
+        let entry = by_index.entry(n).or_default();
+        let value = percent_decode(value);
+        match field {
+            "Id" => entry.id = value,
+            "Port" => entry.port = value,
+            "AvailabilityZone" => entry.zone = Some(value),
+            "QuicServerId" => entry.quic = Some(value),
+            _ => {}
+        }
+    }
+    by_index.into_values().collect()
 }
 
 /// The operation of a request (as the log names it).

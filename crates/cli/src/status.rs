@@ -240,7 +240,8 @@ pub async fn read(cluster: &str, table: &str, groups: &[String]) -> Result<Statu
                     .collect();
                 match engine.groups.health(&g.target_group_arn).await {
                     Ok(health) => {
-                        for (t, h) in health {
+                        for th in health {
+                            let (t, h) = (th.target, th.state);
                             if h == HealthState::Draining {
                                 if let Some(row) = targets.get_mut(&t) {
                                     row.health = health_name(&h);

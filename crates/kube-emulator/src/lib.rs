@@ -3,7 +3,9 @@
 //! `GetCallerIdentity` URLs) verified by signature, LIST with label/field
 //! selectors and consistent `limit`/`continue` paging, WATCH, real `Status`
 //! error bodies, optimistic concurrency and preconditions, pod status
-//! patches, and (optionally) graceful deletion.
+//! patches, and (optionally) graceful deletion. Nodes can be read one at a
+//! time (`GET /api/v1/nodes/{name}`, seeded with [`Store::put_node`]), for
+//! the zone label a registration outside the target group's VPC may need.
 //!
 //! No real API server can run where tgsync is tested, and tgsync will run
 //! against a real one; so this emulator follows documented Kubernetes

@@ -228,6 +228,7 @@ enum Route<'a> {
     NamespacePods(&'a str),
     Pod(&'a str, &'a str),
     PodStatus(&'a str, &'a str),
+    Node(&'a str),
 }
 
 impl Route<'_> {
@@ -244,6 +245,7 @@ fn route(path: &str) -> Option<Route<'_>> {
         ["api"] => Route::ApiVersions,
         ["api", "v1"] => Route::ApiResources,
         ["api", "v1", "pods"] => Route::AllPods,
+        ["api", "v1", "nodes", name] if !name.is_empty() => Route::Node(name),
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => Route::NamespacePods(ns),
         ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
             Route::Pod(ns, name)
@@ -290,6 +292,13 @@ async fn respond(
         (Route::ApiVersions, Method::GET) => json_response(200, &api_versions(state.address)),
         (Route::ApiResources, Method::GET) => json_response(200, &api_resources()),
         (Route::AllPods, Method::GET) => list_pods(state, None, &query),
+        (Route::Node(name), Method::GET) => {
+            let node = state
+                .store
+                .get_node(name)
+                .ok_or_else(|| ApiError::node_not_found(name))?;
+            json_response(200, &node)
+        }
         (Route::NamespacePods(ns), Method::GET) => list_pods(state, Some(ns), &query),
         (Route::NamespacePods(ns), Method::POST) => {
             let body = read_body(req).await?;
@@ -377,6 +386,15 @@ fn api_resources() -> APIResourceList {
                 verbs: verbs(&[
                     "create", "delete", "get", "list", "patch", "update", "watch",
                 ]),
+                ..APIResource::default()
+            },
+            APIResource {
+                kind: "Node".to_owned(),
+                name: "nodes".to_owned(),
+                namespaced: false,
+                short_names: Some(vec!["no".to_owned()]),
+                singular_name: "node".to_owned(),
+                verbs: verbs(&["get"]),
                 ..APIResource::default()
             },
             APIResource {

@@ -61,6 +61,18 @@ impl ApiError {
         }
     }
 
+    /// 404 for a node that does not exist, as the apiserver words it.
+    pub fn node_not_found(name: &str) -> Self {
+        Self {
+            details: Some(Box::new(StatusDetails {
+                name: Some(name.to_owned()),
+                kind: Some("nodes".to_owned()),
+                ..StatusDetails::default()
+            })),
+            ..Self::new(404, "NotFound", format!("nodes \"{name}\" not found"))
+        }
+    }
+
     /// 404 for a path that no handler serves.
     pub fn path_not_found() -> Self {
         Self {

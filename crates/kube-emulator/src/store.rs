@@ -167,6 +167,9 @@ impl Inner {
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Mutex<Inner>>,
+    /// Nodes by name: only read (`GET /api/v1/nodes/{name}`), so kept apart from the
+    /// versioned pod history.
+    nodes: Arc<Mutex<BTreeMap<String, k8s_openapi::api::core::v1::Node>>>,
 }
 
 impl Default for Store {
@@ -256,7 +259,26 @@ impl Store {
                 log: VecDeque::new(),
                 updates: broadcast::Sender::new(WATCH_BACKLOG),
             })),
+            nodes: Arc::default(),
         }
+    }
+
+    /// Creates or replaces a node (by `metadata.name`), as the kubelet registers it.
+    pub fn put_node(&self, node: k8s_openapi::api::core::v1::Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name, node);
+    }
+
+    /// A node by name.
+    pub fn get_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
+        self.nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -672,3 +672,34 @@ async fn patches_preconditions_and_discovery() {
         .await;
     assert_eq!(too_big.status, 413);
 }
+
+#[tokio::test]
+async fn a_node_is_read_by_name_and_a_missing_one_is_a_404_status() {
+    let emulator = start().await;
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": "ip-10-0-1-7.ec2.internal",
+                     "labels": {"topology.kubernetes.io/zone": "us-east-1a"}}
+    }))
+    .unwrap();
+    emulator.store().put_node(node);
+    let client = Client::new(&emulator);
+
+    let found = client.get("/api/v1/nodes/ip-10-0-1-7.ec2.internal").await;
+    assert_eq!(found.status, 200);
+    let body = found.json();
+    assert_eq!(body["kind"], "Node");
+    assert_eq!(
+        body["metadata"]["labels"]["topology.kubernetes.io/zone"],
+        "us-east-1a"
+    );
+
+    let missing = client.get("/api/v1/nodes/ip-10-0-9-9.ec2.internal").await;
+    assert_eq!(missing.status, 404);
+    let body = missing.json();
+    assert_eq!(body["reason"], "NotFound");
+    assert_eq!(
+        body["message"],
+        "nodes \"ip-10-0-9-9.ec2.internal\" not found"
+    );
+    assert_eq!(body["details"]["kind"], "nodes");
+}

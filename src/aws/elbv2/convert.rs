@@ -6,7 +6,10 @@ use std::net::IpAddr;
 
 use aws_sdk_elasticloadbalancingv2::types as sdk;
 
-use crate::core::{AddressFamily, GroupFacts, HealthState, Target};
+use crate::core::health::NO_OVERRIDE;
+use crate::core::{
+    AddressFamily, AdministrativeOverride, GroupFacts, HealthState, Target, TargetHealth,
+};
 use crate::groups::TargetGroup;
 
 /// A described target group as discovery reports it (tags filled in later). `None` for
@@ -32,6 +35,7 @@ pub(super) fn group(tg: &sdk::TargetGroup) -> Option<TargetGroup> {
                 .unwrap_or_default(),
             port: tg.port().and_then(|p| u16::try_from(p).ok()),
             family,
+            quic: GroupFacts::is_quic_protocol(tg.protocol().map(|p| p.as_str())),
         },
         tags: BTreeMap::new(),
         arn,
@@ -60,28 +64,53 @@ pub(super) fn tag_map(
         .collect()
 }
 
-/// The SDK's description of an IP target: the IP as `Id`, and the port. No
-/// AvailabilityZone for an IP in the group's VPC (ELBv2 then uses the IP's own zone, so
-/// cross-zone-off routing keeps working); `all` for one outside it, which ELBv2 requires.
-pub(super) fn description(target: &Target, outside_vpc: bool) -> sdk::TargetDescription {
+/// The SDK's description of an IP target: the IP as `Id`, the port, and the QUIC server
+/// ID of a target of a QUIC group (never for any other). `zone` is `None` for an IP in
+/// the group's VPC (ELBv2 then uses the IP's own zone, so cross-zone-off routing keeps
+/// working), and `all` or a zone of the VPC for one outside it, which ELBv2 requires.
+pub(super) fn description(target: &Target, zone: Option<&str>) -> sdk::TargetDescription {
     sdk::TargetDescription::builder()
         .id(target.ip.to_string())
         .port(i32::from(target.port))
-        .set_availability_zone(outside_vpc.then(|| "all".to_owned()))
+        .set_availability_zone(zone.map(str::to_owned))
+        .set_quic_server_id(target.quic_server_id.map(|id| id.to_string()))
         .build()
 }
 
-/// One DescribeTargetHealth entry as `(target, state)`. `None` for targets whose `Id` is
-/// not an IP (instance or Lambda targets cannot be tgsync's) or that lack a port.
-pub(super) fn health(d: &sdk::TargetHealthDescription) -> Option<(Target, HealthState)> {
+/// One DescribeTargetHealth entry: the target (with its QUIC server ID, if it has one),
+/// its state, ELBv2's reason and description, and an administrative override in force.
+/// `None` for targets whose `Id` is not an IP (instance or Lambda targets cannot be
+/// tgsync's), that lack a port, or whose server ID is not one.
+pub(super) fn health(d: &sdk::TargetHealthDescription) -> Option<TargetHealth> {
     let target = d.target()?;
     let ip: IpAddr = target.id()?.parse().ok()?;
     let port = u16::try_from(target.port()?).ok()?;
-    let state = d.target_health().and_then(|h| h.state()).map_or_else(
+    let mut t = Target::new(ip, port);
+    if let Some(id) = target.quic_server_id() {
+        t = t.with_quic_server_id(id.parse().ok()?);
+    }
+    let health = d.target_health();
+    let state = health.and_then(|h| h.state()).map_or_else(
         || HealthState::Other("unknown".into()),
         |s| HealthState::from_api(s.as_str()),
     );
-    Some((Target::new(ip, port), state))
+    let administrative_override = d.administrative_override().and_then(|o| {
+        let state = o.state()?.as_str();
+        (state != NO_OVERRIDE).then(|| AdministrativeOverride {
+            state: state.to_owned(),
+            reason: o.reason().map(|r| r.as_str().to_owned()),
+            description: o.description().map(str::to_owned),
+        })
+    });
+    Some(TargetHealth {
+        target: t,
+        state,
+        reason: health
+            .and_then(|h| h.reason())
+            .map(|r| r.as_str().to_owned()),
+        description: health.and_then(|h| h.description()).map(str::to_owned),
+        administrative_override,
+    })
 }
 
 #[cfg(test)]
@@ -125,18 +154,98 @@ mod tests {
         };
         assert_eq!(
             health(&entry("fd00::1", "draining")),
-            Some(("[fd00::1]:80".parse().unwrap(), HealthState::Draining))
+            Some(TargetHealth::new(
+                "[fd00::1]:80".parse().unwrap(),
+                HealthState::Draining
+            ))
         );
         assert_eq!(health(&entry("i-0123456789abcdef0", "healthy")), None);
     }
 
     #[test]
-    fn descriptions_use_the_ip_as_id() {
-        let d = description(&"[fd00::1]:443".parse().unwrap(), false);
+    fn health_reads_reason_description_override_and_server_id() {
+        let d = sdk::TargetHealthDescription::builder()
+            .target(
+                sdk::TargetDescription::builder()
+                    .id("10.0.0.5")
+                    .port(443)
+                    .quic_server_id("0x0123456789abcdef")
+                    .build(),
+            )
+            .target_health(
+                sdk::TargetHealth::builder()
+                    .state(sdk::TargetHealthStateEnum::Unused)
+                    .reason(sdk::TargetHealthReasonEnum::NotInUse)
+                    .description(
+                        "Target group is not configured to receive traffic from the load balancer",
+                    )
+                    .build(),
+            )
+            .administrative_override(
+                sdk::AdministrativeOverride::builder()
+                    .state(sdk::TargetAdministrativeOverrideStateEnum::ZonalShiftActive)
+                    .reason(sdk::TargetAdministrativeOverrideReasonEnum::ZonalShiftEngaged)
+                    .description("Target is in a zone that is shifted away")
+                    .build(),
+            )
+            .build();
+        let h = health(&d).unwrap();
+        assert_eq!(h.target.to_string(), "10.0.0.5:443@0x0123456789abcdef");
+        assert_eq!(h.state, HealthState::Unused);
+        assert_eq!(h.reason.as_deref(), Some("Target.NotInUse"));
+        assert!(h.description.unwrap().starts_with("Target group is not"));
+        let o = h.administrative_override.unwrap();
+        assert_eq!(o.state, "zonal_shift_active");
+        assert_eq!(
+            o.reason.as_deref(),
+            Some("AdministrativeOverride.ZonalShiftActive")
+        );
+        // `no_override` is no override.
+        let d = sdk::TargetHealthDescription::builder()
+            .target(
+                sdk::TargetDescription::builder()
+                    .id("10.0.0.5")
+                    .port(443)
+                    .build(),
+            )
+            .administrative_override(
+                sdk::AdministrativeOverride::builder()
+                    .state(sdk::TargetAdministrativeOverrideStateEnum::NoOverride)
+                    .build(),
+            )
+            .build();
+        assert_eq!(health(&d).unwrap().administrative_override, None);
+    }
+
+    #[test]
+    fn descriptions_use_the_ip_as_id_and_send_a_server_id_only_when_there_is_one() {
+        let d = description(&"[fd00::1]:443".parse().unwrap(), None);
         assert_eq!(d.id(), Some("fd00::1"));
         assert_eq!(d.port(), Some(443));
         assert_eq!(d.availability_zone(), None);
-        let d = description(&"192.168.5.5:443".parse().unwrap(), true);
+        assert_eq!(d.quic_server_id(), None);
+        let d = description(&"192.168.5.5:443".parse().unwrap(), Some("all"));
         assert_eq!(d.availability_zone(), Some("all"));
+        let d = description(
+            &"192.168.5.5:443@0x00000000000000ff".parse().unwrap(),
+            Some("eu-west-1b"),
+        );
+        assert_eq!(d.availability_zone(), Some("eu-west-1b"));
+        assert_eq!(d.quic_server_id(), Some("0x00000000000000ff"));
+    }
+
+    #[test]
+    fn quic_protocols_mark_the_group() {
+        let mut g = tg(None);
+        assert!(!group(&g).unwrap().facts.quic);
+        for (p, quic) in [
+            ("QUIC", true),
+            ("TCP_QUIC", true),
+            ("UDP", false),
+            ("TCP", false),
+        ] {
+            g.protocol = Some(sdk::ProtocolEnum::from(p));
+            assert_eq!(group(&g).unwrap().facts.quic, quic, "{p}");
+        }
     }
 }
