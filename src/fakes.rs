@@ -91,6 +91,7 @@ pub struct FakePods {
     changes: Mutex<Changes>,
     /// Zone label per node name.
     zones: Mutex<BTreeMap<String, String>>,
+    gates_set: AtomicU64,
 }
 
 /// Every change since the fake started, for watches: the revision counter, the log of
@@ -180,6 +181,11 @@ impl FakePods {
     /// Requests of any kind served (LIST, GET, gate patches): what the Kubernetes API saw.
     pub fn requests(&self) -> u64 {
         self.list_calls() + self.get_calls()
+    }
+
+    /// Gate condition patches served so far.
+    pub fn gates_set(&self) -> u64 {
+        self.gates_set.load(Ordering::SeqCst)
     }
 
     /// Runs `f` on the pod named in the next gate patch, just before the patch is applied
@@ -321,7 +327,14 @@ impl PodSource for FakePods {
             .cloned())
     }
 
-    async fn open_gate(&self, namespace: &str, name: &str, uid: &str) -> Result<(), PodsError> {
+    async fn set_gate(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        verdict: &crate::core::gate::GateVerdict,
+        _transition: bool,
+    ) -> Result<(), PodsError> {
         self.chaos.pause().await;
         let hook = lock(&self.before_gate).take();
         match lock(&self.pods).get_mut(&(namespace.to_owned(), name.to_owned())) {
@@ -339,7 +352,13 @@ impl PodSource for FakePods {
                         ),
                     });
                 }
-                crate::testkit::set_condition(pod, crate::core::pod::READINESS_GATE, true);
+                crate::testkit::set_gate_condition(
+                    pod,
+                    verdict.open,
+                    &verdict.reason,
+                    &verdict.message,
+                );
+                self.gates_set.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             }
             None => Err(PodsError::Patch {

@@ -7,6 +7,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 use thiserror::Error;
 
+use crate::core::gate::GateVerdict;
 use crate::core::{PodFacts, Selector};
 
 /// A consistent listing and the `resourceVersion` it is consistent at: a watch started
@@ -104,14 +105,18 @@ pub trait PodSource: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<Pod>, PodsError>> + Send;
 
-    /// Sets the `tgsync/target-health` readiness-gate condition of pod `uid` True (a
-    /// strategic merge patch of `pods/status` with a UID precondition, so a namesake
-    /// created since is never touched), once its target is healthy in the NLB.
-    fn open_gate(
+    /// Sets the `tgsync/target-health` readiness-gate condition of pod `uid` as
+    /// `verdict` says (True once its target is healthy in every group that selects it;
+    /// False, with ELBv2's reason, while it is not): a strategic merge patch of
+    /// `pods/status` with a UID precondition, so a namesake created since is never
+    /// touched. `transition`: the status changes (its `lastTransitionTime` is set).
+    fn set_gate(
         &self,
         namespace: &str,
         name: &str,
         uid: &str,
+        verdict: &GateVerdict,
+        transition: bool,
     ) -> impl Future<Output = Result<(), PodsError>> + Send;
 
     /// The Availability Zone of node `name` (its `topology.kubernetes.io/zone` label);
@@ -127,21 +132,28 @@ pub trait PodSource: Send + Sync {
     }
 }
 
-/// The `pods/status` patch that opens the readiness gate: conditions merge by `type`, so
-/// only this condition is added or changed; `metadata.uid` makes the API server refuse
-/// it (409 Conflict) for any other pod of that name.
-pub fn gate_patch(now_rfc3339: &str, uid: &str) -> serde_json::Value {
+/// The `pods/status` patch that sets the readiness gate's condition: conditions merge by
+/// `type`, so only this condition is added or changed; `metadata.uid` makes the API
+/// server refuse it (409 Conflict) for any other pod of that name. `lastTransitionTime`
+/// is sent only when the status changes (`transition`), as Kubernetes means it.
+pub fn gate_patch(
+    now_rfc3339: &str,
+    uid: &str,
+    verdict: &GateVerdict,
+    transition: bool,
+) -> serde_json::Value {
+    let mut condition = serde_json::json!({
+        "type": crate::core::pod::READINESS_GATE,
+        "status": if verdict.open { "True" } else { "False" },
+        "reason": verdict.reason,
+        "message": verdict.message,
+    });
+    if transition {
+        condition["lastTransitionTime"] = serde_json::json!(now_rfc3339);
+    }
     serde_json::json!({
         "metadata": { "uid": uid },
-        "status": {
-            "conditions": [{
-                "type": crate::core::pod::READINESS_GATE,
-                "status": "True",
-                "reason": "TargetHealthy",
-                "message": "the pod's NLB target is healthy (set by tgsync)",
-                "lastTransitionTime": now_rfc3339,
-            }]
-        }
+        "status": { "conditions": [condition] }
     })
 }
 

@@ -451,6 +451,24 @@ pub fn set_condition(pod: &mut Pod, ty: &str, value: bool) {
     }
 }
 
+/// Sets the `tgsync/target-health` condition as a gate patch does (status, reason and
+/// message).
+pub fn set_gate_condition(pod: &mut Pod, open: bool, reason: &str, message: &str) {
+    set_condition(pod, crate::core::pod::READINESS_GATE, open);
+    if let Some(c) = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| {
+            cs.iter_mut()
+                .find(|c| c.type_ == crate::core::pod::READINESS_GATE)
+        })
+    {
+        c.reason = Some(reason.to_owned());
+        c.message = Some(message.to_owned());
+    }
+}
+
 fn condition(ty: &str, value: bool) -> PodCondition {
     PodCondition {
         type_: ty.into(),

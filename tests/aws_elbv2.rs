@@ -16,6 +16,8 @@ use tgsync::groups::{ElbError, TargetGroupApi};
 use tgsync::testkit::Unfenced;
 
 async fn client() -> Client {
+    // 450 groups of one test here would slow every later binary's discovery.
+    moto::use_own_server();
     Client::new(&moto::sdk_config().await)
 }
 

@@ -202,7 +202,22 @@ async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").ready(false).build());
     let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(4));
     let change = async {
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        // After the full diff has read the group (nothing to do: the pod is not ready)
+        // and the watch runs, so the change is the watch's.
+        let started = std::time::Instant::now();
+        while !(proxy
+            .records()
+            .iter()
+            .any(|r| r.operation == "DescribeTargetHealth")
+            && w.emulator.faults().requests().iter().any(|q| q.is_watch()))
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "no full diff and watch"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
         // The registration this change calls for takes 4 s to answer: it is still in
         // flight when the watch's time is up.
         proxy.set_rules(|r| {

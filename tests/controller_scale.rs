@@ -60,6 +60,7 @@ async fn until_targets(w: &World, arn: &str, want: &[&str], limit: Duration) -> 
 async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
     use futures::StreamExt as _;
     use tgsync::aws::{Elbv2TargetGroups, MutationRate};
+    moto::use_own_server();
     let w = World::new().await;
     let web = w.group("shop", "app=web", 8080, &[]).await;
     // 999 more bound groups in ten namespaces, each selecting pods that do not exist.

@@ -405,6 +405,18 @@ async fn s11_readiness_gate_opens_when_the_target_is_healthy() {
     w.put_pod(pod);
     let r = w.resync().await;
     assert_eq!(w.targets(&arn).await, ["10.0.1.9:8080"], "{r:#?}");
+    // Right after its registration the gate says what it waits for.
+    let gate = gate_condition(&w, "web-g").expect("gate condition set");
+    assert_eq!(
+        (gate.status.as_str(), gate.reason.as_deref()),
+        ("False", Some("ElbRegistrationInProgress"))
+    );
+    assert!(
+        gate.message
+            .as_deref()
+            .is_some_and(|m| m.contains("10.0.1.9:8080 in tg-")),
+        "{gate:?}"
+    );
     // moto reports registered targets healthy at once; the next pass opens the gate.
     let r = w.resync().await;
     assert_eq!(
@@ -412,16 +424,11 @@ async fn s11_readiness_gate_opens_when_the_target_is_healthy() {
         ["shop/web-g"],
         "{r:#?}"
     );
-    let stored = w.emulator.store().get_pod("shop", "web-g").unwrap();
-    let gate = stored
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "tgsync/target-health")
-        .expect("gate condition set");
-    assert_eq!(gate.status, "True");
+    let gate = gate_condition(&w, "web-g").expect("gate condition set");
+    assert_eq!(
+        (gate.status.as_str(), gate.reason.as_deref()),
+        ("True", Some("TargetHealthy"))
+    );
     let patches: Vec<_> = w
         .emulator
         .faults()
@@ -429,11 +436,24 @@ async fn s11_readiness_gate_opens_when_the_target_is_healthy() {
         .into_iter()
         .filter(|q| q.method == "PATCH")
         .collect();
-    assert_eq!(patches.len(), 1);
-    assert_eq!(
-        patches[0].path(),
-        "/api/v1/namespaces/shop/pods/web-g/status"
+    // One write while the target registers (False, saying so), one when it is healthy.
+    assert_eq!(patches.len(), 2);
+    assert!(
+        patches
+            .iter()
+            .all(|p| p.path() == "/api/v1/namespaces/shop/pods/web-g/status")
     );
+}
+
+/// The pod's `tgsync/target-health` condition as stored.
+fn gate_condition(w: &World, name: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    w.emulator
+        .store()
+        .get_pod("shop", name)?
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "tgsync/target-health")
 }
 
 /// Kill the reconcile at every fault point (between every pair of side effects), against

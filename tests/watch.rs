@@ -262,14 +262,63 @@ async fn paced_world() -> (World, chaos_proxy::ChaosProxy) {
 
 /// When the proxy first forwarded a RegisterTargets naming `ip`.
 fn registered_at(proxy: &chaos_proxy::ChaosProxy, ip: &str) -> Option<Instant> {
+    registered_in(proxy, "", ip)
+}
+
+/// When the proxy first forwarded a RegisterTargets of group `arn` naming `ip`.
+fn registered_in(proxy: &chaos_proxy::ChaosProxy, arn: &str, ip: &str) -> Option<Instant> {
     proxy
         .records()
         .into_iter()
-        .find(|r| r.operation == "RegisterTargets" && r.body.contains(ip))
+        .find(|r| {
+            let body = chaos_proxy::percent_decode(&r.body);
+            r.operation == "RegisterTargets" && body.contains(arn) && body.contains(ip)
+        })
         .map(|r| r.at)
 }
 
-/// Waits (up to 20 s) until the pod's `tgsync/target-health` condition is True.
+/// How long the slower of two listeners' groups keeps a new target `initial`.
+const SLOW_INITIAL: Duration = Duration::from_secs(12);
+
+/// Two listeners' groups (8080, 8443) that select the same pods; the NLB keeps new
+/// targets `initial` [`INITIAL_FOR`] in the first and [`SLOW_INITIAL`] in the second.
+async fn two_listeners(w: &World, proxy: &chaos_proxy::ChaosProxy) -> (String, String) {
+    let fast = w.group("shop", "app=web", 8080, &[]).await;
+    let slow = w.group("shop", "app=web", 8443, &[]).await;
+    let needle = slow.clone();
+    proxy.set_rules(|r| r.initial_for_group = vec![(needle, SLOW_INITIAL)]);
+    (fast, slow)
+}
+
+/// The `tgsync/target-health` condition (status, reason, message) of every stored
+/// version of the pod that has one, oldest first: one per write of the condition.
+fn gate_writes(w: &World, name: &str) -> Vec<(String, String, String)> {
+    w.emulator
+        .store()
+        .versions_of("shop", name)
+        .into_iter()
+        .filter_map(|pod| {
+            pod.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "tgsync/target-health")
+                .map(|c| {
+                    (
+                        c.status,
+                        c.reason.unwrap_or_default(),
+                        c.message.unwrap_or_default(),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The name of the group `arn` (as messages show it).
+fn group_name(arn: &str) -> &str {
+    arn.split('/').nth(1).unwrap_or(arn)
+}
+
+/// Waits (up to 30 s) until the pod's `tgsync/target-health` condition is True.
 async fn gate_open(w: &World, name: &str) -> Instant {
     let started = Instant::now();
     loop {
@@ -288,11 +337,24 @@ async fn gate_open(w: &World, name: &str) -> Instant {
             return Instant::now();
         }
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < Duration::from_secs(30),
             "gate never opened"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The sample `pod-started` event for pod `name` of this world's cluster.
+fn pod_started(w: &World, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(format!(
+        "{}/events/pod-started.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut ev: serde_json::Value = serde_json::from_str(&text).unwrap();
+    ev["detail"]["clusterName"] = serde_json::json!(w.cluster);
+    ev["detail"]["involvedObject"]["name"] = serde_json::json!(name);
+    ev
 }
 
 fn gated(name: &str, ip: &str) -> k8s_openapi::api::core::v1::Pod {
@@ -335,14 +397,7 @@ async fn pod_events_opens_the_gate_of_the_pod_it_registered() {
     let (w, proxy) = paced_world().await;
     w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(gated("web-g", "10.0.1.9"));
-    let text = std::fs::read_to_string(format!(
-        "{}/events/pod-started.json",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let mut ev: serde_json::Value = serde_json::from_str(&text).unwrap();
-    ev["detail"]["clusterName"] = serde_json::json!(w.cluster);
-    ev["detail"]["involvedObject"]["name"] = serde_json::json!("web-g");
+    let ev = pod_started(&w, "web-g");
     let deadline = w.clock.now().plus(Duration::from_secs(60));
     let out = tgsync::handlers::pod_events::handle(&w.engine, &ev, Duration::ZERO, Some(deadline))
         .await
@@ -355,4 +410,135 @@ async fn pod_events_opens_the_gate_of_the_pod_it_registered() {
         serde_json::json!(["shop/web-g"]),
         "{out}"
     );
+}
+
+/// A pod behind two listeners: its gate opens only once its target is healthy in both
+/// groups (not when the faster one says so), and meanwhile says what it waits for,
+/// written only when that changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_waits_for_every_group_that_selects_the_pod() {
+    let (w, proxy) = paced_world().await;
+    let (fast, slow) = two_listeners(&w, &proxy).await;
+    w.put_pod(gated("web-g", "10.0.1.9"));
+    let until = w.clock.now().plus(Duration::from_secs(22));
+    let opts = scheduled();
+    let watching = w.engine.run_scheduled(&opts, until);
+    let (report, opened) = tokio::join!(watching, gate_open(&w, "web-g"));
+    let healthy_fast = registered_in(&proxy, &fast, "10.0.1.9").expect("registered") + INITIAL_FOR;
+    let healthy_slow = registered_in(&proxy, &slow, "10.0.1.9").expect("registered") + SLOW_INITIAL;
+    assert!(
+        opened >= healthy_slow,
+        "the gate opened {:?} before the target was healthy in the slower group ({:?} after the faster)",
+        healthy_slow - opened,
+        opened.saturating_duration_since(healthy_fast),
+    );
+    eprintln!(
+        "gate opened {:?} after the slower group said healthy, {:?} after the faster",
+        opened - healthy_slow,
+        opened - healthy_fast
+    );
+    assert!(opened - healthy_slow <= Duration::from_secs(5));
+    let watch = report.watch.expect("watch report");
+    assert_eq!(watch.gates_opened, ["shop/web-g"], "{watch:#?}");
+    let writes = gate_writes(&w, "web-g");
+    // While it waited, the condition said why, in ELBv2's words, naming the group.
+    let (fast_name, slow_name) = (group_name(&fast), group_name(&slow));
+    assert!(
+        writes
+            .iter()
+            .any(|(status, reason, message)| status == "False"
+                && reason == "ElbRegistrationInProgress"
+                && message.contains(&format!(
+                    "10.0.1.9:8443 in {slow_name}: initial (Elb.RegistrationInProgress"
+                ))
+                && !message.contains(fast_name)),
+        "{writes:#?}"
+    );
+    assert_eq!(
+        writes.last().map(|w| w.0.as_str()),
+        Some("True"),
+        "{writes:#?}"
+    );
+    // Written only when it changed: never the same condition twice in a row, and a
+    // handful of writes over ~15 s of polling.
+    for pair in writes.windows(2) {
+        assert_ne!(
+            pair[0], pair[1],
+            "the same condition written twice: {writes:#?}"
+        );
+    }
+    assert!(writes.len() <= 5, "{writes:#?}");
+}
+
+/// A closed gate says why: a target failing its health checks in one group keeps the
+/// gate False with `Target.FailedHealthChecks`, written once, not on every poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_gate_says_why_and_is_written_only_when_that_changes() {
+    let (w, proxy) = paced_world().await;
+    let (_, slow) = two_listeners(&w, &proxy).await;
+    proxy.set_rules(|r| r.unhealthy = vec!["10.0.1.9:8443".to_owned()]);
+    w.put_pod(gated("web-g", "10.0.1.9"));
+    let until = w.clock.now().plus(Duration::from_secs(10));
+    let report = w.engine.run_scheduled(&scheduled(), until).await;
+    let watch = report.watch.expect("watch report");
+    assert!(watch.gates_opened.is_empty(), "{watch:#?}");
+    let writes = gate_writes(&w, "web-g");
+    let (status, reason, message) = writes.last().cloned().expect("the gate was written");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "TargetFailedHealthChecks"),
+        "{writes:#?}"
+    );
+    assert!(
+        message.contains(&format!(
+            "10.0.1.9:8443 in {}: unhealthy (Target.FailedHealthChecks: Health checks failed)",
+            group_name(&slow)
+        )),
+        "{message}"
+    );
+    for pair in writes.windows(2) {
+        assert_ne!(
+            pair[0], pair[1],
+            "the same condition written twice: {writes:#?}"
+        );
+    }
+    // At most: not registered yet / registering, the faster group turning healthy, and
+    // the failing one — not one per poll over the 10 s.
+    assert!(writes.len() <= 4, "{writes:#?}");
+    let patches = w
+        .emulator
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|q| q.method == "PATCH")
+        .count();
+    assert_eq!(patches, writes.len(), "every PATCH wrote a change");
+}
+
+/// pod-events, for a gated pod behind two listeners, opens the gate only once the
+/// slower group says healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_events_waits_for_every_group_before_opening_the_gate() {
+    let (w, proxy) = paced_world().await;
+    let (_, slow) = two_listeners(&w, &proxy).await;
+    w.put_pod(gated("web-g", "10.0.1.9"));
+    let ev = pod_started(&w, "web-g");
+    let deadline = w.clock.now().plus(Duration::from_secs(60));
+    let out = tgsync::handlers::pod_events::handle(&w.engine, &ev, Duration::ZERO, Some(deadline))
+        .await
+        .expect("handled");
+    let opened = gate_open(&w, "web-g").await;
+    let healthy_slow = registered_in(&proxy, &slow, "10.0.1.9").expect("registered") + SLOW_INITIAL;
+    assert!(
+        opened >= healthy_slow,
+        "the gate opened {:?} before the slower group said healthy: {out}",
+        healthy_slow - opened
+    );
+    let opened_in: Vec<_> = out["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["gatesOpened"] == serde_json::json!(["shop/web-g"]))
+        .collect();
+    assert_eq!(opened_in.len(), 1, "{out}");
 }

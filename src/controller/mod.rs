@@ -36,7 +36,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
 use crate::core::checkpoint::rank_order;
-use crate::core::{HealthState, PodIndex, Selector, Target, UnixMillis, contribution};
+use crate::core::{PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
 use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
@@ -713,67 +713,66 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             })
     }
 
-    /// Every [`GATE_POLL`], reads the target health of the groups with a gate waiting
-    /// and opens the gates of pods whose target is healthy (no lease: the patch carries
-    /// the pod's UID, and opening a gate changes no target).
+    /// Every [`GATE_POLL`], settles the gates of the pods waiting on theirs in the groups
+    /// with one (see `reconcile::gates`: open once the target is healthy in every group
+    /// that selects the pod; closed with ELBv2's reason meanwhile). No lease: the patch
+    /// carries the pod's UID, and a gate changes no target.
     async fn poll_gates(&self) {
         let engine = self.engine;
-        // When each waiting target was last read not healthy: it turned healthy after
-        // that, so a gate opened now took at most this long.
-        let mut unhealthy_at: BTreeMap<(String, Target), UnixMillis> = BTreeMap::new();
+        // When each waiting pod's verdict was last closed: its target turned healthy
+        // everywhere after that, so a gate opened now took at most this long.
+        let mut closed_at: BTreeMap<String, UnixMillis> = BTreeMap::new();
         loop {
             tokio::time::sleep(GATE_POLL).await;
             let gated = lock(&self.gated).clone();
             let bound = lock(&self.bound).clone();
+            // A pod selected by several gated groups is settled once per poll.
+            let mut settled: std::collections::BTreeSet<String> = Default::default();
             for arn in gated {
                 let Some(b) = bound.get(&arn) else {
                     lock(&self.gated).remove(&arn);
                     continue;
                 };
-                let waiting: Vec<(Target, crate::core::PodFacts)> = engine
+                let waiting: Vec<crate::core::PodFacts> = engine
                     .controller
                     .informer
                     .view(&b.binding)
                     .map(|(pods, _)| pods)
                     .unwrap_or_default()
                     .into_iter()
-                    .filter_map(|p| match contribution(&p, &b.binding) {
-                        Some((t, Some(false))) => Some((t, p)),
-                        _ => None,
-                    })
+                    .filter(|p| matches!(contribution(p, &b.binding), Some((_, Some(false)))))
                     .collect();
                 if waiting.is_empty() {
                     lock(&self.gated).remove(&arn);
                     continue;
                 }
-                let read_at = engine.clock.now();
-                let Ok(health) = engine.groups.health(&arn).await else {
-                    continue;
-                };
-                for (target, pod) in waiting {
-                    let healthy = health
-                        .iter()
-                        .any(|h| h.target == target && h.state == HealthState::Healthy);
-                    let key = (arn.clone(), target);
-                    if !healthy {
-                        unhealthy_at.insert(key, read_at);
+                for pod in waiting {
+                    let key = pod.pod.uid.clone();
+                    if !settled.insert(key.clone()) {
                         continue;
                     }
-                    let since = unhealthy_at.remove(&key).unwrap_or(read_at);
+                    let at = engine.clock.now();
                     let mut r = GroupReport::new(&arn, &b.group.group_name(), Outcome::InSync);
-                    engine.open_gate(&pod.pod, &mut r).await;
-                    if r.pod_errors.is_empty() {
-                        let now = engine.clock.now();
-                        engine.gate_done(Duration::from_millis(now.0.saturating_sub(since.0)));
-                    }
-                    let mut out = lock(&self.out);
-                    if r.pod_errors.is_empty() {
-                        out.watch.gates_opened.append(&mut r.gates_opened);
-                    } else {
-                        out.watch.changes.push(r);
+                    match engine.settle_gate(&pod, &mut r).await {
+                        crate::reconcile::Settled::Opened => {
+                            let since = closed_at.remove(&key).unwrap_or(at);
+                            let now = engine.clock.now();
+                            engine.gate_done(Duration::from_millis(now.0.saturating_sub(since.0)));
+                            lock(&self.out)
+                                .watch
+                                .gates_opened
+                                .append(&mut r.gates_opened);
+                        }
+                        crate::reconcile::Settled::Failed => lock(&self.out).watch.changes.push(r),
+                        crate::reconcile::Settled::Closed
+                        | crate::reconcile::Settled::Unchanged => {
+                            closed_at.insert(key, at);
+                        }
                     }
                 }
             }
+            // Forget the pods no longer waiting (opened, deleted, or no group's).
+            closed_at.retain(|uid, _| settled.contains(uid));
         }
     }
 }

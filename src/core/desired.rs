@@ -142,20 +142,6 @@ pub struct DesiredTarget {
     pub node: Option<Arc<str>>,
 }
 
-impl Desired {
-    /// Pods that need their `tgsync/target-health` condition set True because their
-    /// target is now healthy in the NLB.
-    pub fn gates_to_open<'a>(
-        &'a self,
-        healthy: impl Fn(&Target) -> bool + 'a,
-    ) -> impl Iterator<Item = &'a Arc<PodRef>> + 'a {
-        self.targets
-            .iter()
-            .filter(move |(t, d)| d.gate == Some(false) && healthy(t))
-            .map(|(_, d)| &d.pod)
-    }
-}
-
 /// Computes the desired targets of one bound group from candidate pods.
 ///
 /// Pods outside the binding's namespace or selector are ignored without a reason (they
@@ -333,9 +319,7 @@ mod tests {
         let (target, origin) = d.targets.iter().next().expect("gated pod is desired");
         assert_eq!(target.to_string(), "10.0.1.14:8080");
         assert_eq!(origin.gate, Some(false));
-        let healthy: Vec<_> = d.gates_to_open(|_| true).map(|p| p.name.clone()).collect();
-        assert_eq!(healthy, vec!["web-gated"]);
-        assert_eq!(d.gates_to_open(|_| false).count(), 0);
+        assert_eq!(origin.pod.name, "web-gated");
     }
 
     #[test]

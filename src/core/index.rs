@@ -102,6 +102,7 @@ mod tests {
             ready: true,
             containers_ready: true,
             gate: None,
+            gate_said: None,
             named_ports: vec![],
             host_network: false,
             quic_server_id: None,

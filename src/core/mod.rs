@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod binding;
 pub mod checkpoint;
 pub mod desired;
+pub mod gate;
 pub mod health;
 pub mod index;
 pub mod plan;

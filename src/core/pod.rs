@@ -70,6 +70,9 @@ pub struct PodFacts {
     /// `Some(current)` when the pod declares the [`READINESS_GATE`]; `current` is whether
     /// that condition is already True.
     pub gate: Option<bool>,
+    /// The [`READINESS_GATE`] condition's reason and message as the pod carries them
+    /// (what tgsync last said), so the condition is patched only when that changes.
+    pub gate_said: Option<(String, String)>,
     /// Named container ports (name → number): those of the regular containers, then those
     /// of native sidecars (init containers with `restartPolicy: Always`), in spec order.
     pub named_ports: Vec<(String, u16)>,
@@ -94,6 +97,7 @@ impl PodFacts {
     pub fn take_from(pod: &mut Pod) -> Self {
         let meta = &mut pod.metadata;
         let (mut ipv4, mut ipv6) = (None, None);
+        let mut gate_said = None;
         let (mut phase, mut ready, mut containers_ready, mut gate_open) =
             (String::new(), false, false, false);
         if let Some(status) = pod.status.as_mut() {
@@ -103,7 +107,13 @@ impl PodFacts {
                 match c.type_.as_str() {
                     "Ready" => ready = is_true,
                     "ContainersReady" => containers_ready = is_true,
-                    READINESS_GATE => gate_open = is_true,
+                    READINESS_GATE => {
+                        gate_open = is_true;
+                        gate_said = Some((
+                            c.reason.clone().unwrap_or_default(),
+                            c.message.clone().unwrap_or_default(),
+                        ));
+                    }
                     _ => {}
                 }
             }
@@ -166,6 +176,7 @@ impl PodFacts {
             ready,
             containers_ready,
             gate: gated.then_some(gate_open),
+            gate_said,
             named_ports,
             host_network,
             quic_server_id,

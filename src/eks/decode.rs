@@ -401,6 +401,7 @@ fn assemble<'de>(meta: Meta<'de>, spec: Spec, status: Status) -> LeanPod<'de> {
         ready: status.ready,
         containers_ready: status.containers_ready,
         gate: spec.gated.then_some(status.gate_open),
+        gate_said: status.gate_said,
         named_ports: spec.named_ports,
         host_network: spec.host_network,
         quic_server_id: meta.quic_server_id,
@@ -748,6 +749,7 @@ struct Status {
     ready: bool,
     containers_ready: bool,
     gate_open: bool,
+    gate_said: Option<(String, String)>,
     ips: FirstIps,
 }
 
@@ -789,16 +791,19 @@ deserialize_from!(map, Status, "PodStatus", |map| {
         ready: conditions.ready,
         containers_ready: conditions.containers_ready,
         gate_open: conditions.gate_open,
+        gate_said: conditions.gate_said,
         ips,
     })
 });
 
-/// `status.conditions`, reduced to the three tgsync reads (the last of a type wins).
+/// `status.conditions`, reduced to the three tgsync reads (the last of a type wins),
+/// and the gate's reason and message.
 #[derive(Default)]
 struct Conditions {
     ready: bool,
     containers_ready: bool,
     gate_open: bool,
+    gate_said: Option<(String, String)>,
 }
 
 deserialize_from!(seq, Conditions, "a list of pod conditions", |seq| {
@@ -808,28 +813,43 @@ deserialize_from!(seq, Conditions, "a list of pod conditions", |seq| {
         match condition.type_.as_deref().unwrap_or_default() {
             "Ready" => c.ready = is_true,
             "ContainersReady" => c.containers_ready = is_true,
-            READINESS_GATE => c.gate_open = is_true,
+            READINESS_GATE => {
+                c.gate_open = is_true;
+                c.gate_said = Some((
+                    condition.reason.map(|r| r.into_owned()).unwrap_or_default(),
+                    condition
+                        .message
+                        .map(|m| m.into_owned())
+                        .unwrap_or_default(),
+                ));
+            }
             _ => {}
         }
     }
     Ok(c)
 });
 
-/// One `PodCondition`: its `type` and `status`.
+/// One `PodCondition`: its `type`, `status`, `reason` and `message`.
 struct Condition<'de> {
     type_: Option<Cow<'de, str>>,
     status: Option<Cow<'de, str>>,
+    reason: Option<Cow<'de, str>>,
+    message: Option<Cow<'de, str>>,
 }
 
 fields!(ConditionField {
     "type" => Type,
     "status" => Status,
+    "reason" => Reason,
+    "message" => Message,
 });
 
 deserialize_from!(map, Condition<'de>, "PodCondition", |map| {
     let mut c = Condition {
         type_: None,
         status: None,
+        reason: None,
+        message: None,
     };
     while let Some(key) = map.next_key::<ConditionField>()? {
         match key {
@@ -840,6 +860,14 @@ deserialize_from!(map, Condition<'de>, "PodCondition", |map| {
             ConditionField::Status => {
                 let status: Option<Str<'de>> = map.next_value()?;
                 c.status = status.map(|s| s.0);
+            }
+            ConditionField::Reason => {
+                let reason: Option<Str<'de>> = map.next_value()?;
+                c.reason = reason.map(|r| r.0);
+            }
+            ConditionField::Message => {
+                let message: Option<Str<'de>> = map.next_value()?;
+                c.message = message.map(|m| m.0);
             }
             ConditionField::Other => skip(&mut map)?,
         }

@@ -439,13 +439,21 @@ impl PodSource for KubePods {
         self.zone_of_node(name).await
     }
 
-    async fn open_gate(&self, namespace: &str, name: &str, uid: &str) -> Result<(), PodsError> {
+    async fn set_gate(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        verdict: &crate::core::gate::GateVerdict,
+        transition: bool,
+    ) -> Result<(), PodsError> {
         let client = self.access.client().await?;
         let api: Api<Pod> = Api::namespaced(client, namespace);
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let patch = kube::api::Patch::Strategic(crate::pods::gate_patch(&now, uid));
+        let patch =
+            kube::api::Patch::Strategic(crate::pods::gate_patch(&now, uid, verdict, transition));
         let mut result = api
             .patch_status(name, &kube::api::PatchParams::default(), &patch)
             .await;

@@ -8,6 +8,7 @@
 //! AWS and Kubernetes in Lambda, against moto and the emulator in integration tests, and
 //! against in-memory fakes in race and fault tests.
 
+mod gates;
 mod namespace;
 mod observe;
 mod pass;
@@ -15,6 +16,7 @@ mod pod_event;
 mod refusals;
 mod release;
 
+pub(crate) use gates::Settled;
 pub(crate) use namespace::DEFERRED;
 pub(crate) use observe::Observed;
 pub(crate) use pass::PodReads;
@@ -199,6 +201,14 @@ pub struct Engine<P, G, S> {
     /// Told about every pass as it ends, and every gate opened: the log and metric
     /// lines, printed as they happen.
     sink: Arc<dyn crate::metrics::Sink>,
+    /// Target health as last read per group (the gates' verdicts reuse fresh reads).
+    health_cache: gates::HealthCache,
+    /// The bound groups as this engine last knew them (the groups a gated pod's verdict
+    /// asks).
+    known: Mutex<Arc<Vec<BoundGroup>>>,
+    /// What each gated pod's condition was last written to say (its writes are
+    /// patched only when the verdict changes, whoever in this container settles it).
+    gates_said: gates::GatesSaid,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -227,6 +237,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             shutdown: tokio::sync::Notify::new(),
             leased: std::sync::atomic::AtomicUsize::new(0),
             sink: Arc::new(crate::metrics::Printed),
+            health_cache: gates::HealthCache::default(),
+            known: Mutex::new(Arc::new(Vec::new())),
+            gates_said: gates::GatesSaid::default(),
         }
     }
 
@@ -247,6 +260,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub fn with_sink(mut self, sink: Arc<dyn crate::metrics::Sink>) -> Self {
         self.sink = sink;
         self
+    }
+
+    /// The bound groups as this engine last knew them.
+    pub(crate) fn known_bindings(&self) -> Arc<Vec<BoundGroup>> {
+        self.known.lock().map(|k| k.clone()).unwrap_or_default()
+    }
+
+    /// Records `bound` as the bound groups this engine knows now.
+    pub(crate) fn know_bindings(&self, bound: Arc<Vec<BoundGroup>>) {
+        if let Ok(mut known) = self.known.lock() {
+            *known = bound;
+        }
     }
 
     /// Tells the sink that a pass of this engine ended with `report` (a pod change
@@ -335,6 +360,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 }
             }
         }
+        self.know_bindings(Arc::new(out.bound.clone()));
         Ok(out)
     }
 

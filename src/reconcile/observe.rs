@@ -3,13 +3,11 @@
 //! and only a group whose plan is not empty goes on to [`super::pass`], which takes the
 //! lease and reads everything afresh before acting.
 
-use std::collections::BTreeSet;
-
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
-    BackoffState, Checkpoint, Desired, Gate, HealthState, Labels, PodIndex, PodRef, Rules, Target,
-    TargetHealth, UnixMillis, desired_targets, plan,
+    BackoffState, Checkpoint, Desired, Gate, Labels, PodIndex, Rules, TargetHealth, UnixMillis,
+    contribution, desired_targets, plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
@@ -118,7 +116,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             note_backoff(&mut report, until, state.backoff.as_ref());
             return Observed::Done(report);
         }
-        let actual = match self.groups.health(arn).await {
+        let actual = match self.read_health(arn).await {
             Ok(a) => a,
             Err(e) => {
                 report.gone = matches!(e, ElbError::NotFound { .. });
@@ -143,7 +141,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             report.plan = Some(plan);
             return Observed::Done(report);
         }
-        self.open_gates(&desired, &actual, &mut report).await;
+        // Gates of pods registered here (the others wait for this group's pass).
+        let registered = pods.candidates(&bound.binding).filter(|p| {
+            contribution(p, &bound.binding)
+                .is_some_and(|(t, _)| actual.iter().any(|h| h.target == t))
+        });
+        self.settle_gates(bound, registered, &mut report).await;
         let backing_off = matches!(gate, Gate::Wait { .. });
         let nothing_to_do = plan.deregister.is_empty()
             && plan.forget.is_empty()
@@ -183,48 +186,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             tracing::warn!(target_group = %arn, error = %e, "writing the checkpoint failed; the next run verifies again");
         }
         Observed::Done(report)
-    }
-
-    /// Opens the readiness gate of gated pods whose target the NLB reports healthy, so
-    /// a rollout proceeds only as fast as the NLB accepts new pods. The patch is for the
-    /// pod that was read (its UID), never a namesake. A failed patch is a pod error
-    /// (usually RBAC: `patch` on `pods/status`); the targets are still right.
-    pub(super) async fn open_gates(
-        &self,
-        desired: &Desired,
-        actual: &[TargetHealth],
-        report: &mut GroupReport,
-    ) {
-        let healthy: BTreeSet<Target> = actual
-            .iter()
-            .filter(|h| h.state == HealthState::Healthy)
-            .map(|h| h.target)
-            .collect();
-        for pod in desired.gates_to_open(|t| healthy.contains(t)) {
-            self.open_gate(pod, report).await;
-        }
-    }
-
-    /// Opens `pod`'s readiness gate (the patch carries its UID, never a namesake's) and
-    /// records the result in `report`: the pod among `gates_opened`, or a pod error (usually
-    /// RBAC: `patch` on `pods/status`).
-    pub(crate) async fn open_gate(&self, pod: &PodRef, report: &mut GroupReport) {
-        let name = pod.to_string();
-        match self
-            .pods
-            .open_gate(&pod.namespace, &pod.name, &pod.uid)
-            .await
-        {
-            Ok(()) => {
-                if !report.gates_opened.contains(&name) {
-                    report.gates_opened.push(name);
-                }
-            }
-            Err(e) => report.pod_errors.push(PodError {
-                pod: name,
-                error: e.to_string(),
-            }),
-        }
     }
 }
 

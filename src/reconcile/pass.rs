@@ -234,7 +234,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let pods = ctx.pods.map_err(|e| Stop::Failed(e.to_string()))?;
         let actual = match ctx.prior {
             Some(prior) => prior.health.clone(),
-            None => self.groups.health(&arn).await.map_err(|e| {
+            None => self.read_health(&arn).await.map_err(|e| {
                 report.gone = matches!(e, ElbError::NotFound { .. });
                 Stop::Failed(format!("reading target health failed: {e}"))
             })?,
@@ -382,7 +382,21 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 })
                 .count(),
         );
-        self.open_gates(&desired, &actual, report).await;
+        // What ELBv2 reports right after these changes: the gates' verdicts read it.
+        let mut after: Vec<TargetHealth> = actual
+            .iter()
+            .filter(|h| !report.deregistered.contains(&h.target))
+            .cloned()
+            .collect();
+        after.extend(report.registered.iter().map(|t| {
+            TargetHealth::new(*t, crate::core::HealthState::Initial).with_reason(
+                "Elb.RegistrationInProgress",
+                Some("Target registration is in progress"),
+            )
+        }));
+        self.remember_health(&arn, after);
+        self.settle_gates(bound, pods.candidates(&bound.binding), report)
+            .await;
         failures += settled.failures;
         if failures > 0 {
             return Err(Stop::Failed(format!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::{BoundGroup, Engine, RunOptions, START_CUTOFF, Scope};
 use crate::controller::GATE_POLL;
-use crate::core::{HealthState, PodFacts, Target, UnixMillis, contribution};
+use crate::core::{PodFacts, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
 use crate::report::{Outcome, Report};
@@ -169,9 +169,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
     }
 
-    /// For a gated pod this event registered: reads its groups' target health every
-    /// [`GATE_POLL`] and opens its gate as soon as the NLB says healthy, for as long as
-    /// the invocation allows (the schedule, or the watch, does it otherwise).
+    /// For a gated pod this event registered: settles its gate every [`GATE_POLL`] —
+    /// opened once its target is healthy in every bound group that selects it, closed
+    /// with ELBv2's reason meanwhile — for as long as the invocation allows (the
+    /// schedule's controller does it otherwise).
     async fn open_gate_when_healthy(
         &self,
         pod: &PodFacts,
@@ -185,19 +186,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }) else {
             return;
         };
-        let waiting: Vec<(&BoundGroup, Target)> = groups
+        // The report of the first group that selects the pod and was not failing.
+        let Some(arn) = groups
             .iter()
-            .filter_map(|b| match contribution(pod, &b.binding) {
-                Some((t, Some(false))) => Some((b, t)),
-                _ => None,
-            })
-            .filter(|(b, _)| {
+            .filter(|b| matches!(contribution(pod, &b.binding), Some((_, Some(false)))))
+            .map(|b| b.group.arn.clone())
+            .find(|arn| {
                 report
-                    .group(&b.group.arn)
+                    .group(arn)
                     .is_some_and(|g| !matches!(g.outcome, Outcome::Failed | Outcome::BindingError))
             })
-            .collect();
-        let Some((group, target)) = waiting.first() else {
+        else {
             return;
         };
         let name = pod.pod.to_string();
@@ -207,37 +206,28 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // At most as many polls as fit before `until` (whatever the clock says later).
         let poll_ms = u64::try_from(GATE_POLL.as_millis()).unwrap_or(1).max(1);
         let polls = until.0.saturating_sub(now.0) / poll_ms;
-        // The target turned healthy after the last read that found it not so.
-        let mut unhealthy_at = now;
+        // The target turned healthy after the last verdict that found it not so.
+        let mut closed_at = now;
         for _ in 0..polls {
             if self.clock.now().plus(GATE_POLL) >= until {
                 return;
             }
             tokio::time::sleep(GATE_POLL).await;
-            let read_at = self.clock.now();
-            let healthy = match self.groups.health(&group.group.arn).await {
-                Ok(h) => h
-                    .iter()
-                    .any(|h| h.target == *target && h.state == HealthState::Healthy),
-                Err(_) => false,
+            let Some(g) = report.groups.iter_mut().find(|g| g.target_group_arn == arn) else {
+                return;
             };
-            if !healthy {
-                unhealthy_at = read_at;
-                continue;
-            }
-            // `waiting` holds only groups with a report.
-            if let Some(g) = report
-                .groups
-                .iter_mut()
-                .find(|g| g.target_group_arn == group.group.arn)
-            {
-                self.open_gate(&pod.pod, g).await;
-                if g.gates_opened.contains(&name) {
-                    let latency = self.clock.now().0.saturating_sub(unhealthy_at.0);
+            let verdict_at = self.clock.now();
+            match self.settle_gate(pod, g).await {
+                super::gates::Settled::Opened => {
+                    let latency = self.clock.now().0.saturating_sub(closed_at.0);
                     self.gate_done(Duration::from_millis(latency));
+                    return;
+                }
+                super::gates::Settled::Failed => return,
+                super::gates::Settled::Closed | super::gates::Settled::Unchanged => {
+                    closed_at = verdict_at;
                 }
             }
-            return;
         }
     }
 

@@ -194,6 +194,10 @@ pub struct Rules {
     /// after its RegisterTargets (moto reports it healthy at once), as a real NLB keeps
     /// it until its health checks pass.
     pub initial_for: Option<Duration>,
+    /// The NLB's pace per target group: a group whose ARN contains the text keeps its new
+    /// targets `initial` this long instead (two listeners' groups whose health checks
+    /// pass at different times).
+    pub initial_for_group: Vec<(String, Duration)>,
     /// Targets (`ip:port`) whose health checks fail: DescribeTargetHealth shows them
     /// `unhealthy` with ELBv2's `Target.FailedHealthChecks` (moto reports every IP
     /// target healthy).
@@ -1138,20 +1142,35 @@ fn operation_of(request: &Message) -> String {
 /// [`Rules::unhealthy`] ones unhealthy: records RegisterTargets, and rewrites the states
 /// in DescribeTargetHealth answers.
 fn nlb_pace(shared: &Shared, operation: &str, request: &[u8], response: Vec<u8>) -> Vec<u8> {
-    let (initial_for, unhealthy) = {
+    let (initial_for, per_group, unhealthy) = {
         let rules = lock(&shared.rules);
-        (rules.initial_for, rules.unhealthy.clone())
+        (
+            rules.initial_for,
+            rules.initial_for_group.clone(),
+            rules.unhealthy.clone(),
+        )
     };
-    if initial_for.is_none() && unhealthy.is_empty() {
+    if initial_for.is_none() && per_group.is_empty() && unhealthy.is_empty() {
         return response;
     }
-    let initial_for = initial_for.unwrap_or_default();
+    let text = String::from_utf8_lossy(request);
+    let group = text
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("TargetGroupArn="))
+        .map(percent_decode)
+        .unwrap_or_default();
+    let initial_for = per_group
+        .iter()
+        .find(|(needle, _)| group.contains(needle.as_str()))
+        .map(|(_, d)| *d)
+        .or(initial_for)
+        .unwrap_or_default();
     match operation {
         "RegisterTargets" => {
             let now = Instant::now();
             let mut at = lock(&shared.registered_at);
-            for key in form_target_keys(&String::from_utf8_lossy(request)) {
-                at.insert(key, now);
+            for key in form_target_keys(&text) {
+                at.insert(format!("{group} {key}"), now);
             }
             response
         }
@@ -1172,7 +1191,9 @@ fn nlb_pace(shared: &Shared, operation: &str, request: &[u8], response: Vec<u8>)
                     field("Id").unwrap_or_default(),
                     field("Port").unwrap_or_default()
                 );
-                let young = at.get(&key).is_some_and(|t| t.elapsed() < initial_for);
+                let young = at
+                    .get(&format!("{group} {key}"))
+                    .is_some_and(|t| t.elapsed() < initial_for);
                 out.push_str("<member>");
                 if unhealthy.contains(&key) {
                     out.push_str(&member.replace(
@@ -1182,7 +1203,7 @@ fn nlb_pace(shared: &Shared, operation: &str, request: &[u8], response: Vec<u8>)
                 } else if young {
                     out.push_str(&member.replace(
                         "<State>healthy</State>",
-                        "<State>initial</State><Reason>Elb.RegistrationInProgress</Reason>",
+                        "<State>initial</State><Reason>Elb.RegistrationInProgress</Reason><Description>Target registration is in progress</Description>",
                     ));
                 } else {
                     out.push_str(member);
@@ -1246,7 +1267,8 @@ fn form_targets(body: &str) -> Vec<(String, Option<String>)> {
     by_index.into_values().collect()
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decodes a form-encoded value (`%3A` → `:`).
+pub fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -21,13 +21,26 @@ pub const ENDPOINT_ENV: &str = "TGSYNC_TEST_AWS_ENDPOINT";
 /// The region every test uses.
 pub const REGION: &str = "us-east-1";
 
+/// This test binary's moto server.
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+
 /// The moto server's base URL (`http://127.0.0.1:PORT`), starting it on first use.
 pub fn endpoint() -> &'static str {
-    static ENDPOINT: OnceLock<String> = OnceLock::new();
     ENDPOINT.get_or_init(|| match std::env::var(ENDPOINT_ENV) {
         Ok(url) if !url.is_empty() => url,
         _ => start_moto(),
     })
+}
+
+/// Gives this test binary a moto server of its own, not the shared one: for a test that
+/// fills its account (a thousand target groups would slow every later test's discovery).
+/// Call it before anything else uses moto.
+pub fn use_own_server() {
+    let own = ENDPOINT.get_or_init(start_moto);
+    assert!(
+        std::env::var(ENDPOINT_ENV).ok().as_ref() != Some(own),
+        "moto was used before use_own_server"
+    );
 }
 
 /// tgsync's loader pointed at moto (endpoint and region), without credentials.

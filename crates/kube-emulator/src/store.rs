@@ -436,6 +436,23 @@ impl Store {
         inner.current.values().map(|p| Pod::clone(p)).collect()
     }
 
+    /// Every stored version of one pod the event log still holds (its last
+    /// [`DEFAULT_HISTORY_LIMIT`] writes by default), oldest first: one per write,
+    /// so a test can tell what each PATCH changed.
+    pub fn versions_of(&self, namespace: &str, name: &str) -> Vec<Pod> {
+        let inner = self.lock();
+        inner
+            .log
+            .iter()
+            .flat_map(|batch| batch.events.iter())
+            .filter(|e| {
+                e.object.metadata.namespace.as_deref() == Some(namespace)
+                    && e.object.metadata.name.as_deref() == Some(name)
+            })
+            .map(|e| Pod::clone(&e.object))
+            .collect()
+    }
+
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.lock().revision

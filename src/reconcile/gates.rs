@@ -1,0 +1,248 @@
+//! Readiness gates, in one place: a gated pod's `tgsync/target-health` condition is
+//! True only when its target is healthy in every bound group that selects it, and False
+//! with ELBv2's reason while it is not (see [`crate::core::gate`]); it is patched only
+//! when that changes, on the pod's UID (never a namesake's).
+//!
+//! A group in a binding error is not bound and selects nothing, so it neither holds a
+//! gate nor opens one. A group whose registrations back off keeps the gate closed
+//! (`TargetNotRegistered`) until its target is registered and healthy there: a pod must
+//! not turn Ready while one of its load balancers cannot send it traffic.
+//!
+//! An open gate stays open: the gate paces a rollout (as the pod's first readiness),
+//! and closing it later on a failed health check would take the pod out of every group
+//! it serves — the NLB already stops sending traffic to an unhealthy target.
+//!
+//! Target health read anywhere in the engine is remembered for [`HEALTH_FRESH`], so the
+//! groups of a pod are read once per poll, not once per group that asks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BoundGroup, Engine};
+use crate::core::gate::{GateVerdict, GroupHealth, GroupView, verdict};
+use crate::core::{PodFacts, TargetHealth, contribution};
+use crate::groups::{ElbError, TargetGroupApi};
+use crate::pods::PodSource;
+use crate::report::{GroupReport, PodError};
+use crate::state::StateStore;
+
+/// How long a target-health read stands for the group's health in a gate's verdict.
+pub(crate) const HEALTH_FRESH: Duration = Duration::from_secs(1);
+
+/// Target health of groups as last read (real time of the read), shared by everything
+/// that reads it.
+pub(crate) type HealthCache =
+    std::sync::Mutex<HashMap<String, (tokio::time::Instant, Arc<Vec<TargetHealth>>)>>;
+
+/// How long a gate write this container made stands for the pod's condition (a pod
+/// read or the informer may not show it yet); after that the pod's own says.
+pub(crate) const SAID_FOR: Duration = Duration::from_secs(60);
+
+/// What each gated pod's condition (by UID) was last written to say here, and when:
+/// settlers that run at once (a group's pass, another group's, the gate poll) write
+/// each change once.
+pub(crate) type GatesSaid = std::sync::Mutex<HashMap<String, (tokio::time::Instant, Said)>>;
+
+/// What a gate condition says: open, or closed with a reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Said {
+    open: bool,
+    reason: String,
+    message: String,
+}
+
+/// What settling a pod's gate did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Opened now.
+    Opened,
+    /// Still closed; its condition now says why.
+    Closed,
+    /// Nothing to do (already as the verdict says, or no group selects it).
+    Unchanged,
+    /// The patch failed (a pod error in the report).
+    Failed,
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// One DescribeTargetHealth of `arn`, remembered for the gates.
+    pub(crate) async fn read_health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
+        let health = self.groups.health(arn).await?;
+        self.remember_health(arn, health.clone());
+        Ok(health)
+    }
+
+    /// Records `health` as `arn`'s target health as of now (a read, or what a pass's
+    /// changes made of it).
+    pub(crate) fn remember_health(&self, arn: &str, health: Vec<TargetHealth>) {
+        if let Ok(mut cache) = self.health_cache.lock() {
+            cache.insert(
+                arn.to_owned(),
+                (tokio::time::Instant::now(), Arc::new(health)),
+            );
+        }
+    }
+
+    /// `arn`'s target health read less than [`HEALTH_FRESH`] ago, or read now; `None`
+    /// when it cannot be read.
+    async fn fresh_health(&self, arn: &str) -> Option<Arc<Vec<TargetHealth>>> {
+        let cached = self.health_cache.lock().ok().and_then(|c| {
+            c.get(arn)
+                .filter(|(at, _)| at.elapsed() < HEALTH_FRESH)
+                .map(|(_, h)| h.clone())
+        });
+        match cached {
+            Some(h) => Some(h),
+            None => self.read_health(arn).await.ok().map(Arc::new),
+        }
+    }
+
+    /// The bound groups of `pod`'s namespace that select it with its gate waiting:
+    /// each with the pod's target in it.
+    fn gating_groups(&self, pod: &PodFacts) -> Vec<(BoundGroup, crate::core::Target)> {
+        let bound = self.known_bindings();
+        bound
+            .iter()
+            .filter(|b| b.binding.namespace == pod.pod.namespace)
+            .filter_map(|b| match contribution(pod, &b.binding) {
+                Some((t, Some(_))) => Some((b.clone(), t)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The verdict for `pod`'s gate from the health of every group that selects it
+    /// (`None` when no bound group does).
+    pub(crate) async fn gate_verdict(&self, pod: &PodFacts) -> Option<GateVerdict> {
+        let groups = self.gating_groups(pod);
+        if groups.is_empty() {
+            return None;
+        }
+        let mut reads = Vec::with_capacity(groups.len());
+        for (b, _) in &groups {
+            reads.push(self.fresh_health(&b.group.arn).await);
+        }
+        let names: Vec<String> = groups.iter().map(|(b, _)| b.group.group_name()).collect();
+        let views: Vec<GroupView<'_>> = groups
+            .iter()
+            .zip(&reads)
+            .zip(&names)
+            .map(|(((_, target), read), name)| GroupView {
+                group: name,
+                target: *target,
+                health: match read {
+                    Some(h) => GroupHealth::Read(h.iter().find(|th| th.target == *target)),
+                    None => GroupHealth::Unreadable,
+                },
+            })
+            .collect();
+        Some(verdict(&views))
+    }
+
+    /// Settles `pod`'s gate (see the module docs), recording an opened gate or a failed
+    /// patch in `report`.
+    pub(crate) async fn settle_gate(&self, pod: &PodFacts, report: &mut GroupReport) -> Settled {
+        if pod.gate.is_none() || pod.gate == Some(true) {
+            return Settled::Unchanged;
+        }
+        let Some(v) = self.gate_verdict(pod).await else {
+            return Settled::Unchanged;
+        };
+        let Some((last, transition)) = self.claim_gate(pod, &v) else {
+            return Settled::Unchanged;
+        };
+        let name = pod.pod.to_string();
+        let written = self
+            .pods
+            .set_gate(
+                &pod.pod.namespace,
+                &pod.pod.name,
+                &pod.pod.uid,
+                &v,
+                transition,
+            )
+            .await;
+        if written.is_err() {
+            self.unclaim_gate(&pod.pod.uid, last);
+        }
+        match written {
+            Ok(()) if v.open => {
+                if !report.gates_opened.contains(&name) {
+                    report.gates_opened.push(name);
+                }
+                Settled::Opened
+            }
+            Ok(()) => Settled::Closed,
+            Err(e) => {
+                report.pod_errors.push(PodError {
+                    pod: name,
+                    error: e.to_string(),
+                });
+                Settled::Failed
+            }
+        }
+    }
+
+    /// Claims the write of verdict `v` for `pod`'s gate: `None` when its condition
+    /// already says so (as last written here, or as the pod shows); else what it said
+    /// before (to restore if the write fails) and whether the status changes.
+    fn claim_gate(&self, pod: &PodFacts, v: &GateVerdict) -> Option<(Option<Said>, bool)> {
+        let now = tokio::time::Instant::now();
+        let mut said = self.gates_said.lock().ok()?;
+        said.retain(|_, (at, _)| now.duration_since(*at) < SAID_FOR);
+        let written = said.get(&pod.pod.uid).map(|(_, s)| s.clone());
+        let shown = match (&written, &pod.gate_said) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some((reason, message))) => Some(Said {
+                open: pod.gate == Some(true),
+                reason: reason.clone(),
+                message: message.clone(),
+            }),
+            (None, None) => None,
+        };
+        let next = Said {
+            open: v.open,
+            reason: v.reason.clone(),
+            message: v.message.clone(),
+        };
+        let transition = match &shown {
+            // An open gate is never closed again (see the module docs).
+            Some(s) if s.open => return None,
+            Some(s) if *s == next => return None,
+            Some(s) => s.open != v.open,
+            None => true,
+        };
+        said.insert(pod.pod.uid.clone(), (now, next));
+        Some((written, transition))
+    }
+
+    /// Puts back what `uid`'s gate said before a write that failed.
+    fn unclaim_gate(&self, uid: &str, before: Option<Said>) {
+        if let Ok(mut said) = self.gates_said.lock() {
+            match before {
+                Some(s) => {
+                    said.insert(uid.to_owned(), (tokio::time::Instant::now(), s));
+                }
+                None => {
+                    said.remove(uid);
+                }
+            }
+        }
+    }
+
+    /// Settles the gates of the gated pods among `pods` that `bound` selects, after a
+    /// health read of `bound`'s group (in hand, so remembered for the verdict).
+    pub(crate) async fn settle_gates<'p>(
+        &self,
+        bound: &BoundGroup,
+        pods: impl IntoIterator<Item = &'p PodFacts>,
+        report: &mut GroupReport,
+    ) {
+        for pod in pods {
+            if matches!(contribution(pod, &bound.binding), Some((_, Some(false)))) {
+                self.settle_gate(pod, report).await;
+            }
+        }
+    }
+}
