@@ -7,6 +7,7 @@
 #   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
 #   scripts/bench.sh watch       # watch mode of the release resync binary: reaction, gated rolling update (~13 min; not in all)
 #   scripts/bench.sh throttling  # 20 trials at 40 % throttling + 10 % 500s on ELBv2 and DynamoDB (not in all)
+#   scripts/bench.sh cpu-share   # the resync binary at Lambda's CPU share for 128/256/512 MB: reaction, CPU, cold start (root; ~10 min; not in all)
 #   scripts/bench.sh cold-start  # release binaries: sizes, spawn -> first Runtime API request
 #   scripts/bench.sh cold-start-arm64  # the arm64 bootstraps under qemu-user (not in all; see BENCHMARKS.md)
 #   scripts/bench.sh all
@@ -28,9 +29,22 @@ case "$what" in
     ensure_venv; MOTO_SERVER="$VENV/bin/python $ROOT/scripts/bench/moto_server.py" start_moto
     cargo build --release --locked -p kube-emulator --bin kube-emulator
     cargo bench --locked --bench scale ;;&
-  watch|throttling) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
+  watch|throttling|cpu-share) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
   watch) cargo bench --locked -p tgsync-resync --bench watch ;;&
   throttling) cargo bench --locked --bench throttling ;;&
+  cpu-share)
+    cargo bench --locked -p tgsync-resync --bench cpu_share
+    # Cold start (spawn -> first Runtime API request) of both functions under each quota.
+    cargo build --release --locked -p tgsync-resync -p tgsync-pod-events
+    bins="$(mktemp -d)"
+    cp "${CARGO_TARGET_DIR:-target}/release/tgsync-resync" "${CARGO_TARGET_DIR:-target}/release/tgsync-pod-events" "$bins/"
+    for mb in $(echo "${TGSYNC_CPU_SHARE_SIZES:-full,512,256,128}" | tr , ' '); do
+      [ "$mb" = full ] && continue
+      log "cold start at the CPU share of ${mb} MB:"
+      TGSYNC_COLD_START_RUNNER="sh $ROOT/scripts/bench/cpu-share.sh $mb" \
+        TGSYNC_RESYNC_BIN="$bins/tgsync-resync" TGSYNC_POD_EVENTS_BIN="$bins/tgsync-pod-events" \
+        cargo bench --locked -p tgsync-resync --bench cold_start -- 10
+    done ;;&
   cold-start|all)
     cargo build --release --locked -p tgsync-resync -p tgsync-pod-events
     bins="$(mktemp -d)"  # copies: a later `cargo bench` may rebuild target/release/*
@@ -58,6 +72,6 @@ case "$what" in
       TGSYNC_RESYNC_BIN="$arm64/lambda/tgsync-resync/bootstrap" \
       TGSYNC_POD_EVENTS_BIN="$arm64/lambda/tgsync-pod-events/bootstrap" \
       cargo bench --locked -p tgsync-resync --bench cold_start ;;
-  core|decode|api-calls|pod-events|scale|watch|throttling|cold-start|all) ;;
-  *) echo "usage: $0 [core|decode|api-calls|pod-events|scale|watch|throttling|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
+  core|decode|api-calls|pod-events|scale|watch|throttling|cpu-share|cold-start|all) ;;
+  *) echo "usage: $0 [core|decode|api-calls|pod-events|scale|watch|throttling|cpu-share|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
 esac

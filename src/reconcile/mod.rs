@@ -15,6 +15,7 @@ mod pass;
 mod pod_event;
 mod refusals;
 mod release;
+mod tag_reads;
 
 pub(crate) use gates::Settled;
 pub(crate) use namespace::DEFERRED;
@@ -209,6 +210,9 @@ pub struct Engine<P, G, S> {
     /// What each gated pod's condition was last written to say (its writes are
     /// patched only when the verdict changes, whoever in this container settles it).
     gates_said: gates::GatesSaid,
+    /// Each group's newest tag read in this container (a pass's re-read serves the
+    /// passes after it for `binding_max_age`).
+    tag_reads: tag_reads::TagReads,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -240,6 +244,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             health_cache: gates::HealthCache::default(),
             known: Mutex::new(Arc::new(Vec::new())),
             gates_said: gates::GatesSaid::default(),
+            tag_reads: tag_reads::TagReads::default(),
         }
     }
 

@@ -478,12 +478,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         force: bool,
     ) -> Result<bool, Stop> {
         let now = self.clock.now();
-        if !force && now < bound.read_at.plus(self.settings.binding_max_age) {
-            return Ok(false);
+        let max_age = self.settings.binding_max_age;
+        if !force {
+            if now < bound.read_at.plus(max_age) {
+                return Ok(false);
+            }
+            // Another pass of this container read them a moment ago: its read stands
+            // in for this pass's (it is still not a read made *in* this pass).
+            if let Some(fresh) = self.tag_reads.fresher(bound, now, max_age) {
+                *bound = fresh;
+                return Ok(false);
+            }
         }
         let tags = match self.groups.tags(&bound.group.arn).await {
             Ok(tags) => tags,
             Err(e) => {
+                self.tag_reads.forget(&bound.group.arn);
                 report.gone = matches!(e, ElbError::NotFound { .. });
                 return Err(Stop::Failed(format!(
                     "reading the group's tags failed: {e}"
@@ -502,6 +512,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             {
                 // The pods in hand were listed for the old selection: acting on them
                 // would be acting on partial data.
+                self.tag_reads.forget(&bound.group.arn);
                 report.gone = true;
                 report.outcome = Outcome::Deferred;
                 report.error = Some(
@@ -514,9 +525,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 bound.binding = binding;
                 bound.group.tags = tags;
                 bound.read_at = now;
+                self.tag_reads.remember(bound, now, max_age);
                 Ok(true)
             }
             other => {
+                self.tag_reads.forget(&bound.group.arn);
                 report.gone = true;
                 report.outcome = Outcome::BindingError;
                 report.error = Some(match other {

@@ -327,3 +327,37 @@ fn churn_with_both_functions_running_ends_exact() {
         });
     }
 }
+
+/// A pass that re-read a group's tags (its cached binding was older than
+/// `binding_max_age`) leaves that read for the events after it: one event's pass costs
+/// no Describe call for tags that were read a second ago.
+#[tokio::test]
+async fn a_tag_read_made_for_one_event_serves_the_next() {
+    let (e, clock) = super::tests::fake_engine(FakePods::default(), web_group(), 3);
+    let tag_reads = || e.groups.calls().get("DescribeTags").copied().unwrap_or(0);
+    let started = |name: &str| exporter_event(name, "Started", json!({"app": "web"}));
+    e.pods.put(web("web-1", "10.0.1.1").build());
+    handle(&e, &started("web-1")).await;
+    clock.advance(6_000);
+    e.pods.put(web("web-2", "10.0.1.2").build());
+    let before = tag_reads();
+    handle(&e, &started("web-2")).await;
+    assert_eq!(
+        tag_reads() - before,
+        1,
+        "the discovery is 6 s old: the pass re-reads the tags before it changes the group"
+    );
+    clock.advance(1_000);
+    e.pods.put(web("web-3", "10.0.1.3").build());
+    let before = tag_reads();
+    handle(&e, &started("web-3")).await;
+    assert_eq!(
+        tag_reads() - before,
+        0,
+        "the previous event's read is 1 s old and stands in for this pass's"
+    );
+    assert_eq!(
+        live(&e, TG),
+        ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
+    );
+}

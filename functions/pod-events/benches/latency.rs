@@ -6,7 +6,15 @@
 //!
 //! Run: `scripts/bench.sh pod-events` (or `cargo bench -p tgsync-pod-events --bench
 //! latency -- [EVENTS]` with the venv present; default 220 events, 10 warm-up).
+//! `TGSYNC_GROUP_TARGETS=N` registers N ready pods first (an in-process resync), so the
+//! events add to a group of N targets; `TGSYNC_CPU_SHARE_MB=256` runs the function at
+//! Lambda's CPU share for that memory size (`scripts/bench/cpu-share.sh`, needs root).
+//! `TGSYNC_POD_EVENTS_BIN` runs another build of the function binary.
+//! Besides the round trip, the function's own `durationMs` (from its report) is shown:
+//! their difference is time spent outside the handler's timer.
 
+#[path = "../../../benches/support/cpu_share.rs"]
+mod cpu_share;
 #[path = "../../../benches/support/measure.rs"]
 mod measure;
 #[path = "../../../tests/support/moto.rs"]
@@ -124,18 +132,44 @@ async fn main() {
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _function = Reaper(
-        w.function(
-            env!("CARGO_BIN_EXE_tgsync-pod-events"),
-            "_",
-            &format!("http://127.0.0.1:{port}/.rt"),
-            moto::endpoint(),
-        )
-        .env("AWS_LAMBDA_LOG_LEVEL", "warn")
-        .spawn()
-        .expect("function binary starts"),
+    let preload: usize = std::env::var("TGSYNC_GROUP_TARGETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for i in 0..preload {
+        let ip = format!("10.9.{}.{}", i / 250, 1 + i % 250);
+        w.put_pod(
+            PodBuilder::new("shop", &format!("base-{i}"))
+                .label("app", "web")
+                .ip(&ip)
+                .build(),
+        );
+    }
+    if preload > 0 {
+        w.resync().await;
+        assert_eq!(w.targets(&arn).await.len(), preload, "preloaded targets");
+    }
+    let share = std::env::var("TGSYNC_CPU_SHARE_MB").unwrap_or_else(|_| "full".into());
+    // `TGSYNC_POD_EVENTS_BIN`: another build of the function (a before/after in one
+    // sitting), else this package's.
+    let bin = std::env::var("TGSYNC_POD_EVENTS_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tgsync-pod-events").to_owned());
+    let mut function = w.function(
+        &bin,
+        "_",
+        &format!("http://127.0.0.1:{port}/.rt"),
+        moto::endpoint(),
     );
+    function.env("AWS_LAMBDA_LOG_LEVEL", "warn");
+    let throttled_before = cpu_share::throttled(&share);
+    let child = cpu_share::under_share(&share, &function)
+        .spawn()
+        .expect("function binary starts");
+    let pid = child.id();
+    let _function = Reaper(child);
+    let mut cpu_from = None;
     let mut samples = Vec::with_capacity(events);
+    let mut handler = Vec::with_capacity(events);
     for i in 0..(warmup + events) {
         let name = format!("web-{i}");
         let ip = format!("10.0.{}.{}", 1 + i / 250, 1 + i % 250);
@@ -159,18 +193,36 @@ async fn main() {
             json!([format!("{ip}:8080")]),
             "{report}"
         );
+        if i + 1 == warmup {
+            cpu_from = Some(cpu_share::cpu_time(pid));
+        }
         if i >= warmup {
             samples.push(elapsed);
+            let own = report["durationMs"].as_u64().unwrap_or(0);
+            handler.push(Duration::from_millis(own));
         }
     }
-    assert_eq!(w.targets(&arn).await.len(), warmup + events);
+    assert_eq!(w.targets(&arn).await.len(), preload + warmup + events);
     samples.sort();
+    handler.sort();
     println!(
-        "pod-events warm latency, invoke -> RegisterTargets done, {} events: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "pod-events warm latency, group of {preload} + {warmup} targets growing by one per event, CPU share {share}, invoke -> RegisterTargets done, {} events: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         samples.len(),
         ms(percentile(&samples, 0.50)),
         ms(percentile(&samples, 0.90)),
         ms(percentile(&samples, 0.99)),
         ms(*samples.last().unwrap())
+    );
+    let cpu = cpu_share::cpu_time(pid).saturating_sub(cpu_from.unwrap_or_default());
+    let (throttled, throttled_for) = cpu_share::throttled(&share);
+    println!(
+        "  the handler's own durationMs: p50 {:.0} ms, p99 {:.0} ms; the function's CPU {:.1} ms per event; quota throttled {} periods ({:.1} s)",
+        ms(percentile(&handler, 0.50)),
+        ms(percentile(&handler, 0.99)),
+        ms(cpu) / samples.len().max(1) as f64,
+        throttled.saturating_sub(throttled_before.0),
+        throttled_for
+            .saturating_sub(throttled_before.1)
+            .as_secs_f64(),
     );
 }

@@ -22,6 +22,7 @@
 
 #[path = "../../../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
+mod common;
 #[path = "../../../benches/support/measure.rs"]
 mod measure;
 #[path = "../../../tests/support/moto.rs"]
@@ -31,11 +32,10 @@ mod runtime_api;
 #[path = "../../../tests/support/world.rs"]
 mod world;
 
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use chaos_proxy::{ChaosProxy, Record};
-use measure::{ms, percentile};
+use common::{call_for, env_or, pct, proxy, scheduled, start_function};
+use measure::ms;
 use runtime_api::RuntimeApi;
 use tgsync::testkit::{PodBuilder, set_condition};
 use world::World;
@@ -45,84 +45,12 @@ const CHANGE_GAP: Duration = Duration::from_millis(700);
 /// A new pod's containers are ready this long after it is created.
 const POD_START: Duration = Duration::from_secs(1);
 
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn web(name: &str, ip: &str) -> PodBuilder {
     PodBuilder::new("shop", name).label("app", "web").ip(ip)
 }
 
-/// The first ELBv2 mutation naming `ip` that arrived after `since`.
-fn call_for(records: &[Record], ip: &str, op: &str, since: Instant) -> Option<Instant> {
-    records
-        .iter()
-        .find(|r| r.at >= since && r.operation == op && r.body.contains(&format!("={ip}&")))
-        .or_else(|| {
-            records
-                .iter()
-                .find(|r| r.at >= since && r.operation == op && r.body.ends_with(&format!("={ip}")))
-        })
-        .map(|r| r.at)
-}
-
-/// The `p` quantile (0–1), zero for no samples.
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        Duration::ZERO
-    } else {
-        percentile(sorted, p)
-    }
-}
-
 fn gate_is_open(w: &World, name: &str) -> bool {
-    w.emulator
-        .store()
-        .get_pod("shop", name)
-        .and_then(|p| p.status)
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "tgsync/target-health" && c.status == "True")
-}
-
-/// Starts the release binary on `runtime`, its AWS calls through `proxy`.
-fn start_function(w: &World, proxy: &ChaosProxy, runtime: &RuntimeApi, watch: u64) -> Reaper {
-    Reaper(
-        w.function(
-            env!("CARGO_BIN_EXE_tgsync-resync"),
-            "tgsync-resync",
-            runtime.address(),
-            proxy.url(),
-        )
-        .env("TGSYNC_WATCH_SECONDS", watch.to_string())
-        .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
-        .spawn()
-        .expect("function binary starts"),
-    )
-}
-
-fn scheduled() -> serde_json::Value {
-    let path = format!("{}/../../events/scheduled.json", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).expect("event")).expect("JSON")
-}
-
-async fn proxy(initial_for: Option<Duration>) -> ChaosProxy {
-    let proxy = ChaosProxy::transparent().await;
-    proxy.set_rules(|r| r.initial_for = initial_for);
-    proxy
+    common::gate_is_open(w, "shop", name)
 }
 
 /// Part 1: pod change → the ELBv2 call that applies it.

@@ -1,0 +1,93 @@
+#![allow(dead_code)] // each bench uses a part of it
+//! What the resync binary's benches share: starting the release binary on a Runtime
+//! API stand-in, the scheduled event, the recording proxy, and finding the ELBv2 call
+//! that applied a change.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use crate::chaos_proxy::{ChaosProxy, Record};
+use crate::measure::percentile;
+use crate::runtime_api::RuntimeApi;
+use crate::world::World;
+
+/// Kills and reaps the function process when dropped.
+pub struct Reaper(pub Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `name` from the environment, parsed, else `default`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The first ELBv2 call `op` naming `ip` that arrived after `since`.
+pub fn call_for(records: &[Record], ip: &str, op: &str, since: Instant) -> Option<Instant> {
+    let names =
+        |r: &&Record| r.body.contains(&format!("={ip}&")) || r.body.ends_with(&format!("={ip}"));
+    records
+        .iter()
+        .filter(|r| r.at >= since && r.operation == op)
+        .find(names)
+        .map(|r| r.at)
+}
+
+/// The `p` quantile (0–1), zero for no samples.
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        Duration::ZERO
+    } else {
+        percentile(sorted, p)
+    }
+}
+
+/// Starts the release binary on `runtime` in watch mode for `watch` seconds, its AWS
+/// calls through `proxy`.
+pub fn start_function(w: &World, proxy: &ChaosProxy, runtime: &RuntimeApi, watch: u64) -> Reaper {
+    Reaper(
+        w.function(
+            env!("CARGO_BIN_EXE_tgsync-resync"),
+            "tgsync-resync",
+            runtime.address(),
+            proxy.url(),
+        )
+        .env("TGSYNC_WATCH_SECONDS", watch.to_string())
+        .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
+        .spawn()
+        .expect("function binary starts"),
+    )
+}
+
+/// The EventBridge Scheduler event of `events/scheduled.json`.
+pub fn scheduled() -> serde_json::Value {
+    let path = format!("{}/../../events/scheduled.json", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).expect("event")).expect("JSON")
+}
+
+/// A recording proxy in front of moto that keeps new targets `initial` for
+/// `initial_for`, as an NLB does until its health checks pass.
+pub async fn proxy(initial_for: Option<Duration>) -> ChaosProxy {
+    let proxy = ChaosProxy::transparent().await;
+    proxy.set_rules(|r| r.initial_for = initial_for);
+    proxy
+}
+
+/// Whether `name`'s `tgsync/target-health` condition is True.
+pub fn gate_is_open(w: &World, namespace: &str, name: &str) -> bool {
+    w.emulator
+        .store()
+        .get_pod(namespace, name)
+        .and_then(|p| p.status)
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "tgsync/target-health" && c.status == "True")
+}

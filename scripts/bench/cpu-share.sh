@@ -1,0 +1,27 @@
+#!/bin/sh
+# Runs a command inside a CPU quota equal to Lambda's CPU share at a memory size:
+#   scripts/bench/cpu-share.sh MB command [args...]
+# Lambda gives a full vCPU at 1,769 MB and CPU in proportion below it, so the quota is
+# 100 ms x MB / 1769 per 100 ms period (256 MB: 14.47 ms, 0.145 vCPU). The cgroup is
+# tgsync-MB under the cgroup v1 `cpu` hierarchy (cpu.cfs_quota_us) or the v2 root
+# (cpu.max); needs root. Only this command (and what it starts) is inside the quota.
+set -eu
+mb="$1"; shift
+period=100000
+quota=$((period * mb / 1769))
+if [ -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+  cg="/sys/fs/cgroup/cpu/tgsync-$mb"
+  mkdir -p "$cg"
+  echo "$period" >"$cg/cpu.cfs_period_us"
+  echo "$quota" >"$cg/cpu.cfs_quota_us"
+elif [ -e /sys/fs/cgroup/cgroup.controllers ]; then
+  echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+  cg="/sys/fs/cgroup/tgsync-$mb"
+  mkdir -p "$cg"
+  echo "$quota $period" >"$cg/cpu.max"
+else
+  echo "cpu-share: no cgroup CPU controller found (cgroup v1 cpu or v2 cpu.max)" >&2
+  exit 2
+fi
+echo $$ >"$cg/cgroup.procs"
+exec "$@"
