@@ -290,6 +290,17 @@ async fn two_listeners(w: &World, proxy: &chaos_proxy::ChaosProxy) -> (String, S
     (fast, slow)
 }
 
+/// A gate's condition is written only when it changes: never the same condition twice
+/// in a row.
+fn assert_each_write_changed<T: PartialEq + std::fmt::Debug>(writes: &[T]) {
+    for pair in writes.windows(2) {
+        assert_ne!(
+            pair[0], pair[1],
+            "the same condition written twice: {writes:#?}"
+        );
+    }
+}
+
 /// The `tgsync/target-health` condition (status, reason, message) of every stored
 /// version of the pod that has one, oldest first: one per write of the condition.
 fn gate_writes(w: &World, name: &str) -> Vec<(String, String, String)> {
@@ -461,12 +472,7 @@ async fn a_gate_waits_for_every_group_that_selects_the_pod() {
     );
     // Written only when it changed: never the same condition twice in a row, and a
     // handful of writes over ~15 s of polling.
-    for pair in writes.windows(2) {
-        assert_ne!(
-            pair[0], pair[1],
-            "the same condition written twice: {writes:#?}"
-        );
-    }
+    assert_each_write_changed(&writes);
     assert!(writes.len() <= 5, "{writes:#?}");
 }
 
@@ -496,12 +502,7 @@ async fn a_closed_gate_says_why_and_is_written_only_when_that_changes() {
         )),
         "{message}"
     );
-    for pair in writes.windows(2) {
-        assert_ne!(
-            pair[0], pair[1],
-            "the same condition written twice: {writes:#?}"
-        );
-    }
+    assert_each_write_changed(&writes);
     // At most: not registered yet / registering, the faster group turning healthy, and
     // the failing one — not one per poll over the 10 s.
     assert!(writes.len() <= 4, "{writes:#?}");
