@@ -4,6 +4,8 @@
 #   scripts/bench.sh decode      # LIST decoding, 100k realistic pods: k8s-openapi vs the lean decoder, one core
 #   scripts/bench.sh api-calls   # API calls of a zero-drift resync of 100 groups (moto + emulator)
 #   scripts/bench.sh pod-events  # warm pod-events latency under cargo lambda watch (moto + emulator)
+#   scripts/bench.sh pod-events-sizes  # the same at groups of 10/100/1,000 targets, full core and 256 MB's CPU share (root; not in all)
+#                                #   TGSYNC_POD_EVENTS_BEFORE=<binary>: also runs that build, for a before/after in one sitting
 #   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
 #   scripts/bench.sh watch       # watch mode of the release resync binary: reaction, gated rolling update (~13 min; not in all)
 #   scripts/bench.sh throttling  # 20 trials at 40 % throttling + 10 % 500s on ELBv2 and DynamoDB (not in all)
@@ -20,9 +22,23 @@ arm64="${TGSYNC_ARM64_DIR:-/tmp/tgsync-arm64}"
 case "$what" in
   core|all) taskset -c 1 cargo bench --locked --bench core ;;&
   decode|all) taskset -c 1 cargo bench --locked --bench decode ;;&
-  api-calls|pod-events|all) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
+  api-calls|pod-events|pod-events-sizes|all) ensure_venv; [ -n "${TGSYNC_TEST_AWS_ENDPOINT:-}" ] || start_moto ;;&
   api-calls|all) cargo bench --locked --bench api_calls ;;&
   pod-events|all) cargo bench --locked -p tgsync-pod-events --bench latency ;;&
+  pod-events-sizes)
+    # The bench executable itself: `cargo bench` would rebuild it if a source changed meanwhile.
+    bench="$(cargo bench --locked --no-run -p tgsync-pod-events --bench latency 2>&1 | grep -o '(\S*/latency-[0-9a-f]*)' | tr -d '()')"
+    cargo build --release --locked -p tgsync-pod-events
+    after="$(mktemp -d)/tgsync-pod-events"; cp "${CARGO_TARGET_DIR:-target}/release/tgsync-pod-events" "$after"
+    for share in $(echo "${TGSYNC_CPU_SHARE_SIZES:-full,256}" | tr , ' '); do
+      for targets in ${TGSYNC_GROUP_SIZES:-0 90 990}; do
+        for bin in ${TGSYNC_POD_EVENTS_BEFORE:-} "$after"; do
+          log "pod-events: $bin, group of $targets + 10 targets, CPU share $share"
+          TGSYNC_POD_EVENTS_BIN="$bin" TGSYNC_GROUP_TARGETS="$targets" TGSYNC_CPU_SHARE_MB="$share" \
+            "$bench" "${TGSYNC_EVENTS:-60}"
+        done
+      done
+    done ;;&
   scale)
     # A fresh moto of its own (discovery counts every group in the account), with
     # partition-local Query: stock moto sorts the whole table per Query (see the script).
@@ -72,6 +88,6 @@ case "$what" in
       TGSYNC_RESYNC_BIN="$arm64/lambda/tgsync-resync/bootstrap" \
       TGSYNC_POD_EVENTS_BIN="$arm64/lambda/tgsync-pod-events/bootstrap" \
       cargo bench --locked -p tgsync-resync --bench cold_start ;;
-  core|decode|api-calls|pod-events|scale|watch|throttling|cpu-share|cold-start|all) ;;
-  *) echo "usage: $0 [core|decode|api-calls|pod-events|scale|watch|throttling|cpu-share|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
+  core|decode|api-calls|pod-events|pod-events-sizes|scale|watch|throttling|cpu-share|cold-start|all) ;;
+  *) echo "usage: $0 [core|decode|api-calls|pod-events|pod-events-sizes|scale|watch|throttling|cpu-share|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
 esac

@@ -33,19 +33,68 @@ pub trait Fence: Send + Sync {
 
 tokio::task_local! {
     /// Set for work that may wait for ELBv2's Describe budget behind reactions.
-    static BACKGROUND: ();
+    static BACKGROUND: Promotion;
+}
+
+/// Lifts background work to a reaction's priority while it runs: the controller promotes
+/// a group's verification when a pod change for the same group arrives, because that
+/// change can only start once the verification ends (one pass per group at a time).
+#[derive(Debug, Clone, Default)]
+pub struct Promotion(std::sync::Arc<PromotionInner>);
+
+#[derive(Debug, Default)]
+struct PromotionInner {
+    promoted: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Promotion {
+    /// From now on, the work's calls no longer yield to reactions (also those waiting).
+    pub fn promote(&self) {
+        self.0
+            .promoted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+
+    /// Whether [`Promotion::promote`] was called.
+    pub fn is_promoted(&self) -> bool {
+        self.0.promoted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Completes once promoted.
+    pub async fn promoted(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_promoted() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// Runs `work` as background work: its ELBv2 Describe calls (discovery, the full diff's
 /// verifications) yield the client-side budget to calls made for pod changes and gates,
 /// so a reaction never queues behind a large fleet's verification.
 pub async fn in_background<F: Future>(work: F) -> F::Output {
-    BACKGROUND.scope((), work).await
+    in_background_until_promoted(Promotion::default(), work).await
 }
 
-/// Whether the calling task runs [`in_background`] work.
-pub fn is_background() -> bool {
-    BACKGROUND.try_with(|()| ()).is_ok()
+/// [`in_background`] until `promotion` is promoted (see [`Promotion`]).
+pub async fn in_background_until_promoted<F: Future>(promotion: Promotion, work: F) -> F::Output {
+    BACKGROUND.scope(promotion, work).await
+}
+
+/// The promotion of the calling task's [`in_background`] work, if it runs such work and
+/// was not promoted yet.
+pub fn background() -> Option<Promotion> {
+    BACKGROUND
+        .try_with(Promotion::clone)
+        .ok()
+        .filter(|p| !p.is_promoted())
 }
 
 /// ELBv2 operations tgsync needs. Implementations rate-limit the mutating calls and retry

@@ -28,7 +28,7 @@
 pub mod informer;
 pub mod queue;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,6 +102,9 @@ struct Run<'e, P, G, S> {
     verified: tokio::sync::Notify,
     /// Groups with a gated pod whose gate waits for a healthy target.
     gated: Mutex<BTreeSet<String>>,
+    /// The verifications in flight, promoted when a pod change of their group arrives
+    /// (the change waits for them: one pass per group at a time).
+    promotions: Mutex<HashMap<String, crate::groups::Promotion>>,
     /// What happened, for the report.
     out: Mutex<Outcomes>,
 }
@@ -159,6 +162,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             verify: Mutex::new(Verify::default()),
             verified: tokio::sync::Notify::new(),
             gated: Mutex::new(BTreeSet::new()),
+            promotions: Mutex::new(HashMap::new()),
             out: Mutex::new(Outcomes::default()),
         };
         // Watch first: the namespaces known now, before discovery.
@@ -512,6 +516,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 queue.request(arn, Want::change(seen));
             }
         }
+        {
+            let promotions = lock(&self.promotions);
+            for p in marked.iter().filter_map(|arn| promotions.get(arn)) {
+                p.promote();
+            }
+        }
         self.wake.notify_one();
     }
 
@@ -578,7 +588,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             return (arn, want, None);
         };
         let report = if want.verify && !want.changed {
-            crate::groups::in_background(self.pass(&bound, want)).await
+            let promotion = crate::groups::Promotion::default();
+            lock(&self.promotions).insert(arn.clone(), promotion.clone());
+            let report =
+                crate::groups::in_background_until_promoted(promotion, self.pass(&bound, want))
+                    .await;
+            lock(&self.promotions).remove(&arn);
+            report
         } else {
             self.pass(&bound, want).await
         };

@@ -52,7 +52,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .list_versioned(&namespace, selector.as_ref())
             .await
         {
-            Ok(listing) => listing.pods,
+            Ok(listing) => Arc::new((listing.pods, listing.resource_version)),
             Err(e) => {
                 // Never act on partial data: the error is every group's outcome.
                 tracing::error!(namespace = %namespace, error = %e, "pod list failed; groups in this namespace are left untouched");
@@ -69,7 +69,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     .collect();
             }
         };
-        let index = PodIndex::new(&pods);
+        let index = PodIndex::new(&pods.0);
         let observed = join_all(groups.into_iter().map(|bound| {
             let permits = permits.clone();
             let index = &index;
@@ -83,7 +83,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }))
         .await;
         drop(index);
-        drop(pods);
+        // A pod event's passes plan from this LIST when nothing was written since (see
+        // `PriorRead`); a resync frees it now (a namespace can hold many pods).
+        let pods = scope.focus.is_some().then_some(pods);
         let mut reports = Vec::new();
         let mut changed = Vec::new();
         for (observed, bound) in observed {
@@ -93,7 +95,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     reports.push(report);
                 }
                 Observed::Irrelevant => {}
-                Observed::Change(report, prior) => changed.push((report, prior, bound)),
+                Observed::Change(report, mut prior) => {
+                    prior.pods.clone_from(&pods);
+                    changed.push((report, prior, bound));
+                }
             }
         }
         if changed.is_empty() {

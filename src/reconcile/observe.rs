@@ -157,6 +157,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 version: state.version,
                 health: actual,
                 at: now,
+                pods: None,
             };
             return Observed::Change(report, prior);
         }

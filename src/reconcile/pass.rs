@@ -3,11 +3,14 @@
 //! pass learned written in the write that ends it.
 //!
 //! Pods come from a consistent LIST made under the lease, or from pods a caller holds
-//! (the controller's store) when they are at least as new as what the group's last pass
-//! decided from (its recorded `resourceVersion`): so no pass undoes a newer pass of
-//! another process with older reads. Every write records the version this pass decided
+//! (the controller's store, or the LIST the pod event's observation just made while
+//! nothing was written to the group since) when they are at least as new as what the
+//! group's last pass decided from (its recorded `resourceVersion`): so no pass undoes a
+//! newer pass of another process with older reads. Every write records the version this pass decided
 //! from. The lease is made ready (renewed if it runs low) before every write and ELBv2
 //! call, and fences every ELBv2 attempt.
+
+use std::sync::Arc;
 
 use super::observe::{note_backoff, pod_errors};
 use super::refusals::{Settled, capacity_error};
@@ -37,9 +40,9 @@ pub(crate) enum PodReads<'a> {
     Held(HeldPods<'a>),
 }
 
-/// The health read an observation made just before the lease was taken: a pass may
-/// reuse it when nothing was written to the group in between (its version moved only
-/// by taking the lease) and it is recent.
+/// The reads an observation made just before the lease was taken: a pass may reuse them
+/// when nothing was written to the group in between (its version moved only by taking
+/// the lease) and they are recent.
 #[derive(Debug, Clone)]
 pub(crate) struct PriorRead {
     /// The group's version the observation saw.
@@ -48,6 +51,10 @@ pub(crate) struct PriorRead {
     pub health: Vec<TargetHealth>,
     /// When it was read.
     pub at: crate::core::UnixMillis,
+    /// The consistent LIST the observation planned from (a superset of the group's
+    /// pods) and its `resourceVersion`, when the caller kept it (pod events: it saves
+    /// the pass a second LIST of the namespace).
+    pub pods: Option<Arc<(Vec<PodFacts>, String)>>,
 }
 
 /// How old a prior health read may be to stand for the pass's own.
@@ -129,20 +136,31 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             report.error = None;
         }
         let mut ledger = state.ledger.clone();
-        let listed = self.pass_pods(&bound.binding, &state, reads).await;
-        let (pods, version) = match listed {
-            Ok((pods, version)) => (Ok(pods), Some(version)),
+        let prior = prior.filter(|p| {
+            state.version == p.version + 1 && self.clock.now() < p.at.plus(PRIOR_READ_MAX_AGE)
+        });
+        // The observation's LIST stands for the pass's own like its health read does —
+        // unless it is behind what the group's last pass decided from.
+        let held = prior
+            .and_then(|p| p.pods.clone())
+            .filter(|h| !behind(&h.1, state.seen.get(&self.cluster)));
+        let listed = match held {
+            Some(held) => Ok(held),
+            None => self
+                .pass_pods(&bound.binding, &state, reads)
+                .await
+                .map(Arc::new),
+        };
+        let (pods, version) = match &listed {
+            Ok(listed) => (Ok(&listed.0), Some(listed.1.clone())),
             Err(e) => (Err(e), None),
         };
-        let index = pods.as_ref().map(|p| PodIndex::new(p));
+        let index = pods.map(|p| PodIndex::new(p));
         // What every write of this pass records: the version it decided from.
         let seen = version.map(|v| {
             let mut seen = state.seen.clone();
             seen.insert(self.cluster.clone(), v);
             seen
-        });
-        let prior = prior.filter(|p| {
-            state.version == p.version + 1 && self.clock.now() < p.at.plus(PRIOR_READ_MAX_AGE)
         });
         let ctx = PassContext {
             state: &state,

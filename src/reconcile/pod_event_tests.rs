@@ -72,6 +72,41 @@ async fn started_registers_only_in_the_groups_it_matches() {
         Some(&1),
         "only the matching group is read, once: the pass under its lease reuses the plan's read (nothing was written in between)"
     );
+    assert_eq!(
+        e.pods.list_calls(),
+        1,
+        "one LIST of the namespace: the pass plans from the observation's (nothing was written in between)"
+    );
+}
+
+/// The observation's LIST stands in for the pass's own only while nothing was written to
+/// the group: when another process's pass wrote in between (here: while this event's
+/// health read waits), the pass lists afresh and plans from what that LIST shows.
+#[tokio::test]
+async fn a_write_between_observation_and_lease_makes_the_pass_list_again() {
+    let e = engine();
+    e.pods.put(web("web-1", "10.0.1.1").build());
+    let held = e.groups.hold_health(TG);
+    let event = exporter_event("web-1", "Started", json!({"app": "web"}));
+    let other = async {
+        // The observation has listed and waits for its health read: another writer
+        // changes the group, and a pod goes away meanwhile.
+        while e.pods.list_calls() < 1 {
+            tokio::task::yield_now().await;
+        }
+        let mut state = e.state.stored(TG);
+        state.version += 1;
+        e.state.put(TG, state);
+        e.pods.put(web("web-2", "10.0.1.2").build());
+        held.add_permits(100);
+    };
+    let (r, ()) = tokio::join!(handle(&e, &event), other);
+    assert_eq!(e.pods.list_calls(), 2, "{r:#?}");
+    assert_eq!(
+        live(&e, TG),
+        ["10.0.1.1:8080", "10.0.1.2:8080"],
+        "the pass planned from its own LIST, which has web-2"
+    );
 }
 
 #[tokio::test]

@@ -11,8 +11,13 @@
 //! Lambda's CPU share for that memory size (`scripts/bench/cpu-share.sh`, needs root).
 //! `TGSYNC_POD_EVENTS_BIN` runs another build of the function binary.
 //! Besides the round trip, the function's own `durationMs` (from its report) is shown:
-//! their difference is time spent outside the handler's timer.
+//! their difference is time spent outside the handler's timer. The function reaches moto
+//! through a transparent recording proxy, so each AWS operation's calls per event and
+//! the time moto took to answer them are shown too (the rest of an event's time is the
+//! function's own: Kubernetes calls, pacing waits, CPU).
 
+#[path = "../../../tests/support/chaos_proxy.rs"]
+mod chaos_proxy;
 #[path = "../../../benches/support/cpu_share.rs"]
 mod cpu_share;
 #[path = "../../../benches/support/measure.rs"]
@@ -154,11 +159,12 @@ async fn main() {
     // sitting), else this package's.
     let bin = std::env::var("TGSYNC_POD_EVENTS_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tgsync-pod-events").to_owned());
+    let proxy = chaos_proxy::ChaosProxy::transparent().await;
     let mut function = w.function(
         &bin,
         "_",
         &format!("http://127.0.0.1:{port}/.rt"),
-        moto::endpoint(),
+        proxy.url(),
     );
     function.env("AWS_LAMBDA_LOG_LEVEL", "warn");
     let throttled_before = cpu_share::throttled(&share);
@@ -168,6 +174,7 @@ async fn main() {
     let pid = child.id();
     let _function = Reaper(child);
     let mut cpu_from = None;
+    let mut calls_from = 0;
     let mut samples = Vec::with_capacity(events);
     let mut handler = Vec::with_capacity(events);
     for i in 0..(warmup + events) {
@@ -195,6 +202,7 @@ async fn main() {
         );
         if i + 1 == warmup {
             cpu_from = Some(cpu_share::cpu_time(pid));
+            calls_from = proxy.records().len();
         }
         if i >= warmup {
             samples.push(elapsed);
@@ -213,6 +221,7 @@ async fn main() {
         ms(percentile(&samples, 0.99)),
         ms(*samples.last().unwrap())
     );
+    print_calls(&proxy.records()[calls_from..], samples.len());
     let cpu = cpu_share::cpu_time(pid).saturating_sub(cpu_from.unwrap_or_default());
     let (throttled, throttled_for) = cpu_share::throttled(&share);
     println!(
@@ -224,5 +233,30 @@ async fn main() {
         throttled_for
             .saturating_sub(throttled_before.1)
             .as_secs_f64(),
+    );
+}
+
+/// Per AWS operation: calls per event and how long moto took to answer them.
+fn print_calls(records: &[chaos_proxy::Record], events: usize) {
+    let mut by_op: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
+    for r in records {
+        by_op
+            .entry(r.operation.as_str())
+            .or_default()
+            .push(r.answered_after.unwrap_or_default());
+    }
+    let mut answering = Duration::ZERO;
+    for (op, mut took) in by_op {
+        answering += took.iter().sum::<Duration>();
+        took.sort();
+        println!(
+            "  {op:<22} {:>5.2} per event, moto answered in p50 {:>6.1} ms",
+            took.len() as f64 / events.max(1) as f64,
+            ms(percentile(&took, 0.5)),
+        );
+    }
+    println!(
+        "  moto's answering, all AWS calls: {:.1} ms per event",
+        ms(answering) / events.max(1) as f64
     );
 }

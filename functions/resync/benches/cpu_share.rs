@@ -7,7 +7,10 @@
 //!
 //! Run: `scripts/bench.sh cpu-share` (needs root for the cgroup; moto from
 //! `TGSYNC_TEST_AWS_ENDPOINT` or started by `tests/support/moto.rs`).
-//! `TGSYNC_CPU_SHARE_SIZES` (default `full,512,256,128`) picks the memory sizes.
+//! `TGSYNC_CPU_SHARE_SIZES` (default `full,512,256,128`) picks the memory sizes,
+//! `TGSYNC_CPU_SHARE_RUNS` (default 3) how many fresh worlds each size gets (the
+//! reactions of all runs are pooled; the other figures are medians over the runs), and
+//! `TGSYNC_RESYNC_BIN` another build of the binary (a before/after in one sitting).
 //!
 //! Per size, a new world of 20 groups × 50 realistic pods (~4.5 KB of JSON each) and
 //! one container serving three scheduled invocations, each watching for 30 s:
@@ -39,7 +42,7 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use common::{Reaper, call_for, pct, proxy, scheduled};
+use common::{Reaper, call_for, env_or, pct, proxy, scheduled};
 use cpu_share::{cpu_time, throttled, under_share};
 use measure::ms;
 use runtime_api::RuntimeApi;
@@ -127,7 +130,19 @@ async fn invocation(
     out
 }
 
-async fn size(mb: &str) {
+/// What one run of one size measured.
+struct Run {
+    init: Duration,
+    registered: Option<Duration>,
+    cold_cpu: Duration,
+    during: Vec<Duration>,
+    steady: Vec<Duration>,
+    missed: usize,
+    warm_cpu: Vec<Duration>,
+    throttled: (u64, Duration),
+}
+
+async fn run(mb: &str, bin: &str) -> Run {
     let w = World::new().await;
     for g in 0..GROUPS {
         w.group("shop", &format!("app=svc{g}"), 8080, &[]).await;
@@ -139,12 +154,7 @@ async fn size(mb: &str) {
     }
     let proxy = proxy(None).await;
     let runtime = RuntimeApi::start().await;
-    let mut base = w.function(
-        env!("CARGO_BIN_EXE_tgsync-resync"),
-        "tgsync-resync",
-        runtime.address(),
-        proxy.url(),
-    );
+    let mut base = w.function(bin, "tgsync-resync", runtime.address(), proxy.url());
     base.env("TGSYNC_WATCH_SECONDS", WATCH_SECONDS.to_string())
         .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
         .env(
@@ -172,22 +182,39 @@ async fn size(mb: &str) {
     // 2 and 3. Warm: pods leave, then come back.
     let left = invocation(&w, &runtime, &proxy, pid, 2, Some(false)).await;
     let back = invocation(&w, &runtime, &proxy, pid, 3, Some(true)).await;
-    let (nr_throttled, throttled_for) = {
-        let ((n1, t1), (n0, t0)) = (throttled(mb), throttled_before);
-        (n1.saturating_sub(n0), t1.saturating_sub(t0))
-    };
-
-    let mut during: Vec<Duration> = left
-        .during_diff
-        .iter()
-        .chain(&back.during_diff)
-        .copied()
-        .collect();
-    let mut steady: Vec<Duration> = left.steady.iter().chain(&back.steady).copied().collect();
-    let mut all: Vec<Duration> = during.iter().chain(&steady).copied().collect();
-    for v in [&mut during, &mut steady, &mut all] {
-        v.sort();
+    let ((n1, t1), (n0, t0)) = (throttled(mb), throttled_before);
+    Run {
+        init,
+        registered,
+        cold_cpu: cold.cpu,
+        during: [left.during_diff, back.during_diff].concat(),
+        steady: [left.steady, back.steady].concat(),
+        missed: left.missed + back.missed,
+        warm_cpu: vec![left.cpu, back.cpu],
+        throttled: (n1.saturating_sub(n0), t1.saturating_sub(t0)),
     }
+}
+
+/// The median of `v` (zero for none).
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    pct(&v, 0.5)
+}
+
+async fn size(mb: &str, runs: usize, bin: &str) {
+    let mut all_runs = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        all_runs.push(run(mb, bin).await);
+    }
+    let pooled = |f: fn(&Run) -> &Vec<Duration>| {
+        let mut v: Vec<Duration> = all_runs.iter().flat_map(|r| f(r).iter().copied()).collect();
+        v.sort();
+        v
+    };
+    let during = pooled(|r| &r.during);
+    let steady = pooled(|r| &r.steady);
+    let mut all: Vec<Duration> = during.iter().chain(&steady).copied().collect();
+    all.sort();
     let line = |what: &str, s: &[Duration]| {
         println!(
             "  {what:<28} n={:<3} p50 {:>5.0} ms  p99 {:>5.0} ms  max {:>5.0} ms",
@@ -197,24 +224,33 @@ async fn size(mb: &str) {
             ms(s.last().copied().unwrap_or_default()),
         );
     };
-    println!("{mb} MB:");
+    let of = |f: fn(&Run) -> Duration| median(all_runs.iter().map(f).collect());
+    println!("{mb} MB ({runs} runs; medians over the runs, reactions pooled):");
     println!(
         "  init (spawn -> first Runtime API poll) {:.0} ms; cold invocation: the 1,000 targets registered {:.1} s after invoke, CPU {:.2} s",
-        ms(init),
-        registered.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN),
-        cold.cpu.as_secs_f64()
+        ms(of(|r| r.init)),
+        of(|r| r.registered.unwrap_or(Duration::MAX)).as_secs_f64(),
+        of(|r| r.cold_cpu).as_secs_f64(),
     );
     line("reaction, first 10 s", &during);
     line("reaction, after", &steady);
     line("reaction, all", &all);
     println!(
-        "  not applied: {}; warm invocations: CPU {:.2} s and {:.2} s over {:.1} s and {:.1} s; quota throttled {nr_throttled} periods ({:.1} s)",
-        left.missed + back.missed,
-        left.cpu.as_secs_f64(),
-        back.cpu.as_secs_f64(),
-        left.wall.as_secs_f64(),
-        back.wall.as_secs_f64(),
-        throttled_for.as_secs_f64(),
+        "  not applied: {}; warm invocation ({WATCH_SECONDS} s): CPU {:.2} s; quota throttled {} periods ({:.1} s) per run",
+        all_runs.iter().map(|r| r.missed).sum::<usize>(),
+        median(
+            all_runs
+                .iter()
+                .flat_map(|r| r.warm_cpu.iter().copied())
+                .collect()
+        )
+        .as_secs_f64(),
+        {
+            let mut n: Vec<u64> = all_runs.iter().map(|r| r.throttled.0).collect();
+            n.sort_unstable();
+            n.get(n.len() / 2).copied().unwrap_or(0)
+        },
+        of(|r| r.throttled.1).as_secs_f64(),
     );
 }
 
@@ -223,7 +259,12 @@ async fn main() {
     tgsync::app::install_crypto_provider();
     let sizes =
         std::env::var("TGSYNC_CPU_SHARE_SIZES").unwrap_or_else(|_| "full,512,256,128".into());
+    let runs = env_or("TGSYNC_CPU_SHARE_RUNS", 3usize).max(1);
+    // `TGSYNC_RESYNC_BIN`: another build of the function (a before/after in one sitting).
+    let bin = std::env::var("TGSYNC_RESYNC_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tgsync-resync").to_owned());
+    println!("binary: {bin}");
     for mb in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        size(mb).await;
+        size(mb, runs, &bin).await;
     }
 }

@@ -102,25 +102,44 @@ impl Pace {
         let Some(limiter) = &self.limiter else {
             return;
         };
-        if !crate::groups::is_background() {
-            let _waiting = Waiting::new(&self.urgent_waiting);
-            limiter.until_ready().await;
+        if let Some(promotion) = crate::groups::background()
+            && self.background_slot(limiter, &promotion).await
+        {
             return;
         }
-        let _turn = self.background.acquire().await;
+        let _waiting = Waiting::new(&self.urgent_waiting);
+        limiter.until_ready().await;
+    }
+
+    /// A slot for background work: one background request waits at a time, and takes a
+    /// slot only while no reaction waits for one. `false` when the work is promoted
+    /// meanwhile: it then waits as a reaction does.
+    async fn background_slot(
+        &self,
+        limiter: &DefaultDirectRateLimiter,
+        promotion: &crate::groups::Promotion,
+    ) -> bool {
+        let _turn = tokio::select! {
+            turn = self.background.acquire() => turn,
+            () = promotion.promoted() => return false,
+        };
         let clock = governor::clock::DefaultClock::default();
         loop {
-            if self.urgent_waiting.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(YIELD_POLL).await;
-                continue;
-            }
-            match limiter.check() {
-                Ok(()) => return,
-                Err(not_until) => {
-                    use governor::clock::Clock as _;
-                    let wait = not_until.wait_time_from(clock.now());
-                    tokio::time::sleep(wait.min(YIELD_POLL.max(wait / 2))).await;
+            let wait = if self.urgent_waiting.load(Ordering::SeqCst) > 0 {
+                YIELD_POLL
+            } else {
+                match limiter.check() {
+                    Ok(()) => return true,
+                    Err(not_until) => {
+                        use governor::clock::Clock as _;
+                        let wait = not_until.wait_time_from(clock.now());
+                        wait.min(YIELD_POLL.max(wait / 2))
+                    }
                 }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = promotion.promoted() => return false,
             }
         }
     }
@@ -268,5 +287,35 @@ mod tests {
         assert_eq!(pace.penalty(), Duration::from_millis(156));
         pace.answered();
         assert_eq!(pace.penalty(), Duration::ZERO);
+    }
+
+    /// A verification waiting behind other background requests jumps the queue once a
+    /// pod change for its group promotes it (the change waits for it to end).
+    #[tokio::test]
+    async fn promoted_background_work_stops_yielding() {
+        let pace = Pace::new(Some(MutationRate::new(5, Some(1)).expect("rate")));
+        let start = std::time::Instant::now();
+        let promotions: Vec<crate::groups::Promotion> = (0..4)
+            .map(|_| crate::groups::Promotion::default())
+            .collect();
+        let waits = promotions.iter().map(|p| {
+            crate::groups::in_background_until_promoted(p.clone(), async {
+                pace.slot().await;
+                start.elapsed()
+            })
+        });
+        let promote_last = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            promotions[3].promote();
+        };
+        let (done, ()) = tokio::join!(futures::future::join_all(waits), promote_last);
+        // One slot every 200 ms: the first waiter takes the one there is, the promoted
+        // fourth the next, the second and third after it.
+        let promoted = done[3];
+        assert!(
+            promoted < done[1] && promoted < done[2],
+            "the promoted request got its slot at {promoted:?}, the others at {done:?}"
+        );
+        assert!(promoted < Duration::from_millis(350), "{done:?}");
     }
 }
