@@ -10,6 +10,10 @@
 //! events add to a group of N targets; `TGSYNC_CPU_SHARE_MB=256` runs the function at
 //! Lambda's CPU share for that memory size (`scripts/bench/cpu-share.sh`, needs root).
 //! `TGSYNC_POD_EVENTS_BIN` runs another build of the function binary.
+//! `TGSYNC_EVENT_GAP_MS=N` waits N ms after each response before the next event (default
+//! 0: back to back, where the function's mutation pace bounds each event: one
+//! RegisterTargets per pace period); `TGSYNC_FUNCTION_ENV="K=V,K=V"` adds settings to the
+//! function's environment (e.g. the template's `TGSYNC_BUDGET_SHARE=0.3,TGSYNC_MAX_CONTAINERS=2`).
 //! Besides the round trip, the function's own `durationMs` (from its report) is shown:
 //! their difference is time spent outside the handler's timer. The function reaches moto
 //! through a transparent recording proxy, so each AWS operation's calls per event and
@@ -167,6 +171,16 @@ async fn main() {
         proxy.url(),
     );
     function.env("AWS_LAMBDA_LOG_LEVEL", "warn");
+    let extra = std::env::var("TGSYNC_FUNCTION_ENV").unwrap_or_default();
+    for (k, v) in extra.split(',').filter_map(|kv| kv.split_once('=')) {
+        function.env(k.trim(), v.trim());
+    }
+    let gap = Duration::from_millis(
+        std::env::var("TGSYNC_EVENT_GAP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     let throttled_before = cpu_share::throttled(&share);
     let child = cpu_share::under_share(&share, &function)
         .spawn()
@@ -193,6 +207,7 @@ async fn main() {
             .await
             .unwrap();
         let elapsed = started.elapsed();
+        tokio::time::sleep(gap).await;
         let report: Value =
             serde_json::from_str(&response).unwrap_or_else(|e| panic!("{e}: {response}"));
         assert_eq!(
@@ -214,7 +229,8 @@ async fn main() {
     samples.sort();
     handler.sort();
     println!(
-        "pod-events warm latency, group of {preload} + {warmup} targets growing by one per event, CPU share {share}, invoke -> RegisterTargets done, {} events: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "pod-events warm latency, group of {preload} + {warmup} targets growing by one per event, CPU share {share}, gap {} ms, {extra:?}, invoke -> RegisterTargets done, {} events: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        gap.as_millis(),
         samples.len(),
         ms(percentile(&samples, 0.50)),
         ms(percentile(&samples, 0.90)),

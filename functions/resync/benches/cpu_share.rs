@@ -10,7 +10,8 @@
 //! `TGSYNC_CPU_SHARE_SIZES` (default `full,512,256,128`) picks the memory sizes,
 //! `TGSYNC_CPU_SHARE_RUNS` (default 3) how many fresh worlds each size gets (the
 //! reactions of all runs are pooled; the other figures are medians over the runs), and
-//! `TGSYNC_RESYNC_BIN` another build of the binary (a before/after in one sitting).
+//! `TGSYNC_RESYNC_BIN` other builds of the binary, comma-separated (a before/after in
+//! one sitting; their runs alternate).
 //!
 //! Per size, a new world of 20 groups × 50 realistic pods (~4.5 KB of JSON each) and
 //! one container serving three scheduled invocations, each watching for 30 s:
@@ -201,11 +202,22 @@ fn median(mut v: Vec<Duration>) -> Duration {
     pct(&v, 0.5)
 }
 
-async fn size(mb: &str, runs: usize, bin: &str) {
-    let mut all_runs = Vec::with_capacity(runs);
+async fn size(mb: &str, runs: usize, bins: &[String]) {
+    // Runs of the binaries alternate, so a drift over the sitting (moto holds the
+    // groups of every earlier run) weighs on each alike.
+    let mut by_bin: Vec<Vec<Run>> = bins.iter().map(|_| Vec::with_capacity(runs)).collect();
     for _ in 0..runs {
-        all_runs.push(run(mb, bin).await);
+        for (bin, out) in bins.iter().zip(&mut by_bin) {
+            out.push(run(mb, bin).await);
+        }
     }
+    for (bin, all_runs) in bins.iter().zip(by_bin) {
+        report(mb, bin, &all_runs);
+    }
+}
+
+fn report(mb: &str, bin: &str, all_runs: &[Run]) {
+    let runs = all_runs.len();
     let pooled = |f: fn(&Run) -> &Vec<Duration>| {
         let mut v: Vec<Duration> = all_runs.iter().flat_map(|r| f(r).iter().copied()).collect();
         v.sort();
@@ -225,7 +237,7 @@ async fn size(mb: &str, runs: usize, bin: &str) {
         );
     };
     let of = |f: fn(&Run) -> Duration| median(all_runs.iter().map(f).collect());
-    println!("{mb} MB ({runs} runs; medians over the runs, reactions pooled):");
+    println!("{mb} MB, {bin} ({runs} runs; medians over the runs, reactions pooled):");
     println!(
         "  init (spawn -> first Runtime API poll) {:.0} ms; cold invocation: the 1,000 targets registered {:.1} s after invoke, CPU {:.2} s",
         ms(of(|r| r.init)),
@@ -260,11 +272,15 @@ async fn main() {
     let sizes =
         std::env::var("TGSYNC_CPU_SHARE_SIZES").unwrap_or_else(|_| "full,512,256,128".into());
     let runs = env_or("TGSYNC_CPU_SHARE_RUNS", 3usize).max(1);
-    // `TGSYNC_RESYNC_BIN`: another build of the function (a before/after in one sitting).
-    let bin = std::env::var("TGSYNC_RESYNC_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tgsync-resync").to_owned());
-    println!("binary: {bin}");
+    // `TGSYNC_RESYNC_BIN`: other builds of the function, comma-separated (a before/after
+    // in one sitting).
+    let bins: Vec<String> = std::env::var("TGSYNC_RESYNC_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tgsync-resync").to_owned())
+        .split(',')
+        .map(|b| b.trim().to_owned())
+        .filter(|b| !b.is_empty())
+        .collect();
     for mb in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        size(mb, runs, &bin).await;
+        size(mb, runs, &bins).await;
     }
 }
