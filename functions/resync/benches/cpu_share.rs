@@ -70,7 +70,6 @@ struct Invocation {
     steady: Vec<Duration>,
     missed: usize,
     cpu: Duration,
-    wall: Duration,
 }
 
 /// One invocation: changes `CHANGED` pods to `ready` on the schedule above and
@@ -107,7 +106,6 @@ async fn invocation(
     }
     let answer = runtime.answer(&id, Duration::from_secs(120)).await;
     assert!(answer.is_some(), "invocation {polls} never answered");
-    let wall = started.elapsed();
     let op = if ready == Some(true) {
         "RegisterTargets"
     } else {
@@ -119,7 +117,6 @@ async fn invocation(
         steady: Vec::new(),
         missed: 0,
         cpu: cpu_time(pid).saturating_sub(cpu_before),
-        wall,
     };
     for (g, at) in changes {
         match call_for(&records, &format!("10.1.{g}.0"), op, at) {
