@@ -2,7 +2,26 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::Duration;
+
+/// Kills and reaps a started binary when dropped.
+pub struct Reaper(pub Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `name` from the environment, parsed, else `default`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 /// The `p` quantile (0–1) of `sorted`, nearest rank.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -6,9 +6,9 @@
 //! (the controller's store, or the LIST the pod event's observation just made while
 //! nothing was written to the group since) when they are at least as new as what the
 //! group's last pass decided from (its recorded `resourceVersion`): so no pass undoes a
-//! newer pass of another process with older reads. Every write records the version this pass decided
-//! from. The lease is made ready (renewed if it runs low) before every write and ELBv2
-//! call, and fences every ELBv2 attempt.
+//! newer pass of another process with older reads. Every write records the version this
+//! pass decided from. The lease is made ready (renewed if it runs low) before every write
+//! and ELBv2 call, and fences every ELBv2 attempt.
 
 use std::sync::Arc;
 
@@ -94,26 +94,31 @@ impl From<FaultPoint> for Stop {
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
-    /// The pods a pass plans from, and the `resourceVersion` they are current to.
+    /// The pods a pass plans from, and the `resourceVersion` they are current to: pods
+    /// held for it — the observation's LIST in `prior`, else the caller's (`reads`) —
+    /// unless they are behind what the group's last pass decided from; else a LIST.
     pub(super) async fn pass_pods(
         &self,
         binding: &Binding,
         state: &GroupState,
         reads: &PodReads<'_>,
-    ) -> Result<(Vec<PodFacts>, String), PodsError> {
-        if let PodReads::Held(view) = reads
-            && let Some((pods, version)) = view(binding)
-        {
-            if !behind(&version, state.seen.get(&self.cluster)) {
-                return Ok((pods, version));
+        prior: Option<&PriorRead>,
+    ) -> Result<Arc<(Vec<PodFacts>, String)>, PodsError> {
+        let held = prior.and_then(|p| p.pods.clone()).or_else(|| match reads {
+            PodReads::Held(view) => view(binding).map(Arc::new),
+            PodReads::Fresh => None,
+        });
+        if let Some(held) = held {
+            if !behind(&held.1, state.seen.get(&self.cluster)) {
+                return Ok(held);
             }
-            tracing::debug!(namespace = %binding.namespace, store = %version, "the watch store is behind the group's last pass; listing pods afresh");
+            tracing::debug!(namespace = %binding.namespace, held = %held.1, "the pods held for this pass are behind the group's last pass; listing pods afresh");
         }
         let listing = self
             .pods
             .list_versioned(&binding.namespace, Some(&binding.selector))
             .await?;
-        Ok((listing.pods, listing.resource_version))
+        Ok(Arc::new((listing.pods, listing.resource_version)))
     }
 
     /// One pass under the lease: pods from `reads` (see [`Engine::pass_pods`]), health
@@ -139,18 +144,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let prior = prior.filter(|p| {
             state.version == p.version + 1 && self.clock.now() < p.at.plus(PRIOR_READ_MAX_AGE)
         });
-        // The observation's LIST stands for the pass's own like its health read does —
-        // unless it is behind what the group's last pass decided from.
-        let held = prior
-            .and_then(|p| p.pods.clone())
-            .filter(|h| !behind(&h.1, state.seen.get(&self.cluster)));
-        let listed = match held {
-            Some(held) => Ok(held),
-            None => self
-                .pass_pods(&bound.binding, &state, reads)
-                .await
-                .map(Arc::new),
-        };
+        // The observation's LIST stands for the pass's own like its health read does.
+        let listed = self.pass_pods(&bound.binding, &state, reads, prior).await;
         let (pods, version) = match &listed {
             Ok(listed) => (Ok(&listed.0), Some(listed.1.clone())),
             Err(e) => (Err(e), None),

@@ -90,7 +90,7 @@ async fn a_write_between_observation_and_lease_makes_the_pass_list_again() {
     let event = exporter_event("web-1", "Started", json!({"app": "web"}));
     let other = async {
         // The observation has listed and waits for its health read: another writer
-        // changes the group, and a pod goes away meanwhile.
+        // changes the group, and a new pod starts meanwhile.
         while e.pods.list_calls() < 1 {
             tokio::task::yield_now().await;
         }

@@ -34,23 +34,14 @@ mod world;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use measure::{ms, percentile};
+use measure::{Reaper, env_or, ms, percentile};
 
 use serde_json::{Value, json};
 use tgsync::testkit::PodBuilder;
 use world::World;
-
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn cargo_lambda() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -141,10 +132,7 @@ async fn main() {
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let preload: usize = std::env::var("TGSYNC_GROUP_TARGETS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let preload: usize = env_or("TGSYNC_GROUP_TARGETS", 0);
     for i in 0..preload {
         let ip = format!("10.9.{}.{}", i / 250, 1 + i % 250);
         w.put_pod(
@@ -175,12 +163,7 @@ async fn main() {
     for (k, v) in extra.split(',').filter_map(|kv| kv.split_once('=')) {
         function.env(k.trim(), v.trim());
     }
-    let gap = Duration::from_millis(
-        std::env::var("TGSYNC_EVENT_GAP_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    );
+    let gap = Duration::from_millis(env_or("TGSYNC_EVENT_GAP_MS", 0));
     let throttled_before = cpu_share::throttled(&share);
     let child = cpu_share::under_share(&share, &function)
         .spawn()

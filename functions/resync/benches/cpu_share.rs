@@ -43,9 +43,9 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use common::{Reaper, call_for, env_or, pct, proxy, scheduled};
+use common::{call_for, pct, proxy, scheduled};
 use cpu_share::{cpu_time, throttled, under_share};
-use measure::ms;
+use measure::{Reaper, env_or, ms};
 use runtime_api::RuntimeApi;
 use tgsync::testkit::{PodBuilder, set_condition};
 use world::World;
@@ -193,10 +193,10 @@ async fn run(mb: &str, bin: &str) -> Run {
     }
 }
 
-/// The median of `v` (zero for none).
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    pct(&v, 0.5)
+/// The median of `v` (the upper one of an even count; the default for none).
+fn median<T: Ord + Copy + Default>(mut v: Vec<T>) -> T {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 async fn size(mb: &str, runs: usize, bins: &[String]) {
@@ -254,11 +254,7 @@ fn report(mb: &str, bin: &str, all_runs: &[Run]) {
                 .collect()
         )
         .as_secs_f64(),
-        {
-            let mut n: Vec<u64> = all_runs.iter().map(|r| r.throttled.0).collect();
-            n.sort_unstable();
-            n.get(n.len() / 2).copied().unwrap_or(0)
-        },
+        median(all_runs.iter().map(|r| r.throttled.0).collect()),
         of(|r| r.throttled.1).as_secs_f64(),
     );
 }

@@ -34,8 +34,8 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use common::{call_for, env_or, pct, proxy, scheduled, start_function};
-use measure::ms;
+use common::{call_for, pct, proxy, scheduled, start_function};
+use measure::{env_or, ms};
 use runtime_api::RuntimeApi;
 use tgsync::testkit::{PodBuilder, set_condition};
 use world::World;

@@ -3,31 +3,12 @@
 //! API stand-in, the scheduled event, the recording proxy, and finding the ELBv2 call
 //! that applied a change.
 
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::chaos_proxy::{ChaosProxy, Record};
-use crate::measure::percentile;
+use crate::measure::{Reaper, percentile};
 use crate::runtime_api::RuntimeApi;
 use crate::world::World;
-
-/// Kills and reaps the function process when dropped.
-pub struct Reaper(pub Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `name` from the environment, parsed, else `default`.
-pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The first ELBv2 call `op` naming `ip` that arrived after `since`.
 pub fn call_for(records: &[Record], ip: &str, op: &str, since: Instant) -> Option<Instant> {
