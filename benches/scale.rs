@@ -22,6 +22,11 @@
 //! `/proc/self/clear_refs` before each run), CPU time, and API calls by kind. Kubernetes requests
 //! are counted from the emulator's own request log (its `debug` line per request).
 
+#[path = "support/adapter_floor.rs"]
+mod adapter_floor;
+#[path = "support/cpu_share.rs"]
+#[allow(dead_code)]
+mod cpu_share;
 #[path = "support/heap.rs"]
 mod heap;
 #[path = "support/measure.rs"]
@@ -421,19 +426,9 @@ async fn create_groups(sdk: &aws_config::SdkConfig, cluster: &str, sizes: &Sizes
         .await
 }
 
-/// CPU time (user + system, every thread) this process has used, from
-/// `/proc/self/stat` (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+/// CPU time (user + system, every thread) this process has used.
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The command name (field 2) is in parentheses and may hold spaces.
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Duration::from_millis(fields.iter().sum::<u64>() * 10)
+    cpu_share::cpu_time(std::process::id())
 }
 
 /// One measured resync: report, wall time, memory, ELBv2 and DynamoDB calls, LIST pages.
@@ -481,38 +476,21 @@ async fn measured(engine: &LiveEngine, emulator: &EmulatorProcess, opts: &RunOpt
 /// engine's concurrency), paced by the same Describe limiter. CPU and wall time.
 async fn floor(live: &App, sizes: &Sizes) -> (Duration, Duration) {
     use tgsync::groups::TargetGroupApi as _;
-    use tgsync::pods::PodSource as _;
-    use tgsync::state::StateStore as _;
     let e = &live.engine;
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let groups = e.groups.discover().await.expect("discovery");
+    let arns: Vec<String> = e
+        .groups
+        .discover()
+        .await
+        .expect("discovery")
+        .into_iter()
+        .map(|g| g.arn)
+        .collect();
     let namespaces: Vec<String> = (0..sizes.namespaces).map(|n| format!("ns-{n}")).collect();
-    let pods: usize = futures::stream::iter(&namespaces)
-        .map(|ns| async move {
-            e.pods
-                .list_versioned(ns, None)
-                .await
-                .expect("LIST")
-                .pods
-                .len()
-        })
-        .buffer_unordered(4)
-        .fold(0, |n, p| async move { n + p })
-        .await;
+    let pods = adapter_floor::lists(e, &namespaces).await;
     assert_eq!(pods, sizes.pods(), "the floor listed every pod");
-    futures::stream::iter(&groups)
-        .map(|g| async move {
-            e.state.peek(&g.arn).await.expect("GetItem");
-            e.groups
-                .health(&g.arn)
-                .await
-                .expect("DescribeTargetHealth")
-                .len()
-        })
-        .buffer_unordered(16)
-        .count()
-        .await;
+    adapter_floor::group_reads(e, &arns).await;
     (cpu_time().saturating_sub(cpu0), started.elapsed())
 }
 

@@ -6,8 +6,10 @@
 #   scripts/bench.sh pod-events  # warm pod-events latency under cargo lambda watch (moto + emulator)
 #   scripts/bench.sh pod-events-sizes  # the same at groups of 10/100/1,000 targets, full core and 256 MB's CPU share (root; not in all)
 #                                #   TGSYNC_POD_EVENTS_BEFORE=<binary>: also runs that build, for a before/after in one sitting
+#   scripts/bench.sh floor       # CPU of a zero-drift full verification, 1,000 groups / 100k pods: physical floor, SDK floor, tgsync (canned HTTPS server; ~5 min; not in all)
 #   scripts/bench.sh scale       # full resync of 1,000 groups / 100,000 pods, moto + emulator process (~30 min; not in all)
 #   scripts/bench.sh watch       # watch mode of the release resync binary: reaction, gated rolling update (~13 min; not in all)
+#                                #   TGSYNC_CPU_SHARE_MB=256: the binary inside that memory size's CPU share (root)
 #   scripts/bench.sh throttling  # 20 trials at 40 % throttling + 10 % 500s on ELBv2 and DynamoDB (not in all)
 #   scripts/bench.sh cpu-share   # the resync binary at Lambda's CPU share for 128/256/512 MB: reaction, CPU, cold start (root; ~10 min; not in all)
 #   scripts/bench.sh cold-start  # release binaries: sizes, spawn -> first Runtime API request
@@ -39,6 +41,7 @@ case "$what" in
         done
       done
     done ;;&
+  floor) cargo bench --locked --bench floor ;;&
   scale)
     # A fresh moto of its own (discovery counts every group in the account), with
     # partition-local Query: stock moto sorts the whole table per Query (see the script).

@@ -5,6 +5,8 @@
 # 100 ms x MB / 1769 per 100 ms period (256 MB: 14.47 ms, 0.145 vCPU). The cgroup is
 # tgsync-MB under the cgroup v1 `cpu` hierarchy (cpu.cfs_quota_us) or the v2 root
 # (cpu.max); needs root. Only this command (and what it starts) is inside the quota.
+#   scripts/bench/cpu-share.sh MB --pid PID
+# puts a running process (every thread of it) inside the quota instead.
 set -eu
 mb="$1"; shift
 period=100000
@@ -22,6 +24,10 @@ elif [ -e /sys/fs/cgroup/cgroup.controllers ]; then
 else
   echo "cpu-share: no cgroup CPU controller found (cgroup v1 cpu or v2 cpu.max)" >&2
   exit 2
+fi
+if [ "${1:-}" = "--pid" ]; then
+  echo "$2" >"$cg/cgroup.procs"
+  exit 0
 fi
 echo $$ >"$cg/cgroup.procs"
 exec "$@"

@@ -62,7 +62,7 @@ mod selector;
 mod server;
 mod status;
 mod store;
-mod tls;
+pub mod tls;
 mod watch;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -16,8 +16,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use crate::Error;
 
 /// The CA and the rustls configuration serving a certificate it signed.
-pub(crate) struct ServerTls {
+pub struct ServerTls {
+    /// The CA certificate (PEM) clients trust.
     pub ca_pem: String,
+    /// The server side: the certificate the CA signed, HTTP/1.1 by ALPN.
     pub config: Arc<ServerConfig>,
 }
 
@@ -27,7 +29,7 @@ fn tls_error(e: impl std::fmt::Display) -> Error {
 
 /// Makes a fresh CA and a server certificate whose SANs are `127.0.0.1`,
 /// `localhost` and any `extra_ips`.
-pub(crate) fn generate(extra_ips: &[IpAddr]) -> Result<ServerTls, Error> {
+pub fn generate(extra_ips: &[IpAddr]) -> Result<ServerTls, Error> {
     let ca_key = KeyPair::generate().map_err(tls_error)?;
     let mut ca_params = CertificateParams::default();
     ca_params.distinguished_name = rcgen::DistinguishedName::new();

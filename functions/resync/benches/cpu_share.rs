@@ -155,10 +155,7 @@ async fn run(mb: &str, bin: &str) -> Run {
     let mut base = w.function(bin, "tgsync-resync", runtime.address(), proxy.url());
     base.env("TGSYNC_WATCH_SECONDS", WATCH_SECONDS.to_string())
         .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
-        .env(
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
-            if mb == "full" { "1769" } else { mb },
-        );
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", common::memory_size(mb));
     // The cgroup outlives earlier runs: its counters are read as a difference.
     let throttled_before = throttled(mb);
     let spawned = Instant::now();

@@ -19,10 +19,17 @@
 //!    p50 < 5 s) and the whole update against the floor of 20 × (`POD_START` +
 //!    `INITIAL_FOR`) (goal within 15 %). `TGSYNC_ROLLING_PODS` and
 //!    `TGSYNC_INITIAL_SECONDS` shrink it for a quick look.
+//!
+//! `TGSYNC_CPU_SHARE_MB=256` runs the binary inside Lambda's CPU share for that memory
+//! size (`scripts/bench/cpu-share.sh`, root; moto, the proxy and the emulator stay
+//! outside it): reaction and gate latency where the function is deployed.
 
 #[path = "../../../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
 mod common;
+#[path = "../../../benches/support/cpu_share.rs"]
+#[allow(dead_code)]
+mod cpu_share;
 #[path = "../../../benches/support/measure.rs"]
 mod measure;
 #[path = "../../../tests/support/moto.rs"]
@@ -197,6 +204,13 @@ async fn main() {
     tgsync::app::install_crypto_provider();
     let pods = env_or("TGSYNC_ROLLING_PODS", 20usize);
     let initial_for = Duration::from_secs(env_or("TGSYNC_INITIAL_SECONDS", 30u64));
+    println!(
+        "the function's CPU: {}",
+        match common::cpu_share_mb().as_str() {
+            "full" => "the full machine".to_owned(),
+            mb => format!("Lambda's share at {mb} MB"),
+        }
+    );
     reaction().await;
     rolling_update(pods, initial_for).await;
 }

@@ -65,6 +65,26 @@ impl Drop for Waiting<'_> {
 /// How often a background request looks again while requests for reactions wait.
 const YIELD_POLL: Duration = Duration::from_millis(20);
 
+/// Takes a slot of `limiter` if one is free now; else how long until one is.
+fn wait_for(limiter: &DefaultDirectRateLimiter) -> Option<Duration> {
+    use governor::clock::Clock as _;
+    // The limiter's own clock: a new `DefaultClock` probes the CPU (CPUID, a VM exit on
+    // virtual machines such as Lambda's) every time it is made.
+    limiter
+        .check()
+        .err()
+        .map(|not_until| not_until.wait_time_from(limiter.clock().now()))
+}
+
+/// Waits for a slot of `limiter` on the runtime's own timer. (governor's `until_ready`
+/// waits on a timer thread of its own: two thread wake-ups per paced call, which on a
+/// Lambda's fraction of a CPU is time taken from the calls.)
+pub(crate) async fn ready(limiter: &DefaultDirectRateLimiter) {
+    while let Some(wait) = wait_for(limiter) {
+        tokio::time::sleep(wait).await;
+    }
+}
+
 impl Pace {
     /// A pace held to `rate` (`None`: no client-side bucket, only the adaptive wait).
     pub(crate) fn new(rate: Option<MutationRate>) -> Self {
@@ -108,7 +128,7 @@ impl Pace {
             return;
         }
         let _waiting = Waiting::new(&self.urgent_waiting);
-        limiter.until_ready().await;
+        ready(limiter).await;
     }
 
     /// A slot for background work: one background request waits at a time, and takes a
@@ -123,18 +143,13 @@ impl Pace {
             turn = self.background.acquire() => turn,
             () = promotion.promoted() => return false,
         };
-        let clock = governor::clock::DefaultClock::default();
         loop {
             let wait = if self.urgent_waiting.load(Ordering::SeqCst) > 0 {
                 YIELD_POLL
             } else {
-                match limiter.check() {
-                    Ok(()) => return true,
-                    Err(not_until) => {
-                        use governor::clock::Clock as _;
-                        let wait = not_until.wait_time_from(clock.now());
-                        wait.min(YIELD_POLL.max(wait / 2))
-                    }
+                match wait_for(limiter) {
+                    None => return true,
+                    Some(wait) => wait.min(YIELD_POLL.max(wait / 2)),
                 }
             };
             tokio::select! {
@@ -287,6 +302,40 @@ mod tests {
         assert_eq!(pace.penalty(), Duration::from_millis(156));
         pace.answered();
         assert_eq!(pace.penalty(), Duration::ZERO);
+    }
+
+    /// Names of this process's threads.
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .map(|name| name.trim().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn paced_requests_wait_on_the_runtime_timer_not_a_timer_thread() {
+        let pace = Pace::new(Some(MutationRate::new(20, Some(1)).expect("rate")));
+        let started = std::time::Instant::now();
+        for _ in 0..3 {
+            pace.slot().await;
+        }
+        // The second and third requests waited for the bucket (50 ms each)...
+        assert!(
+            started.elapsed() >= Duration::from_millis(90),
+            "{:?}",
+            started.elapsed()
+        );
+        // ...and no thread of governor's timer was started to wake them.
+        let names = thread_names();
+        assert!(!names.is_empty(), "threads are listed");
+        assert!(
+            !names.iter().any(|n| n == "futures-timer"),
+            "a timer thread was started: {names:?}"
+        );
     }
 
     /// A verification waiting behind other background requests jumps the queue once a

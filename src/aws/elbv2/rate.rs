@@ -160,7 +160,7 @@ mod tests {
         let limiter = MutationRate::new(20, Some(2)).unwrap().limiter();
         let start = std::time::Instant::now();
         for _ in 0..4 {
-            limiter.until_ready().await;
+            super::super::pace::ready(&limiter).await;
         }
         // Two immediately, then two more at 50 ms intervals.
         assert!(start.elapsed() >= std::time::Duration::from_millis(90));

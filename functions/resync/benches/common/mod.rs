@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::chaos_proxy::{ChaosProxy, Record};
+use crate::cpu_share::under_share;
 use crate::measure::{Reaper, percentile};
 use crate::runtime_api::RuntimeApi;
 use crate::world::World;
@@ -31,20 +32,35 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// Starts the release binary on `runtime` in watch mode for `watch` seconds, its AWS
-/// calls through `proxy`.
+/// calls through `proxy`; inside Lambda's CPU share for `TGSYNC_CPU_SHARE_MB` (a memory
+/// size, `scripts/bench/cpu-share.sh`; root) when that is set, else on the full machine.
 pub fn start_function(w: &World, proxy: &ChaosProxy, runtime: &RuntimeApi, watch: u64) -> Reaper {
-    Reaper(
-        w.function(
-            env!("CARGO_BIN_EXE_tgsync-resync"),
-            "tgsync-resync",
-            runtime.address(),
-            proxy.url(),
-        )
+    let mb = cpu_share_mb();
+    let mut function = w.function(
+        env!("CARGO_BIN_EXE_tgsync-resync"),
+        "tgsync-resync",
+        runtime.address(),
+        proxy.url(),
+    );
+    function
         .env("TGSYNC_WATCH_SECONDS", watch.to_string())
         .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
-        .spawn()
-        .expect("function binary starts"),
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory_size(&mb));
+    Reaper(
+        under_share(&mb, &function)
+            .spawn()
+            .expect("function binary starts"),
     )
+}
+
+/// The memory size whose CPU share the function gets (`TGSYNC_CPU_SHARE_MB`), or `full`.
+pub fn cpu_share_mb() -> String {
+    std::env::var("TGSYNC_CPU_SHARE_MB").unwrap_or_else(|_| "full".to_owned())
+}
+
+/// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` for a share: a full vCPU is 1,769 MB.
+pub fn memory_size(mb: &str) -> &str {
+    if mb == "full" { "1769" } else { mb }
 }
 
 /// The EventBridge Scheduler event of `events/scheduled.json`.
