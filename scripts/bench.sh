@@ -91,6 +91,6 @@ case "$what" in
       TGSYNC_RESYNC_BIN="$arm64/lambda/tgsync-resync/bootstrap" \
       TGSYNC_POD_EVENTS_BIN="$arm64/lambda/tgsync-pod-events/bootstrap" \
       cargo bench --locked -p tgsync-resync --bench cold_start ;;
-  core|decode|api-calls|pod-events|pod-events-sizes|scale|watch|throttling|cpu-share|cold-start|all) ;;
-  *) echo "usage: $0 [core|decode|api-calls|pod-events|pod-events-sizes|scale|watch|throttling|cpu-share|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
+  core|decode|api-calls|pod-events|pod-events-sizes|floor|scale|watch|throttling|cpu-share|cold-start|all) ;;
+  *) echo "usage: $0 [core|decode|api-calls|pod-events|pod-events-sizes|floor|scale|watch|throttling|cpu-share|cold-start|cold-start-arm64|all]" >&2; exit 2 ;;
 esac
