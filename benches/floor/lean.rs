@@ -22,8 +22,6 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use serde::Deserialize;
 use tgsync::eks::decode_pod_list;
 
@@ -39,19 +37,10 @@ pub struct Lean {
 
 impl Lean {
     /// A client of the server at `base`, trusting `ca_pem`.
-    pub fn new(base: &str, ca_pem: &[u8], credentials: Credentials, bearer: String) -> Self {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem) {
-            roots.add(cert.expect("CA PEM")).expect("CA certificate");
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    pub fn new(base: &str, ca_pem: &str, credentials: Credentials, bearer: String) -> Self {
+        let tls = kube_emulator::tls::client_config(ca_pem).expect("the CA trusted");
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config(Arc::unwrap_or_clone(tls))
             .https_only()
             .enable_http1()
             .build();

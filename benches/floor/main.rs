@@ -192,7 +192,7 @@ fn main() {
 
 async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str) {
     let base = format!("https://127.0.0.1:{port}");
-    let ca_pem = std::fs::read(ca_file).expect("CA file");
+    let ca_pem = std::fs::read_to_string(ca_file).expect("CA file");
     let credentials = Credentials::new(
         "AKIAIOSFODNN7EXAMPLE",
         "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -200,7 +200,7 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
         None,
         "floor",
     );
-    let sdk = sdk_config(&base, &ca_pem, credentials.clone()).await;
+    let sdk = sdk_config(&base, ca_pem.as_bytes(), credentials.clone()).await;
     let app = engine(&base, ca_file, &sdk);
     // The server does not check the bearer token; this one is as long as an EKS token.
     let bearer = format!("k8s-aws-v1.{}", "a".repeat(1200));

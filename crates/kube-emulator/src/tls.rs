@@ -11,6 +11,7 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::Error;
@@ -83,4 +84,23 @@ pub fn generate(extra_ips: &[IpAddr]) -> Result<ServerTls, Error> {
         ca_pem: ca_cert.pem(),
         config: Arc::new(config),
     })
+}
+
+/// A rustls client configuration (aws-lc-rs, default protocol versions) trusting only
+/// the CA in `ca_pem`: what a client of this emulator verifies its certificate with.
+pub fn client_config(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>, Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.map_err(tls_error)?).map_err(tls_error)?;
+    }
+    if roots.is_empty() {
+        return Err(Error::Tls("no CA certificate in the PEM".into()));
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(tls_error)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }

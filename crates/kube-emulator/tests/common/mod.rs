@@ -11,8 +11,7 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use kube_emulator::Emulator;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -38,19 +37,7 @@ impl Answer {
 
 /// rustls client config trusting only `ca_pem`.
 pub fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(cert.expect("CA PEM parses"))
-            .expect("CA is a valid trust anchor");
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Arc::new(config)
+    kube_emulator::tls::client_config(ca_pem).expect("CA PEM parses")
 }
 
 /// Sends one request to the emulator. `ca_pem` is the CA to trust for
