@@ -633,7 +633,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         crate::lease::owner_id(&self.owner_prefix, &self.cluster, n)
     }
 
-    fn jitter_rng(&self) -> fastrand::Rng {
+    pub(crate) fn jitter_rng(&self) -> fastrand::Rng {
         let seed = self.rng.lock().map(|mut r| r.u64(..)).unwrap_or_default();
         fastrand::Rng::with_seed(seed)
     }

@@ -13,14 +13,19 @@
 //! `TGSYNC_RESYNC_BIN` other builds of the binary, comma-separated (a before/after in
 //! one sitting; their runs alternate).
 //!
-//! Per size, a new world of 20 groups × 50 realistic pods (~4.5 KB of JSON each) and
-//! one container serving three scheduled invocations, each watching for 30 s:
-//! 1. cold: the container's first invocation LISTs every pod and registers the 1,000
-//!    targets (reported: invoke → the last RegisterTargets);
+//! Per size, a new world of 20 groups × 50 realistic pods (~4.5 KB of JSON each; at most
+//! 100 groups per namespace; `TGSYNC_CPU_SHARE_GROUPS` / `TGSYNC_CPU_SHARE_PODS` change
+//! the size) and one container serving scheduled invocations, each watching for 30 s:
+//! 1. cold: the container's first invocation LISTs every pod and registers the targets;
+//!    while an invocation still registers, the next one continues (at 1,000 groups ×
+//!    100 pods and the production paces that took 12). Reported: invoke → the last
+//!    RegisterTargets, how many groups got one, and how many invocations it took;
 //! 2. warm: 15 pods (one per group) turn NotReady, one every 2 s from 0.5 s after the
 //!    invocation starts, while the invocation's full diff (the verification of every
 //!    group) runs in its first seconds;
-//! 3. warm: the same 15 pods turn Ready again, same timing.
+//! 3. warm: the same 15 pods turn Ready again, same timing;
+//! 4. a fresh container (Lambda replaced the warm one) on the converged world: its first
+//!    invocation LISTs every pod, and the same 15 pods turn NotReady, same timing.
 //!
 //! Reaction is the time from the change in the API server to the arrival at ELBv2 of
 //! the DeregisterTargets / RegisterTargets call that applies it, split into changes
@@ -45,23 +50,40 @@ use std::time::{Duration, Instant};
 
 use common::{call_for, pct, proxy, scheduled};
 use cpu_share::{cpu_time, throttled, under_share};
+use futures::StreamExt;
 use measure::{Reaper, env_or, ms};
 use runtime_api::RuntimeApi;
 use tgsync::testkit::{PodBuilder, set_condition};
 use world::World;
 
-const GROUPS: usize = 20;
-const PODS: usize = 50;
+/// Groups per namespace, as in the scale bench.
+const GROUPS_PER_NAMESPACE: usize = 100;
 const CHANGED: usize = 15;
 const CHANGE_GAP: Duration = Duration::from_secs(2);
 const FIRST_CHANGE: Duration = Duration::from_millis(500);
 const DURING_DIFF: Duration = Duration::from_secs(10);
 const WATCH_SECONDS: u64 = 30;
 
+/// The world's size: groups, and ready pods per group.
+#[derive(Clone, Copy)]
+struct Size {
+    groups: usize,
+    pods: usize,
+}
+
+fn namespace(g: usize) -> String {
+    format!("shop{}", g / GROUPS_PER_NAMESPACE)
+}
+
+/// Pod `p` of group `g`'s IP: unique for up to 64,000 groups of up to 250 pods.
+fn ip(g: usize, p: usize) -> String {
+    format!("10.{}.{}.{p}", 1 + g / 256, g % 256)
+}
+
 fn pod(g: usize, p: usize) -> PodBuilder {
-    PodBuilder::new("shop", &format!("svc{g}-{p}"))
+    PodBuilder::new(&namespace(g), &format!("svc{g}-{p}"))
         .label("app", &format!("svc{g}"))
-        .ip(&format!("10.1.{g}.{p}"))
+        .ip(&ip(g, p))
         .realistic()
 }
 
@@ -70,6 +92,8 @@ struct Invocation {
     steady: Vec<Duration>,
     missed: usize,
     cpu: Duration,
+    /// RegisterTargets calls the invocation made.
+    registrations: usize,
 }
 
 /// One invocation: changes `CHANGED` pods to `ready` on the schedule above and
@@ -90,6 +114,7 @@ async fn invocation(
     let started = Instant::now();
     let id = runtime.invoke(scheduled(), Duration::from_secs(120));
     let mut changes = Vec::new();
+    let before = proxy.records().len();
     if let Some(ready) = ready {
         for g in 0..CHANGED {
             let at_offset = FIRST_CHANGE + CHANGE_GAP * u32::try_from(g).unwrap_or(0);
@@ -97,7 +122,7 @@ async fn invocation(
             let at = Instant::now();
             w.emulator
                 .store()
-                .update_pod("shop", &format!("svc{g}-0"), |p| {
+                .update_pod(&namespace(g), &format!("svc{g}-0"), |p| {
                     set_condition(p, "Ready", ready);
                     set_condition(p, "ContainersReady", ready);
                 });
@@ -117,9 +142,14 @@ async fn invocation(
         steady: Vec::new(),
         missed: 0,
         cpu: cpu_time(pid).saturating_sub(cpu_before),
+        registrations: records
+            .iter()
+            .skip(before)
+            .filter(|r| r.operation == "RegisterTargets")
+            .count(),
     };
     for (g, at) in changes {
-        match call_for(&records, &format!("10.1.{g}.0"), op, at) {
+        match call_for(&records, &ip(g, 0), op, at) {
             Some(call) if at - started < DURING_DIFF => out.during_diff.push(call - at),
             Some(call) => out.steady.push(call - at),
             None => out.missed += 1,
@@ -132,61 +162,138 @@ async fn invocation(
 struct Run {
     init: Duration,
     registered: Option<Duration>,
+    cold_invocations: usize,
+    /// Groups the cold invocations registered targets in.
+    groups_registered: usize,
     cold_cpu: Duration,
+    /// The invocation after those: nothing to register, no pod change.
+    quiet_cpu: Duration,
     during: Vec<Duration>,
     steady: Vec<Duration>,
     missed: usize,
     warm_cpu: Vec<Duration>,
     throttled: (u64, Duration),
+    /// The function's peak resident set (`VmHWM`), bytes.
+    peak_rss: u64,
+    /// A fresh container's first invocation: reactions in its first 10 s and after.
+    fresh: Vec<Duration>,
+    fresh_after: Vec<Duration>,
+    fresh_missed: usize,
+    fresh_cpu: Duration,
+    fresh_rss: u64,
 }
 
-async fn run(mb: &str, bin: &str) -> Run {
+/// A process's peak resident set size from `/proc/PID/status`, bytes (0 if unreadable).
+fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        })
+        .unwrap_or(0)
+}
+
+/// Cold invocations at most, before the run gives up on registering everything.
+const MAX_COLD: usize = 40;
+
+async fn run(mb: &str, bin: &str, size: Size) -> Run {
     let w = World::new().await;
-    for g in 0..GROUPS {
-        w.group("shop", &format!("app=svc{g}"), 8080, &[]).await;
-    }
-    for g in 0..GROUPS {
-        for p in 0..PODS {
-            w.put_pod(pod(g, p).build());
-        }
-    }
+    // Concurrently: 1,000 groups one by one take moto minutes.
+    futures::stream::iter(0..size.groups)
+        .for_each_concurrent(16, |g| {
+            let w = &w;
+            async move {
+                w.group(&namespace(g), &format!("app=svc{g}"), 8080, &[])
+                    .await;
+            }
+        })
+        .await;
+    // One write (pod by pod, the store copies its whole map per pod).
+    w.emulator
+        .store()
+        .put_pods((0..size.groups).flat_map(|g| (0..size.pods).map(move |p| pod(g, p).build())))
+        .expect("pods stored");
     let proxy = proxy(None).await;
+    let container = |runtime: &RuntimeApi| {
+        let mut base = w.function(bin, "tgsync-resync", runtime.address(), proxy.url());
+        base.env("TGSYNC_WATCH_SECONDS", WATCH_SECONDS.to_string())
+            .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", common::memory_size(mb));
+        let child = under_share(mb, &base).spawn().expect("function starts");
+        (child.id(), Reaper(child))
+    };
     let runtime = RuntimeApi::start().await;
-    let mut base = w.function(bin, "tgsync-resync", runtime.address(), proxy.url());
-    base.env("TGSYNC_WATCH_SECONDS", WATCH_SECONDS.to_string())
-        .env("AWS_LAMBDA_LOG_LEVEL", "WARN")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", common::memory_size(mb));
     // The cgroup outlives earlier runs: its counters are read as a difference.
     let throttled_before = throttled(mb);
     let spawned = Instant::now();
-    let child = under_share(mb, &base).spawn().expect("function starts");
-    let pid = child.id();
-    let _function = Reaper(child);
+    let (pid, function) = container(&runtime);
     assert!(runtime.polled(1, Duration::from_secs(60)).await, "no init");
     let init = spawned.elapsed();
 
-    // 1. Cold: everything is registered.
-    let cold = invocation(&w, &runtime, &proxy, pid, 1, None).await;
-    let registered = proxy
-        .records()
-        .iter()
-        .filter(|r| r.operation == "RegisterTargets")
+    // 1. Cold: invocations until one registers nothing more.
+    let mut polls = 0;
+    let mut cold_cpu = Duration::ZERO;
+    let quiet_cpu;
+    loop {
+        polls += 1;
+        let cold = invocation(&w, &runtime, &proxy, pid, polls, None).await;
+        if cold.registrations == 0 {
+            quiet_cpu = cold.cpu;
+            break;
+        }
+        cold_cpu += cold.cpu;
+        assert!(
+            polls < MAX_COLD,
+            "still registering after {MAX_COLD} invocations"
+        );
+    }
+    let records = proxy.records();
+    let registrations = || records.iter().filter(|r| r.operation == "RegisterTargets");
+    let registered = registrations()
         .map(|r| r.at)
         .max()
         .map(|last| last.saturating_duration_since(spawned + init));
+    // Groups that got a RegisterTargets at all (the ARN leads the form body).
+    let groups_registered = registrations()
+        .filter_map(|r| {
+            r.body
+                .split('&')
+                .find_map(|p| p.strip_prefix("TargetGroupArn="))
+        })
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     // 2 and 3. Warm: pods leave, then come back.
-    let left = invocation(&w, &runtime, &proxy, pid, 2, Some(false)).await;
-    let back = invocation(&w, &runtime, &proxy, pid, 3, Some(true)).await;
+    let left = invocation(&w, &runtime, &proxy, pid, polls + 1, Some(false)).await;
+    let back = invocation(&w, &runtime, &proxy, pid, polls + 2, Some(true)).await;
     let ((n1, t1), (n0, t0)) = (throttled(mb), throttled_before);
+    let warm_rss = peak_rss(pid);
+    drop(function);
+    // 4. Lambda replaced the container: a fresh one on the converged world LISTs every
+    // pod before its store can react. The same pods leave again.
+    let runtime = RuntimeApi::start().await;
+    let (pid, _function) = container(&runtime);
+    assert!(runtime.polled(1, Duration::from_secs(60)).await, "no init");
+    let fresh = invocation(&w, &runtime, &proxy, pid, 1, Some(false)).await;
     Run {
         init,
         registered,
-        cold_cpu: cold.cpu,
+        cold_invocations: polls - 1,
+        groups_registered,
+        cold_cpu,
+        quiet_cpu,
         during: [left.during_diff, back.during_diff].concat(),
         steady: [left.steady, back.steady].concat(),
         missed: left.missed + back.missed,
         warm_cpu: vec![left.cpu, back.cpu],
         throttled: (n1.saturating_sub(n0), t1.saturating_sub(t0)),
+        peak_rss: warm_rss,
+        fresh_rss: peak_rss(pid),
+        fresh: fresh.during_diff,
+        fresh_after: fresh.steady,
+        fresh_missed: fresh.missed,
+        fresh_cpu: fresh.cpu,
     }
 }
 
@@ -196,21 +303,21 @@ fn median<T: Ord + Copy + Default>(mut v: Vec<T>) -> T {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-async fn size(mb: &str, runs: usize, bins: &[String]) {
+async fn size(mb: &str, runs: usize, bins: &[String], size: Size) {
     // Runs of the binaries alternate, so a drift over the sitting (moto holds the
     // groups of every earlier run) weighs on each alike.
     let mut by_bin: Vec<Vec<Run>> = bins.iter().map(|_| Vec::with_capacity(runs)).collect();
     for _ in 0..runs {
         for (bin, out) in bins.iter().zip(&mut by_bin) {
-            out.push(run(mb, bin).await);
+            out.push(run(mb, bin, size).await);
         }
     }
     for (bin, all_runs) in bins.iter().zip(by_bin) {
-        report(mb, bin, &all_runs);
+        report(mb, bin, &all_runs, size);
     }
 }
 
-fn report(mb: &str, bin: &str, all_runs: &[Run]) {
+fn report(mb: &str, bin: &str, all_runs: &[Run], size: Size) {
     let runs = all_runs.len();
     let pooled = |f: fn(&Run) -> &Vec<Duration>| {
         let mut v: Vec<Duration> = all_runs.iter().flat_map(|r| f(r).iter().copied()).collect();
@@ -231,16 +338,35 @@ fn report(mb: &str, bin: &str, all_runs: &[Run]) {
         );
     };
     let of = |f: fn(&Run) -> Duration| median(all_runs.iter().map(f).collect());
-    println!("{mb} MB, {bin} ({runs} runs; medians over the runs, reactions pooled):");
     println!(
-        "  init (spawn -> first Runtime API poll) {:.0} ms; cold invocation: the 1,000 targets registered {:.1} s after invoke, CPU {:.2} s",
+        "{mb} MB, {bin}, {} groups x {} pods ({runs} runs; medians over the runs, reactions pooled):",
+        size.groups, size.pods
+    );
+    println!(
+        "  init (spawn -> first Runtime API poll) {:.0} ms; cold: {} of {} groups registered, the last {:.1} s after the first invoke, in {} invocation(s), CPU {:.2} s",
         ms(of(|r| r.init)),
+        median(all_runs.iter().map(|r| r.groups_registered).collect()),
+        size.groups,
         of(|r| r.registered.unwrap_or(Duration::MAX)).as_secs_f64(),
+        median(all_runs.iter().map(|r| r.cold_invocations).collect()),
         of(|r| r.cold_cpu).as_secs_f64(),
+    );
+    println!(
+        "  the next invocation (nothing to change): CPU {:.2} s; the function's peak RSS {:.0} MiB",
+        of(|r| r.quiet_cpu).as_secs_f64(),
+        median(all_runs.iter().map(|r| r.peak_rss).collect()) as f64 / (1024.0 * 1024.0),
     );
     line("reaction, first 10 s", &during);
     line("reaction, after", &steady);
     line("reaction, all", &all);
+    line("fresh container, first 10 s", &pooled(|r| &r.fresh));
+    line("fresh container, after", &pooled(|r| &r.fresh_after));
+    println!(
+        "  fresh container: not applied {}, CPU of its first invocation {:.2} s, peak RSS {:.0} MiB",
+        all_runs.iter().map(|r| r.fresh_missed).sum::<usize>(),
+        of(|r| r.fresh_cpu).as_secs_f64(),
+        median(all_runs.iter().map(|r| r.fresh_rss).collect()) as f64 / (1024.0 * 1024.0),
+    );
     println!(
         "  not applied: {}; warm invocation ({WATCH_SECONDS} s): CPU {:.2} s; quota throttled {} periods ({:.1} s) per run",
         all_runs.iter().map(|r| r.missed).sum::<usize>(),
@@ -270,7 +396,11 @@ async fn main() {
         .map(|b| b.trim().to_owned())
         .filter(|b| !b.is_empty())
         .collect();
+    let world = Size {
+        groups: env_or("TGSYNC_CPU_SHARE_GROUPS", 20usize).max(CHANGED),
+        pods: env_or("TGSYNC_CPU_SHARE_PODS", 50usize).clamp(1, 250),
+    };
     for mb in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        size(mb, runs, &bins).await;
+        size(mb, runs, &bins, world).await;
     }
 }
