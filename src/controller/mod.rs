@@ -378,7 +378,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         report.groups.extend(bindings.errors);
         {
             let mut verify = lock(&self.verify);
-            verify.due = Some(due);
+            verify.due = Some(due.clone());
             verify.indexed.clone_from(&indexed);
             verify.remaining = bound.iter().map(|b| b.group.arn.clone()).collect();
         }
@@ -393,7 +393,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             let order = visit_order(
                 bound.iter().map(|b| b.group.arn.as_str()),
                 &looked,
-                indexed.as_ref(),
+                &Priority {
+                    indexed: indexed.as_ref(),
+                    due: &due,
+                },
                 &mut engine.jitter_rng(),
             );
             let mut queue = lock(&self.queue);
@@ -731,7 +734,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 out.full.insert(arn.to_owned(), r.clone());
             }
         }
-        if want.verify {
+        // A pass deferred or cut before it finished did not look: its group stays at the
+        // front for the next full diff.
+        let looked_at = report.as_ref().is_none_or(|r| {
+            r.outcome != Outcome::Deferred && r.error.as_deref() != Some(crate::reconcile::CUT)
+        });
+        if want.verify && looked_at {
             let mut looked = lock(&self.engine.controller.looked);
             let run = looked.runs;
             looked.at.insert(arn.to_owned(), run);
@@ -823,23 +831,36 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     }
 }
 
+/// What puts a group ahead of others looked at as long ago.
+struct Priority<'a> {
+    /// This cluster's index: a group not in it is new (nothing registered here yet).
+    indexed: Option<&'a BTreeSet<String>>,
+    /// Groups whose re-verification turn is this run's.
+    due: &'a HashSet<String>,
+}
+
 /// The order of a run's full diff: the groups this container looked at longest ago
-/// first (never: first of all), and among those never looked at, the ones not in this
-/// cluster's index (bound since; nothing registered by this cluster yet); ties shuffled.
-/// A run that runs out of time is continued where it stopped by the next run of a warm
-/// container, and a fresh container leaves different groups each time, so no group is
-/// left out run after run (at 1,000 groups a run at Lambda's CPU share reaches fewer).
+/// first (never: first of all); among groups looked at as long ago, new ones, then due
+/// ones, then the rest, shuffled. A run that runs out of time is continued where it
+/// stopped by the next run of a warm container, so a group waits at most until the
+/// container has looked at every other group once (measured at 1,000 groups: a run at
+/// Lambda's CPU share reaches fewer). A fresh container (no memory) starts in a shuffled
+/// order, so what its short runs leave out differs from run to run.
 fn visit_order<'a>(
     bound: impl Iterator<Item = &'a str>,
     looked: &HashMap<String, u64>,
-    indexed: Option<&BTreeSet<String>>,
+    priority: &Priority<'_>,
     rng: &mut fastrand::Rng,
 ) -> Vec<&'a str> {
     let mut order: Vec<&str> = bound.collect();
     rng.shuffle(&mut order);
-    order.sort_by_key(|arn| {
-        let unindexed = indexed.is_some_and(|i| !i.contains(*arn));
-        (looked.get(*arn).copied().unwrap_or(0), !unindexed)
+    order.sort_by_cached_key(|arn| {
+        let new = priority.indexed.is_some_and(|i| !i.contains(*arn));
+        (
+            looked.get(*arn).copied().unwrap_or(0),
+            !new,
+            !priority.due.contains(*arn),
+        )
     });
     order
 }
@@ -867,7 +888,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_full_diff_starts_with_the_groups_looked_at_longest_ago_then_new_ones() {
+    fn the_full_diff_starts_with_the_groups_looked_at_longest_ago_new_and_due_first() {
         let bound: Vec<String> = (0..50).map(|i| format!("g{i:02}")).collect();
         // The last run (3) looked at g00–g39; run 2 at g40–g44; g45–g49 never.
         let mut looked: HashMap<String, u64> = HashMap::new();
@@ -879,11 +900,15 @@ mod tests {
             .filter(|a| !["g47", "g48"].contains(&a.as_str()))
             .cloned()
             .collect();
+        let due: HashSet<String> = ["g03", "g43", "g49"].map(String::from).into();
         let mut rng = fastrand::Rng::with_seed(7);
         let order = visit_order(
             bound.iter().map(String::as_str),
             &looked,
-            Some(&indexed),
+            &Priority {
+                indexed: Some(&indexed),
+                due: &due,
+            },
             &mut rng,
         );
         let part = |r: std::ops::Range<usize>| {
@@ -892,14 +917,17 @@ mod tests {
             p
         };
         assert_eq!(part(0..2), ["g47", "g48"], "never looked at, not indexed");
-        assert_eq!(part(2..5), ["g45", "g46", "g49"], "never looked at");
-        assert_eq!(part(5..10), ["g40", "g41", "g42", "g43", "g44"], "run 2");
+        assert_eq!(order[2], "g49", "never looked at, due");
+        assert_eq!(part(3..5), ["g45", "g46"], "never looked at");
+        assert_eq!(order[5], "g43", "run 2, due");
+        assert_eq!(part(6..10), ["g40", "g41", "g42", "g44"], "run 2");
+        assert_eq!(order[10], "g03", "run 3, due");
         let mut all = order.clone();
         all.sort_unstable();
         assert_eq!(all, bound.iter().map(String::as_str).collect::<Vec<_>>());
         // Ties are not in discovery order, so the groups a short run leaves differ from
         // run to run even in a fresh container.
-        let rest: Vec<&str> = order[10..].to_vec();
+        let rest: Vec<&str> = order[11..].to_vec();
         let mut sorted = rest.clone();
         sorted.sort_unstable();
         assert_ne!(rest, sorted);

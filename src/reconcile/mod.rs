@@ -20,7 +20,7 @@ mod tag_reads;
 pub(crate) use gates::Settled;
 pub(crate) use namespace::DEFERRED;
 pub(crate) use observe::Observed;
-pub(crate) use pass::PodReads;
+pub(crate) use pass::{CUT, PodReads};
 pub use pod_event::{PodEvent, PodEventError};
 #[cfg(test)]
 mod motion_tests;

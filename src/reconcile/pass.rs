@@ -581,7 +581,7 @@ enum Mutation {
 }
 
 /// The report's word for a pass cut before it finished.
-pub(super) const CUT: &str =
+pub(crate) const CUT: &str =
     "the pass was cut (the run ended or the function is shutting down); another pass was asked for";
 
 /// Records a failed chunk in the report; returns 1 for counting.

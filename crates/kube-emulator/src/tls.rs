@@ -87,7 +87,8 @@ pub fn generate(extra_ips: &[IpAddr]) -> Result<ServerTls, Error> {
 }
 
 /// A rustls client configuration (aws-lc-rs, default protocol versions) trusting only
-/// the CA in `ca_pem`: what a client of this emulator verifies its certificate with.
+/// the CA certificate(s) in `ca_pem`: what a client of this emulator verifies its
+/// certificate with.
 pub fn client_config(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>, Error> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {

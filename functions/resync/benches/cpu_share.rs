@@ -24,7 +24,7 @@
 //!    invocation starts, while the invocation's full diff (the verification of every
 //!    group) runs in its first seconds;
 //! 3. warm: the same 15 pods turn Ready again, same timing;
-//! 4. a fresh container (Lambda replaced the warm one) on the converged world: its first
+//! 4. a fresh container (Lambda replaced the warm one) on the world the cold phase left: its first
 //!    invocation LISTs every pod, and the same 15 pods turn NotReady, same timing.
 //!
 //! Reaction is the time from the change in the API server to the arrival at ELBv2 of
@@ -112,9 +112,9 @@ async fn invocation(
     );
     let cpu_before = cpu_time(pid);
     let started = Instant::now();
+    let before = proxy.records().len();
     let id = runtime.invoke(scheduled(), Duration::from_secs(120));
     let mut changes = Vec::new();
-    let before = proxy.records().len();
     if let Some(ready) = ready {
         for g in 0..CHANGED {
             let at_offset = FIRST_CHANGE + CHANGE_GAP * u32::try_from(g).unwrap_or(0);
@@ -255,7 +255,7 @@ async fn run(mb: &str, bin: &str, size: Size) -> Run {
         .map(|r| r.at)
         .max()
         .map(|last| last.saturating_duration_since(spawned + init));
-    // Groups that got a RegisterTargets at all (the ARN leads the form body).
+    // Groups that got a RegisterTargets at all (`TargetGroupArn=` of the form body).
     let groups_registered = registrations()
         .filter_map(|r| {
             r.body
@@ -264,6 +264,12 @@ async fn run(mb: &str, bin: &str, size: Size) -> Run {
         })
         .collect::<std::collections::HashSet<_>>()
         .len();
+    if groups_registered < size.groups {
+        eprintln!(
+            "warning: the cold phase ended with {groups_registered} of {} groups registered; the warm phases run on that world",
+            size.groups
+        );
+    }
     // 2 and 3. Warm: pods leave, then come back.
     let left = invocation(&w, &runtime, &proxy, pid, polls + 1, Some(false)).await;
     let back = invocation(&w, &runtime, &proxy, pid, polls + 2, Some(true)).await;
