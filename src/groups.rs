@@ -45,10 +45,28 @@ pub struct Promotion(std::sync::Arc<PromotionInner>);
 #[derive(Debug, Default)]
 struct PromotionInner {
     promoted: std::sync::atomic::AtomicBool,
+    /// The work found a change to make (see [`Promotion::found_change`]).
+    ahead: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
 }
 
 impl Promotion {
+    /// The work found that its group has something to change (a verification whose
+    /// checkpoint does not cover the group's desired set): from its next call on, it
+    /// still yields to reactions but goes ahead of background work that only
+    /// re-verifies a group at rest, so a change the watch could not see (a cold
+    /// container's first run) never waits for a large fleet's re-verifications.
+    pub fn found_change(&self) {
+        self.0
+            .ahead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`Promotion::found_change`] was called.
+    pub fn has_change(&self) -> bool {
+        self.0.ahead.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// From now on, the work's calls no longer yield to reactions (also those waiting).
     pub fn promote(&self) {
         self.0

@@ -624,3 +624,85 @@ async fn a_full_diff_cut_short_goes_on_where_it_stopped_in_the_next_run() {
     }
     panic!("after 15 runs some groups were still never looked at");
 }
+
+/// A cold container's full diff serves a just-bound group (its pod never registered)
+/// before it re-verifies the fleet at rest: the re-verifications due this run each wait
+/// for a Describe, while a group not due costs one state read, so the groups not due go
+/// first (with the due ones first, the new group waited for every due Describe: at
+/// 1,000 groups and the template's budgets, a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_just_bound_group_is_served_before_the_fleets_re_verifications() {
+    let period = Duration::from_secs(60);
+    let settings = tgsync::reconcile::EngineSettings {
+        concurrency: 1,
+        // Six re-verifications per run.
+        verify_describes_per_second: 6.0 / period.as_secs_f64(),
+        schedule_period: period,
+        ..Default::default()
+    };
+    let (w, proxy) = proxied_world(
+        |r| {
+            r.delay = vec![(
+                "DescribeTargetHealth".into(),
+                String::new(),
+                Duration::from_millis(300),
+            )];
+        },
+        settings.clone(),
+    )
+    .await;
+    let mut at_rest = Vec::new();
+    for i in 0..17u8 {
+        at_rest.push(w.group("shop", &format!("app=idle{i}"), 8080, &[]).await);
+    }
+    w.verified_empty(&at_rest).await;
+    let web = w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(
+        PodBuilder::new("shop", "web-1")
+            .label("app", "web")
+            .ip("10.0.1.1")
+            .build(),
+    );
+    // A run in which the new group is not due for re-verification itself.
+    let all: Vec<&str> = at_rest
+        .iter()
+        .map(String::as_str)
+        .chain([web.as_str()])
+        .collect();
+    let due_now = w.skip_to_a_run_not_re_verifying(&web, &all, &settings);
+    let until = w.clock.now().plus(Duration::from_secs(6));
+    let report = w.engine.run_scheduled(&scheduled(), until).await;
+    let registered = registered_in(&proxy, &web, "10.0.1.1").expect("web-1 was registered");
+    let describes: Vec<(Instant, String)> = proxy
+        .records()
+        .into_iter()
+        .filter(|r| r.operation == "DescribeTargetHealth")
+        .map(|r| (r.at, chaos_proxy::percent_decode(&r.body)))
+        .collect();
+    let re_verified = |before: bool| {
+        describes
+            .iter()
+            .filter(|(at, body)| {
+                (*at < registered) == before && due_now.iter().any(|arn| body.contains(arn))
+            })
+            .count()
+    };
+    eprintln!(
+        "due this run: {}; re-verified before web-1's registration: {}, after: {}",
+        due_now.len(),
+        re_verified(true),
+        re_verified(false)
+    );
+    // The race this is about: the run did re-verify the due groups.
+    assert_eq!(
+        re_verified(true) + re_verified(false),
+        due_now.len(),
+        "the due groups were not all re-verified: {}",
+        report.totals.verification_skipped
+    );
+    assert_eq!(
+        re_verified(true),
+        0,
+        "web-1 waited for re-verifications of groups at rest"
+    );
+}

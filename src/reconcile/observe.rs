@@ -104,6 +104,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 return Observed::Done(report);
             }
         }
+        if opts.use_checkpoint
+            && state.checkpoint.as_ref().map(|c| c.desired) != Some(fp)
+            && let Some(promotion) = crate::groups::background()
+        {
+            // Not a re-verification of a group at rest: its pods differ from those last
+            // verified (or none were), so its Describe goes ahead of those.
+            promotion.found_change();
+        }
         if let Gate::Wait { until } = gate
             && !opts.dry_run
             && self

@@ -92,6 +92,61 @@ impl World {
         }
     }
 
+    /// Records every group of `arns` as verified empty now: a fleet at rest, whose
+    /// scheduled runs skip the Describe of each group not due for re-verification.
+    pub async fn verified_empty(&self, arns: &[String]) {
+        use tgsync::state::StateStore as _;
+        let empty = tgsync::core::checkpoint::fingerprint(std::iter::empty());
+        let now = tgsync::clock::Clock::now(&self.clock);
+        for chunk in arns.chunks(16) {
+            let mut writes = tokio::task::JoinSet::new();
+            for arn in chunk {
+                let (state, arn) = (self.engine.state.clone(), arn.clone());
+                writes.spawn(async move {
+                    let cp = tgsync::core::Checkpoint {
+                        desired: empty,
+                        verified_at: now,
+                    };
+                    let recorded = state.record_verified(&arn, 0, now, cp).await;
+                    assert!(recorded.expect("a checkpoint"), "{arn} was not at rest");
+                });
+            }
+            while let Some(done) = writes.join_next().await {
+                done.expect("a checkpoint write");
+            }
+        }
+    }
+
+    /// Advances the clock by whole schedule periods until the scheduled run at its time
+    /// does not re-verify `arn` (the engine's rotation over the groups `arns`, `settings`'
+    /// budget); the groups that run does re-verify.
+    pub fn skip_to_a_run_not_re_verifying<'a>(
+        &self,
+        arn: &str,
+        arns: &[&'a str],
+        settings: &tgsync::reconcile::EngineSettings,
+    ) -> Vec<&'a str> {
+        use tgsync::core::checkpoint::{Rotation, rank_order};
+        let period_ms = u64::try_from(settings.schedule_period.as_millis()).expect("period");
+        let per_run = (settings.verify_describes_per_second
+            * settings.schedule_period.as_secs_f64()) as usize;
+        let ranked = rank_order(arns.iter().copied());
+        loop {
+            let now = tgsync::clock::Clock::now(&self.clock);
+            let rotation = Rotation::new(ranked.len(), per_run, now.0 / period_ms);
+            let due: Vec<&str> = ranked
+                .iter()
+                .enumerate()
+                .filter(|(rank, _)| rotation.due(*rank))
+                .map(|(_, a)| *a)
+                .collect();
+            if !due.contains(&arn) {
+                return due;
+            }
+            self.clock.advance(period_ms);
+        }
+    }
+
     /// Creates an IP target group on `port` with binding tags for this cluster (plus
     /// `extra` tags) and returns its ARN.
     pub async fn group(

@@ -29,7 +29,9 @@ const FIRST_PENALTY_MS: u64 = 250;
 /// Background work ([`crate::groups::in_background`]: discovery, the full diff's
 /// verifications) takes a slot only when no other request is waiting for one, and only
 /// one background request waits at a time: a reaction waits for at most one slot,
-/// however many verifications are queued.
+/// however many verifications are queued. Background work that found a change
+/// ([`crate::groups::Promotion::found_change`]) waits in a lane of its own, ahead of the
+/// rest of the background.
 #[derive(Debug)]
 pub(crate) struct Pace {
     limiter: Option<DefaultDirectRateLimiter>,
@@ -40,6 +42,10 @@ pub(crate) struct Pace {
     urgent_waiting: AtomicUsize,
     /// Lets one background request at a time wait for a slot.
     background: tokio::sync::Semaphore,
+    /// Background requests that found a change, waiting for a slot (queued included).
+    ahead_waiting: AtomicUsize,
+    /// Lets one of them at a time wait for a slot.
+    ahead: tokio::sync::Semaphore,
     /// Throttled answers so far.
     throttles: AtomicU64,
     /// Retried attempts so far.
@@ -93,6 +99,8 @@ impl Pace {
             penalty_ms: AtomicU64::new(0),
             urgent_waiting: AtomicUsize::new(0),
             background: tokio::sync::Semaphore::new(1),
+            ahead_waiting: AtomicUsize::new(0),
+            ahead: tokio::sync::Semaphore::new(1),
             throttles: AtomicU64::new(0),
             retries: AtomicU64::new(0),
         }
@@ -131,20 +139,30 @@ impl Pace {
         ready(limiter).await;
     }
 
-    /// A slot for background work: one background request waits at a time, and takes a
-    /// slot only while no reaction waits for one. `false` when the work is promoted
-    /// meanwhile: it then waits as a reaction does.
+    /// A slot for background work: one background request of its lane waits at a time,
+    /// and takes a slot only while no reaction waits for one (nor, in the lane of
+    /// re-verifications, a request that found a change). `false` when the work is
+    /// promoted meanwhile: it then waits as a reaction does.
     async fn background_slot(
         &self,
         limiter: &DefaultDirectRateLimiter,
         promotion: &crate::groups::Promotion,
     ) -> bool {
+        let ahead = promotion.has_change();
+        let _counted = ahead.then(|| Waiting::new(&self.ahead_waiting));
+        let lane = if ahead { &self.ahead } else { &self.background };
         let _turn = tokio::select! {
-            turn = self.background.acquire() => turn,
+            turn = lane.acquire() => turn,
             () = promotion.promoted() => return false,
         };
         loop {
-            let wait = if self.urgent_waiting.load(Ordering::SeqCst) > 0 {
+            let before = self.urgent_waiting.load(Ordering::SeqCst)
+                + if ahead {
+                    0
+                } else {
+                    self.ahead_waiting.load(Ordering::SeqCst)
+                };
+            let wait = if before > 0 {
                 YIELD_POLL
             } else {
                 match wait_for(limiter) {
@@ -366,5 +384,43 @@ mod tests {
             "the promoted request got its slot at {promoted:?}, the others at {done:?}"
         );
         assert!(promoted < Duration::from_millis(350), "{done:?}");
+    }
+
+    /// Background work that found a change goes ahead of queued re-verifications, and
+    /// still yields to a reaction.
+    #[tokio::test]
+    async fn background_work_that_found_a_change_goes_ahead_of_re_verifications() {
+        let pace = Pace::new(Some(MutationRate::new(10, Some(1)).expect("rate")));
+        let start = std::time::Instant::now();
+        let background = |change: bool, after: u64| {
+            let promotion = crate::groups::Promotion::default();
+            if change {
+                promotion.found_change();
+            }
+            let pace = &pace;
+            crate::groups::in_background_until_promoted(promotion, async move {
+                tokio::time::sleep(Duration::from_millis(after)).await;
+                pace.slot().await;
+                start.elapsed()
+            })
+        };
+        // Five re-verifications queue first; 30 ms later a verification that found a
+        // change, and 60 ms later a reaction.
+        let at_rest = futures::future::join_all((0..5).map(|_| background(false, 0)));
+        let change = background(true, 30);
+        let reaction = async {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            pace.slot().await;
+            start.elapsed()
+        };
+        let (at_rest, change, reaction) = tokio::join!(at_rest, change, reaction);
+        // One slot every 100 ms: the first re-verification takes the one there is, the
+        // reaction the next, the change the one after; the other four come after it.
+        let mut later: Vec<Duration> = at_rest[1..].to_vec();
+        later.sort_unstable();
+        assert!(
+            reaction < change && change < later[0],
+            "reaction {reaction:?}, change {change:?}, re-verifications {at_rest:?}"
+        );
     }
 }
