@@ -210,7 +210,11 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
     let paths: Vec<Path> = std::env::var("FLOOR_PATHS")
         .unwrap_or_else(|_| "physical,sdk,tgsync".into())
         .split(',')
-        .filter_map(Path::parse)
+        .map(|p| {
+            Path::parse(p).unwrap_or_else(|| {
+                panic!("FLOOR_PATHS: unknown path {p:?} (physical, sdk, tgsync; physical and sdk take :lists or :groups)")
+            })
+        })
         .collect();
     let pods = sizes.groups * sizes.pods_per_group;
 

@@ -2,18 +2,12 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::Duration;
 
-/// Kills and reaps a started binary when dropped.
-pub struct Reaper(pub Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+#[path = "../../tests/support/process.rs"]
+mod process;
+#[allow(unused_imports)] // not every bench starts a process
+pub use process::Reaper;
 
 /// `name` from the environment, parsed, else `default`.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

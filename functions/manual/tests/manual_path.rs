@@ -12,19 +12,20 @@
 mod lambda_service;
 #[path = "../../../tests/support/moto.rs"]
 mod moto;
+#[path = "../../../tests/support/process.rs"]
+mod process;
 #[path = "../../../tests/support/runtime_api.rs"]
 mod runtime_api;
 #[path = "../../../tests/support/world.rs"]
 mod world;
 
-use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use lambda_service::{Call, Deployed, Function, InProcess, LambdaService, Processes};
+use process::{Reaper, repo_root};
 use runtime_api::RuntimeApi;
 use serde_json::{Value, json};
 use tgsync::core::UnixMillis;
@@ -33,19 +34,6 @@ use world::World;
 
 /// How long the scheduled resync watches here (the template's default is 55 s).
 const WATCH: Duration = Duration::from_secs(40);
-
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The `aws lambda invoke` command of README's "Manual resync and dry run" section, as
 /// (function name, qualifier, payload), checked to be the AWS CLI v2 form.

@@ -4,30 +4,19 @@
 
 #[path = "../../../tests/support/moto.rs"]
 mod moto;
+#[path = "../../../tests/support/process.rs"]
+mod process;
 #[path = "../../../tests/support/world.rs"]
 mod world;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use process::{Reaper, repo_root};
 use serde_json::Value;
 use tgsync::testkit::PodBuilder;
 use world::World;
-
-/// Kills a child process when dropped.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn cargo_lambda() -> PathBuf {
     let venv = std::env::var_os("TGSYNC_VENV")
