@@ -30,7 +30,13 @@
 //! Reaction is the time from the change in the API server to the arrival at ELBv2 of
 //! the DeregisterTargets / RegisterTargets call that applies it, split into changes
 //! made in an invocation's first 10 s (while its full diff runs) and after. Also shown:
-//! the function's CPU time per invocation and how often the quota throttled it.
+//! the function's CPU time per invocation and how often the quota throttled it, how
+//! long the emulators took to answer the warm invocations' AWS requests, and the warm
+//! reactions less the time they waited for those answers (moto, a Python server, does
+//! its work one request at a time under its interpreter lock; when the full diff keeps
+//! it busy, a reaction's five sequential requests queue behind the full diff's, which
+//! AWS does not make them do).
+//! `TGSYNC_CPU_SHARE_TRACE=1` prints every change's requests with their answer times.
 
 #[path = "../../../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
@@ -94,6 +100,12 @@ struct Invocation {
     cpu: Duration,
     /// RegisterTargets calls the invocation made.
     registrations: usize,
+    /// How long the emulators took to answer the invocation's AWS requests: p50 and
+    /// p90 (arrival at the proxy → answer written back). When these are long, the
+    /// reactions measure the emulators' queue, not the function.
+    answered: (Duration, Duration),
+    /// Each reaction less the time it waited for the emulators' answers.
+    own: Vec<Duration>,
 }
 
 /// One invocation: changes `CHANGED` pods to `ready` on the schedule above and
@@ -137,7 +149,16 @@ async fn invocation(
         "DeregisterTargets"
     };
     let records = proxy.records();
+    let mut answered: Vec<Duration> = records
+        .iter()
+        .skip(before)
+        .filter(|r| r.service != chaos_proxy::Service::Other)
+        .filter_map(|r| r.answered_after)
+        .collect();
+    answered.sort();
     let mut out = Invocation {
+        answered: (pct(&answered, 0.5), pct(&answered, 0.9)),
+        own: Vec::new(),
         during_diff: Vec::new(),
         steady: Vec::new(),
         missed: 0,
@@ -148,14 +169,102 @@ async fn invocation(
             .filter(|r| r.operation == "RegisterTargets")
             .count(),
     };
+    let trace = std::env::var_os("TGSYNC_CPU_SHARE_TRACE").is_some();
     for (g, at) in changes {
-        match call_for(&records, &ip(g, 0), op, at) {
-            Some(call) if at - started < DURING_DIFF => out.during_diff.push(call - at),
-            Some(call) => out.steady.push(call - at),
-            None => out.missed += 1,
+        let Some(chain) = chain(&records, &ip(g, 0), op, at) else {
+            if trace {
+                println!("  trace {}: not applied", ip(g, 0));
+            }
+            out.missed += 1;
+            continue;
+        };
+        if trace {
+            print_chain(&chain, &ip(g, 0), at, started);
+        }
+        let took = chain.applied - at;
+        out.own.push(took.saturating_sub(chain.in_emulators()));
+        if at - started < DURING_DIFF {
+            out.during_diff.push(took);
+        } else {
+            out.steady.push(took);
         }
     }
     out
+}
+
+/// Where one reaction's time went: the requests on the changed pod's group from the
+/// change to the call that applied it, and how many requests of any group arrived in
+/// that window (the background the reaction shared the emulators with).
+struct Chain<'a> {
+    /// When the applying call arrived.
+    applied: Instant,
+    /// The group's requests, the applying call last.
+    requests: Vec<&'a chaos_proxy::Record>,
+    window: usize,
+}
+
+impl Chain<'_> {
+    /// The part of the reaction spent waiting for the emulators' answers to the
+    /// group's requests before the applying call. The rest is the function's own
+    /// (the watch, its queue, pacing, CPU and the quota's waits).
+    fn in_emulators(&self) -> Duration {
+        let before_applying = self.requests.len().saturating_sub(1);
+        self.requests[..before_applying]
+            .iter()
+            .filter_map(|r| r.answered_after)
+            .sum()
+    }
+}
+
+/// The chain of requests that applied the change of `ip` made at `at` (`op`: the call
+/// that applies it).
+fn chain<'a>(
+    records: &'a [chaos_proxy::Record],
+    ip: &str,
+    op: &str,
+    at: Instant,
+) -> Option<Chain<'a>> {
+    let applied = call_for(records, ip, op, at)?;
+    let arn = records
+        .iter()
+        .find(|r| r.at == applied && r.operation == op)?
+        .body
+        .split('&')
+        .find_map(|p| p.strip_prefix("TargetGroupArn="))?;
+    // ELBv2 bodies carry the ARN form-encoded, DynamoDB's JSON carries it as is.
+    let raw = arn.replace("%3A", ":").replace("%2F", "/");
+    let window: Vec<&chaos_proxy::Record> = records
+        .iter()
+        .filter(|r| r.at >= at && r.at <= applied)
+        .collect();
+    Some(Chain {
+        applied,
+        window: window.len(),
+        requests: window
+            .into_iter()
+            .filter(|r| r.body.contains(arn) || r.body.contains(&raw))
+            .collect(),
+    })
+}
+
+/// `TGSYNC_CPU_SHARE_TRACE`: prints `chain` of a change made at `at`.
+fn print_chain(chain: &Chain<'_>, ip: &str, at: Instant, started: Instant) {
+    println!(
+        "  trace {ip}: changed {:.0} ms into the invocation, applied {:.0} ms later ({:.0} ms of it waiting for the emulators); {} requests arrived meanwhile",
+        ms(at - started),
+        ms(chain.applied - at),
+        ms(chain.in_emulators()),
+        chain.window
+    );
+    for r in &chain.requests {
+        println!(
+            "    +{:>6.0} ms {:?} {} answered after {:.0} ms",
+            ms(r.at - at),
+            r.service,
+            r.operation,
+            r.answered_after.map(ms).unwrap_or(f64::NAN),
+        );
+    }
 }
 
 /// What one run of one size measured.
@@ -172,6 +281,10 @@ struct Run {
     steady: Vec<Duration>,
     missed: usize,
     warm_cpu: Vec<Duration>,
+    /// The emulators' answer time in the warm invocations (p50, p90 of each).
+    warm_answered: Vec<(Duration, Duration)>,
+    /// The warm reactions less their waits for the emulators' answers.
+    own: Vec<Duration>,
     throttled: (u64, Duration),
     /// The function's peak resident set (`VmHWM`), bytes.
     peak_rss: u64,
@@ -293,6 +406,8 @@ async fn run(mb: &str, bin: &str, size: Size) -> Run {
         steady: [left.steady, back.steady].concat(),
         missed: left.missed + back.missed,
         warm_cpu: vec![left.cpu, back.cpu],
+        warm_answered: vec![left.answered, back.answered],
+        own: [left.own, back.own].concat(),
         throttled: (n1.saturating_sub(n0), t1.saturating_sub(t0)),
         peak_rss: warm_rss,
         fresh_rss: peak_rss(pid),
@@ -365,6 +480,20 @@ fn report(mb: &str, bin: &str, all_runs: &[Run], size: Size) {
     line("reaction, first 10 s", &during);
     line("reaction, after", &steady);
     line("reaction, all", &all);
+    line("  less the emulators' answers", &pooled(|r| &r.own));
+    let answered = |f: fn(&(Duration, Duration)) -> Duration| {
+        ms(median(
+            all_runs
+                .iter()
+                .flat_map(|r| r.warm_answered.iter().map(f))
+                .collect(),
+        ))
+    };
+    println!(
+        "  the emulators' answer time to the warm invocations' AWS requests: p50 {:.0} ms, p90 {:.0} ms (medians over the invocations)",
+        answered(|a| a.0),
+        answered(|a| a.1),
+    );
     line("fresh container, first 10 s", &pooled(|r| &r.fresh));
     line("fresh container, after", &pooled(|r| &r.fresh_after));
     println!(
