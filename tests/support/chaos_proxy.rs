@@ -1098,8 +1098,8 @@ fn element(xml: &str, name: &str) -> Option<String> {
     Some(xml[start..end].to_owned())
 }
 
-/// A top-level parameter of a form body.
-fn form_param(body: &str, name: &str) -> Option<String> {
+/// A top-level parameter of a form body, decoded.
+pub fn form_param(body: &str, name: &str) -> Option<String> {
     body.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=')?;
         (k == name).then(|| percent_decode(v))

@@ -34,8 +34,7 @@
 //! long the emulators took to answer the warm invocations' AWS requests, and the warm
 //! reactions less the time they waited for those answers (moto, a Python server, does
 //! its work one request at a time under its interpreter lock; when the full diff keeps
-//! it busy, a reaction's five sequential requests queue behind the full diff's, which
-//! AWS does not make them do).
+//! it busy, a reaction's five sequential requests queue behind the full diff's).
 //! `TGSYNC_CPU_SHARE_TRACE=1` prints every change's requests with their answer times.
 
 #[path = "../../../tests/support/chaos_proxy.rs"]
@@ -54,7 +53,7 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use common::{call_for, pct, proxy, scheduled};
+use common::{pct, proxy, record_for, scheduled};
 use cpu_share::{cpu_time, throttled, under_share};
 use futures::StreamExt;
 use measure::{Reaper, env_or, ms};
@@ -224,27 +223,29 @@ fn chain<'a>(
     op: &str,
     at: Instant,
 ) -> Option<Chain<'a>> {
-    let applied = call_for(records, ip, op, at)?;
-    let arn = records
-        .iter()
-        .find(|r| r.at == applied && r.operation == op)?
-        .body
-        .split('&')
-        .find_map(|p| p.strip_prefix("TargetGroupArn="))?;
-    // ELBv2 bodies carry the ARN form-encoded, DynamoDB's JSON carries it as is.
-    let raw = arn.replace("%3A", ":").replace("%2F", "/");
+    let applying = record_for(records, ip, op, at)?;
+    let arn = group_arn(applying)?;
+    // ELBv2's form bodies name the group in `TargetGroupArn`; DynamoDB's JSON has it in
+    // the item's key.
+    let of_group = |r: &chaos_proxy::Record| match r.service {
+        chaos_proxy::Service::Elbv2 => group_arn(r).as_deref() == Some(arn.as_str()),
+        chaos_proxy::Service::DynamoDb => r.body.contains(&arn),
+        chaos_proxy::Service::Other => false,
+    };
     let window: Vec<&chaos_proxy::Record> = records
         .iter()
-        .filter(|r| r.at >= at && r.at <= applied)
+        .filter(|r| r.at >= at && r.at <= applying.at)
         .collect();
     Some(Chain {
-        applied,
+        applied: applying.at,
         window: window.len(),
-        requests: window
-            .into_iter()
-            .filter(|r| r.body.contains(arn) || r.body.contains(&raw))
-            .collect(),
+        requests: window.into_iter().filter(|r| of_group(r)).collect(),
     })
+}
+
+/// The target group an ELBv2 request names (`TargetGroupArn=` of its form body).
+fn group_arn(r: &chaos_proxy::Record) -> Option<String> {
+    chaos_proxy::form_param(&r.body, "TargetGroupArn")
 }
 
 /// `TGSYNC_CPU_SHARE_TRACE`: prints `chain` of a change made at `at`.
@@ -370,11 +371,7 @@ async fn run(mb: &str, bin: &str, size: Size) -> Run {
         .map(|last| last.saturating_duration_since(spawned + init));
     // Groups that got a RegisterTargets at all (`TargetGroupArn=` of the form body).
     let groups_registered = registrations()
-        .filter_map(|r| {
-            r.body
-                .split('&')
-                .find_map(|p| p.strip_prefix("TargetGroupArn="))
-        })
+        .filter_map(group_arn)
         .collect::<std::collections::HashSet<_>>()
         .len();
     if groups_registered < size.groups {

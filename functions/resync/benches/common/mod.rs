@@ -12,14 +12,23 @@ use crate::runtime_api::RuntimeApi;
 use crate::world::World;
 
 /// The first ELBv2 call `op` naming `ip` that arrived after `since`.
-pub fn call_for(records: &[Record], ip: &str, op: &str, since: Instant) -> Option<Instant> {
+pub fn record_for<'a>(
+    records: &'a [Record],
+    ip: &str,
+    op: &str,
+    since: Instant,
+) -> Option<&'a Record> {
     let names =
         |r: &&Record| r.body.contains(&format!("={ip}&")) || r.body.ends_with(&format!("={ip}"));
     records
         .iter()
         .filter(|r| r.at >= since && r.operation == op)
         .find(names)
-        .map(|r| r.at)
+}
+
+/// When the first ELBv2 call `op` naming `ip` after `since` arrived.
+pub fn call_for(records: &[Record], ip: &str, op: &str, since: Instant) -> Option<Instant> {
+    record_for(records, ip, op, since).map(|r| r.at)
 }
 
 /// The `p` quantile (0–1), zero for no samples.
