@@ -778,6 +778,9 @@ pub struct FakeState {
     slow_read: Delay,
     writes: AtomicU64,
     reads: AtomicU64,
+    batch_reads: AtomicU64,
+    fail_batches: AtomicBool,
+    leave_out: AtomicBool,
     leases_held_elsewhere: AtomicU64,
 }
 
@@ -846,6 +849,23 @@ impl FakeState {
         )
     }
 
+    /// Batched reads (each of up to 100 groups) served so far.
+    pub fn batch_reads(&self) -> u64 {
+        self.batch_reads.load(Ordering::SeqCst)
+    }
+
+    /// Makes every batched read fail (a throttled table) until called with `false`;
+    /// reads of one group still work.
+    pub fn set_failing_batches(&self, failing: bool) {
+        self.fail_batches.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes batched reads leave every group out (as DynamoDB's leaves out items that
+    /// must first be upgraded by a read alone) until called with `false`.
+    pub fn leave_out_of_batches(&self, leave_out: bool) {
+        self.leave_out.store(leave_out, Ordering::SeqCst);
+    }
+
     /// How many acquisitions found the lease held by someone else (each set `dirty`):
     /// race tests check that the race they stage really happened.
     pub fn contended(&self) -> u64 {
@@ -856,6 +876,8 @@ impl FakeState {
         self.chaos.pause().await;
         if operation == "GetItem" {
             self.reads.fetch_add(1, Ordering::SeqCst);
+        } else if operation == "BatchGetItem" {
+            self.batch_reads.fetch_add(1, Ordering::SeqCst);
         } else {
             self.writes.fetch_add(1, Ordering::SeqCst);
         }
@@ -899,6 +921,24 @@ impl StateStore for FakeState {
         self.slow_read.wait().await;
         self.check("GetItem").await?;
         Ok(self.stored(group))
+    }
+
+    async fn load_many(&self, groups: &[String]) -> Result<Vec<(String, GroupState)>, StateError> {
+        let mut states = Vec::with_capacity(groups.len());
+        for chunk in groups.chunks(100) {
+            self.slow_read.wait().await;
+            self.check("BatchGetItem").await?;
+            if self.fail_batches.load(Ordering::SeqCst) {
+                return Err(StateError::Dynamo {
+                    operation: "BatchGetItem",
+                    message: "ProvisionedThroughputExceededException: injected".into(),
+                });
+            }
+            if !self.leave_out.load(Ordering::SeqCst) {
+                states.extend(chunk.iter().map(|g| (g.clone(), self.stored(g))));
+            }
+        }
+        Ok(states)
     }
 
     async fn acquire(

@@ -137,6 +137,25 @@ pub trait StateStore: Send + Sync {
         self.load(group)
     }
 
+    /// Reads several groups' states, each as [`StateStore::load`] would, in batched
+    /// strongly consistent reads (up to 100 a request), and never writes: a full diff
+    /// reads ahead of its looks, so that a group at rest costs a share of a request
+    /// instead of one of its own. A group left out (still unprocessed after the retries,
+    /// or whose item must first be upgraded from an earlier layout) is missing from the
+    /// result, and its look reads it alone.
+    fn load_many(
+        &self,
+        groups: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, GroupState)>, StateError>> + Send {
+        async move {
+            let mut states = Vec::with_capacity(groups.len());
+            for group in groups {
+                states.push((group.clone(), self.load(group).await?));
+            }
+            Ok(states)
+        }
+    }
+
     /// Takes the lease for `owner` until `until` if it is free, expired at `now`, or
     /// already `owner`'s (so a retried write that had landed is not a conflict);
     /// otherwise sets the holder's `dirty` flag. Taking it clears `dirty` (the new

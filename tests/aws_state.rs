@@ -116,6 +116,83 @@ async fn reading_a_group_is_one_get_item_and_no_write() {
     }
 }
 
+/// A full diff reads its groups' states in batches: the states reads one by one give,
+/// 100 groups a BatchGetItem, and no write.
+#[tokio::test]
+async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
+    let (_, state) = store().await;
+    let groups: Vec<String> = (0..150)
+        .map(|i| {
+            format!("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/g{i}/{i:016x}")
+        })
+        .collect();
+    for (i, g) in groups.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
+        let Acquire::Acquired(_) = state
+            .acquire(g, "me", T0, UnixMillis(T0.0 + 15_000))
+            .await
+            .expect("acquire")
+        else {
+            panic!("{g}: lease not taken");
+        };
+        let change = Change {
+            checkpoint: Some(Some(Checkpoint {
+                desired: i as u64,
+                verified_at: T0,
+            })),
+            ..Change::default()
+        };
+        // Every other group keeps its lease, the rest give it back.
+        if i % 2 == 0 {
+            state.write(g, "me", T0, &change).await.expect("write");
+        } else {
+            let released = state
+                .release(g, "me", T0, UnixMillis(T0.0 + 15_000), &change)
+                .await
+                .expect("release");
+            assert_eq!(released, Release::Released, "{g}");
+        }
+    }
+    // A group without an item has nothing recording that there is nothing of the
+    // earlier layout to fold in: the batch leaves it to its read alone.
+    let before = state.api_calls();
+    let first = state.load_many(&groups).await.expect("batched read");
+    let after = state.api_calls();
+    let index = |g: &String| groups.iter().position(|x| x == g).unwrap_or(usize::MAX);
+    assert!(
+        first.iter().all(|(g, _)| index(g) % 3 != 2),
+        "a group without an item is left out"
+    );
+    for op in ["UpdateItem", "PutItem", "Query"] {
+        assert_eq!(after[op], before[op], "{op}: a batched read never writes");
+    }
+    let mut one_by_one = Vec::new();
+    for g in &groups {
+        one_by_one.push((g.clone(), state.load(g).await.expect("load")));
+    }
+    let before = state.api_calls();
+    let mut batched = state.load_many(&groups).await.expect("batched read");
+    let after = state.api_calls();
+    batched.sort_by_key(|(g, _)| groups.iter().position(|x| x == g));
+    assert_eq!(batched, one_by_one);
+    assert!(
+        batched[2].1 == tgsync::state::GroupState::default()
+            && batched[0].1.lease.is_some()
+            && batched[1].1.checkpoint.is_some(),
+        "empty, leased and checkpointed groups: {:?}",
+        &batched[..3]
+    );
+    assert_eq!(after["BatchGetItem"] - before["BatchGetItem"], 2);
+    for op in [
+        "GetItem",
+        "UpdateItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+    ] {
+        assert_eq!(after[op], before[op], "{op}");
+    }
+}
+
 #[tokio::test]
 async fn the_ledger_round_trips_through_fenced_writes() {
     let (client, state) = store().await;

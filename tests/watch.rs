@@ -706,3 +706,51 @@ async fn a_just_bound_group_is_served_before_the_fleets_re_verifications() {
         "web-1 waited for re-verifications of groups at rest"
     );
 }
+
+/// A scheduled run's full diff reads its groups' states ahead in batches (up to 100 to
+/// a BatchGetItem), not one GetItem per group: at rest those reads were most of a run's
+/// requests (one per group per minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_diff_reads_the_groups_states_in_batches() {
+    let period = Duration::from_secs(60);
+    let settings = tgsync::reconcile::EngineSettings {
+        // Two re-verifications per run: the rest skip on their checkpoints.
+        verify_describes_per_second: 2.0 / period.as_secs_f64(),
+        schedule_period: period,
+        ..Default::default()
+    };
+    let (w, proxy) = proxied_world(|_| {}, settings).await;
+    let mut at_rest = Vec::new();
+    for i in 0..150u8 {
+        at_rest.push(w.group("shop", &format!("app=idle{i}"), 8080, &[]).await);
+    }
+    w.verified_empty(&at_rest).await;
+    // A first run reads each group alone once: its first read records on the item that
+    // there is nothing of the earlier table layout to fold in (a batch leaves such
+    // items out).
+    let until = w.clock.now().plus(Duration::from_secs(4));
+    w.engine.run_scheduled(&scheduled(), until).await;
+    let before = proxy.records().len();
+    let until = w.clock.now().plus(Duration::from_secs(4));
+    let report = w.engine.run_scheduled(&scheduled(), until).await;
+    let reads = |op: &str| {
+        proxy.records()[before..]
+            .iter()
+            .filter(|r| r.service == chaos_proxy::Service::DynamoDb && r.operation == op)
+            .count()
+    };
+    let in_sync = report
+        .groups
+        .iter()
+        .filter(|g| g.outcome == tgsync::report::Outcome::InSync)
+        .count();
+    assert_eq!(in_sync, at_rest.len(), "{report:#?}");
+    // 16, 16, then as many as the looks take in 2.5 s (at rest, all the rest); the
+    // groups due for re-verification read their own.
+    let (batched, alone) = (reads("BatchGetItem"), reads("GetItem"));
+    eprintln!("state reads: {batched} batched, {alone} alone");
+    assert!(
+        (3..=6).contains(&batched) && alone <= 2,
+        "150 groups' states in {batched} batched reads and {alone} reads alone"
+    );
+}

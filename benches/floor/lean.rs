@@ -1,8 +1,8 @@
 //! The physical floor's client: the same requests as a full verification with nothing
 //! but what they need. One HTTP/1.1 connection pool over rustls (aws-lc-rs), SigV4 from
 //! `aws-sigv4` on each AWS request, the Kubernetes LIST decoded by tgsync's lean decoder,
-//! DescribeTargetHealth read with a pull XML tokenizer, GetItem read into borrowed typed
-//! structs. No retries, no interceptors, no endpoint rules, no tracing.
+//! DescribeTargetHealth read with a pull XML tokenizer, BatchGetItem read into borrowed
+//! typed structs. No retries, no interceptors, no endpoint rules, no tracing.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -139,27 +139,28 @@ impl Lean {
         targets.iter().filter(|t| t.2 == "healthy").count()
     }
 
-    /// GetItem (consistent) of `arn`'s state item: its ledger entries.
-    pub async fn item(&self, arn: &str) -> usize {
+    /// BatchGetItem (consistent) of the state items of `arns` (at most 100): their
+    /// ledger entries.
+    pub async fn items(&self, arns: &[String]) -> usize {
+        let keys: Vec<_> = arns
+            .iter()
+            .map(|arn| serde_json::json!({"pk": {"S": format!("tg#{arn}")}, "sk": {"S": "group"}}))
+            .collect();
         let body = serde_json::json!({
-            "TableName": TABLE,
-            "Key": {"pk": {"S": format!("tg#{arn}")}, "sk": {"S": "group"}},
-            "ConsistentRead": true,
+            "RequestItems": {TABLE: {"Keys": keys, "ConsistentRead": true}},
         })
         .to_string();
         let headers = [
             ("content-type", "application/x-amz-json-1.0"),
-            ("x-amz-target", "DynamoDB_20120810.GetItem"),
+            ("x-amz-target", "DynamoDB_20120810.BatchGetItem"),
         ];
         let json = self.aws("dynamodb", &headers, Bytes::from(body)).await;
-        let out: GetItemOut<'_> = serde_json::from_slice(&json).expect("GetItem answer");
-        let ledger = out
-            .item
-            .and_then(|i| i.ledger)
-            .map(|l| l.m)
-            .unwrap_or_default();
-        ledger
-            .iter()
+        let out: BatchGetOut<'_> = serde_json::from_slice(&json).expect("BatchGetItem answer");
+        out.responses
+            .values()
+            .flatten()
+            .filter_map(|i| i.ledger.as_ref())
+            .flat_map(|l| l.m.iter())
             .filter(|(target, e)| {
                 target.parse::<SocketAddrV4>().is_ok()
                     && e.m.at.n.parse::<u64>().is_ok()
@@ -180,12 +181,20 @@ impl Lean {
             .await
     }
 
-    /// One GetItem and one DescribeTargetHealth per group, 16 groups at a time; returns
-    /// the ledger entries and healthy targets seen.
+    /// A BatchGetItem per 100 groups, then one DescribeTargetHealth per group, 16 at a
+    /// time; returns the ledger entries and healthy targets seen.
     pub async fn groups(&self, arns: &[String]) -> (usize, usize) {
-        futures::stream::iter(arns)
-            .map(|arn| async move { (self.item(arn).await, self.health(arn).await) })
-            .buffer_unordered(16)
+        futures::stream::iter(arns.chunks(100))
+            .map(|chunk| async move {
+                let entries = self.items(chunk).await;
+                let healthy = futures::stream::iter(chunk)
+                    .map(|arn| self.health(arn))
+                    .buffer_unordered(16)
+                    .fold(0, |h, h1| async move { h + h1 })
+                    .await;
+                (entries, healthy)
+            })
+            .buffer_unordered(1)
             .fold((0, 0), |(e, h), (e1, h1)| async move { (e + e1, h + h1) })
             .await
     }
@@ -224,9 +233,9 @@ fn parse_health(xml: &str) -> Vec<(SocketAddrV4, u16, &str)> {
 }
 
 #[derive(Deserialize)]
-struct GetItemOut<'a> {
-    #[serde(rename = "Item", borrow)]
-    item: Option<GroupItem<'a>>,
+struct BatchGetOut<'a> {
+    #[serde(rename = "Responses", borrow)]
+    responses: HashMap<Cow<'a, str>, Vec<GroupItem<'a>>>,
 }
 
 #[derive(Deserialize)]

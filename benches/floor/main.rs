@@ -4,8 +4,8 @@
 //!
 //! - **physical floor** (`lean.rs`): the same requests with nothing but what they need —
 //!   HTTP/1.1 over rustls, SigV4 per AWS request, the LIST decoded by tgsync's lean
-//!   decoder, DescribeTargetHealth by a pull XML tokenizer, GetItem into borrowed typed
-//!   structs;
+//!   decoder, DescribeTargetHealth by a pull XML tokenizer, BatchGetItem (100 groups a
+//!   request) into borrowed typed structs;
 //! - **SDK floor**: the same requests through tgsync's adapters (the AWS SDK clients with
 //!   the configuration the Lambda builds, the kube client), with no engine;
 //! - **tgsync**: the engine's full verification (`RunOptions::default()`: every group's
@@ -121,7 +121,7 @@ impl Path {
         let part = |p| match p {
             Part::All => "",
             Part::Lists => ", LISTs",
-            Part::Groups => ", GetItem + DTH",
+            Part::Groups => ", state reads + DTH",
         };
         match self {
             Path::Physical(p) => format!("physical floor{}", part(p)),

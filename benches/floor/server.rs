@@ -142,14 +142,37 @@ fn elbv2(world: &World, body: &[u8]) -> Option<Reply> {
     Some(respond(200, "text/xml", xml))
 }
 
-/// DynamoDB's JSON API: GetItem of a group's item, Query of the cluster's index.
+/// DynamoDB's JSON API: GetItem and BatchGetItem of the groups' items, Query of the
+/// cluster's index.
 fn dynamo(world: &World, target: &str, body: &[u8]) -> Option<Reply> {
     let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let item = |key: &serde_json::Value| {
+        let pk = key.pointer("/pk/S")?.as_str()?;
+        let g = world.arns.get(pk.strip_prefix("tg#")?)?;
+        world.items.get(*g)
+    };
     let answer = match target.strip_prefix("DynamoDB_20120810.")? {
         "GetItem" => {
-            let pk = request.pointer("/Key/pk/S")?.as_str()?;
-            let g = world.arns.get(pk.strip_prefix("tg#")?)?;
-            world.items.get(*g)?.clone()
+            let item = item(request.get("Key")?)?;
+            Bytes::from([&b"{\"Item\":"[..], item, b"}"].concat())
+        }
+        "BatchGetItem" => {
+            let (table, keys) = request.get("RequestItems")?.as_object()?.iter().next()?;
+            let items: Vec<&[u8]> = keys
+                .get("Keys")?
+                .as_array()?
+                .iter()
+                .filter_map(item)
+                .map(|i| &i[..])
+                .collect();
+            let mut out = format!(
+                "{{\"Responses\":{{{}:[",
+                serde_json::Value::from(table.as_str())
+            )
+            .into_bytes();
+            out.extend(items.join(&b","[..]));
+            out.extend(b"]},\"UnprocessedKeys\":{}}");
+            Bytes::from(out)
         }
         // Only the index's partition is expected (the groups' items say `migrated`).
         "Query" if request.to_string().contains("owners#") => world.index.clone(),

@@ -45,7 +45,8 @@ pub struct World {
     pub tag_members: Vec<String>,
     /// DescribeTargetHealth answer of each group.
     pub health: Vec<Bytes>,
-    /// GetItem answer of each group.
+    /// The state item of each group (DynamoDB JSON), as GetItem and BatchGetItem
+    /// answer it.
     pub items: Vec<Bytes>,
     /// The Query answer of the cluster's index.
     pub index: Bytes,
@@ -95,13 +96,13 @@ impl World {
                 "<DescribeTargetHealthResponse xmlns=\"{XMLNS}\">\n  <DescribeTargetHealthResult>\n    <TargetHealthDescriptions>{targets}\n    </TargetHealthDescriptions>\n  </DescribeTargetHealthResult>\n  <ResponseMetadata>\n    <RequestId>{}</RequestId>\n  </ResponseMetadata>\n</DescribeTargetHealthResponse>\n",
                 request_id(g)
             )));
-            let item = json!({"Item": {
+            let item = json!({
                 "pk": {"S": format!("tg#{arn}")}, "sk": {"S": "group"},
                 "version": {"N": "3"},
                 "migrated": {"SS": [CLUSTER]},
                 "seen": {"M": {CLUSTER: {"S": RESOURCE_VERSION}}},
                 "ledger": {"M": Value::Object(ledger)},
-            }});
+            });
             items.push(Bytes::from(item.to_string()));
             index_rows.push(json!({
                 "pk": {"S": format!("owners#{CLUSTER}")}, "sk": {"S": arn},

@@ -25,17 +25,23 @@ pub async fn lists(e: &LiveEngine, namespaces: &[String]) -> usize {
         .await
 }
 
-/// One consistent GetItem and one DescribeTargetHealth per group, 16 groups at a time
-/// (the engine's concurrency), paced by the same Describe limiter; the ledger entries and
-/// targets read.
+/// The groups' states read as the engine reads them ahead (consistent BatchGetItems of
+/// 100), and one DescribeTargetHealth per group, 16 groups at a time (the engine's
+/// concurrency), paced by the same Describe limiter; the ledger entries and targets read.
 pub async fn group_reads(e: &LiveEngine, arns: &[String]) -> (usize, usize) {
-    futures::stream::iter(arns)
+    let states = e.state.load_many(arns).await.expect("BatchGetItem");
+    assert_eq!(states.len(), arns.len(), "every group's state read");
+    let entries = states.iter().map(|(_, s)| s.ledger.len()).sum();
+    let targets = futures::stream::iter(arns)
         .map(|arn| async move {
-            let state = e.state.peek(arn).await.expect("GetItem");
-            let health = e.groups.health(arn).await.expect("DescribeTargetHealth");
-            (state.ledger.len(), health.len())
+            e.groups
+                .health(arn)
+                .await
+                .expect("DescribeTargetHealth")
+                .len()
         })
         .buffer_unordered(16)
-        .fold((0, 0), |(l, h), (l1, h1)| async move { (l + l1, h + h1) })
-        .await
+        .fold(0, |h, h1| async move { h + h1 })
+        .await;
+    (entries, targets)
 }

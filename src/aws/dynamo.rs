@@ -1,11 +1,11 @@
 //! [`StateStore`] on DynamoDB: one item per target group (see `items`), every change
 //! one conditional UpdateItem, reads strongly consistent.
 //!
-//! A zero-drift run costs one GetItem per group and no write. Ledger changes are fenced
-//! by the lease (`owner = :me AND leaseUntil >= :now`); writes made without the lease
-//! (a verification checkpoint, folding in rows of the earlier layout) are conditional on
-//! the item's `version` and on nobody holding the lease, so they never overwrite a newer
-//! state.
+//! A zero-drift run reads every group's item (a full diff in batches of BatchGetItem)
+//! and writes nothing. Ledger changes are fenced by the lease (`owner = :me AND
+//! leaseUntil >= :now`); writes made without the lease (a verification checkpoint,
+//! folding in rows of the earlier layout) are conditional on the item's `version` and on
+//! nobody holding the lease, so they never overwrite a newer state.
 
 mod batch;
 mod index;
@@ -34,6 +34,7 @@ use update::Update;
 pub use table::create_table;
 
 const GET_ITEM: &str = "GetItem";
+const BATCH_GET_ITEM: &str = "BatchGetItem";
 const QUERY: &str = "Query";
 const BATCH_WRITE_ITEM: &str = "BatchWriteItem";
 const UPDATE_ITEM: &str = "UpdateItem";
@@ -42,6 +43,7 @@ const TRANSACT_WRITE_ITEMS: &str = "TransactWriteItems";
 
 const OPERATIONS: &[&str] = &[
     GET_ITEM,
+    BATCH_GET_ITEM,
     QUERY,
     BATCH_WRITE_ITEM,
     UPDATE_ITEM,
@@ -52,8 +54,9 @@ const OPERATIONS: &[&str] = &[
 /// The IAM actions the store's calls need, and all of them: `template.yaml` grants
 /// exactly these. A TransactWriteItems is authorised per item (the orphan index's
 /// removal deletes rows and checks an item: DeleteItem, ConditionCheckItem).
-pub const IAM_ACTIONS: [&str; 7] = [
+pub const IAM_ACTIONS: [&str; 8] = [
     "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
     "dynamodb:UpdateItem",
     "dynamodb:Query",
     "dynamodb:PutItem",
@@ -295,6 +298,10 @@ impl StateStore for DynamoState {
     async fn peek(&self, group: &str) -> Result<GroupState, StateError> {
         let item = self.get(group).await?;
         self.state_from(group, item.as_ref(), true).await
+    }
+
+    async fn load_many(&self, groups: &[String]) -> Result<Vec<(String, GroupState)>, StateError> {
+        self.batch_load(groups).await
     }
 
     async fn acquire(

@@ -112,6 +112,8 @@ struct Run<'e, P, G, S> {
     verify: Mutex<Verify>,
     /// Signalled when a group of the full diff has had its look.
     verified: tokio::sync::Notify,
+    /// The full diff's read-ahead of the groups' states, in its visit order.
+    ahead: std::sync::OnceLock<crate::reconcile::ReadAhead>,
     /// Groups with a gated pod whose gate waits for a healthy target.
     gated: Mutex<BTreeSet<String>>,
     /// The verifications in flight, promoted when a pod change of their group arrives
@@ -173,6 +175,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             namespaces: tokio::sync::watch::Sender::new(BTreeMap::new()),
             verify: Mutex::new(Verify::default()),
             verified: tokio::sync::Notify::new(),
+            ahead: std::sync::OnceLock::new(),
             gated: Mutex::new(BTreeSet::new()),
             promotions: Mutex::new(HashMap::new()),
             out: Mutex::new(Outcomes::default()),
@@ -391,6 +394,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 &mut engine.jitter_rng(),
             )
         };
+        // The groups due for re-verification (last in the order) each wait for a paced
+        // Describe: their looks read their own state.
+        let _ = self.ahead.set(crate::reconcile::ReadAhead::new(
+            order
+                .iter()
+                .filter(|arn| !due.contains(**arn))
+                .map(|arn| (*arn).to_owned())
+                .collect(),
+        ));
         {
             let mut verify = lock(&self.verify);
             verify.due = Some(due);
@@ -684,6 +696,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         let scope = crate::reconcile::Scope {
             due,
             indexed: indexed.as_ref(),
+            // A pod change's pass reads its group's state alone, now.
+            ahead: self.ahead.get().filter(|_| !want.changed),
             ..Default::default()
         };
         let observed = engine.observe(bound, &index, &opts, &scope).await;

@@ -13,6 +13,7 @@ mod namespace;
 mod observe;
 mod pass;
 mod pod_event;
+mod read_ahead;
 mod refusals;
 mod release;
 mod tag_reads;
@@ -22,6 +23,7 @@ pub(crate) use namespace::DEFERRED;
 pub(crate) use observe::Observed;
 pub(crate) use pass::{CUT, PodReads};
 pub use pod_event::{PodEvent, PodEventError};
+pub(crate) use read_ahead::ReadAhead;
 #[cfg(test)]
 mod motion_tests;
 #[cfg(test)]
@@ -162,6 +164,9 @@ pub(crate) struct Scope<'a> {
     /// full resync: a bound group whose ledger holds our entries and is missing from it
     /// (written before the index existed) is added.
     pub(crate) indexed: Option<&'a std::collections::BTreeSet<String>>,
+    /// The full diff's read-ahead of the groups' states (none: each look reads its
+    /// group's state alone).
+    pub(crate) ahead: Option<&'a read_ahead::ReadAhead>,
 }
 
 /// What pod-events reuses between events: the bound groups, and the accounts whose

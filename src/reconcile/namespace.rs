@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 
 use super::observe::Observed;
 use super::pass::{CUT, PodReads, PriorRead};
+use super::read_ahead::ReadAhead;
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::{PodIndex, Selector};
 use crate::groups::TargetGroupApi;
@@ -70,6 +71,27 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
         };
         let index = PodIndex::new(&pods.0);
+        // A resync reads the namespace's groups' states in batches, in the order its
+        // looks start (the permits are FIFO), but for the groups due for re-verification
+        // (each waits for a paced Describe); a pod event's few groups each read theirs.
+        let ahead =
+            (scope.focus.is_none() && scope.ahead.is_none() && !opts.dry_run && groups.len() > 1)
+                .then(|| {
+                    let due = |arn: &String| scope.due.as_ref().is_some_and(|d| d.contains(arn));
+                    ReadAhead::new(
+                        groups
+                            .iter()
+                            .map(|b| b.group.arn.clone())
+                            .filter(|arn| !due(arn))
+                            .collect(),
+                    )
+                });
+        let scope = &Scope {
+            due: scope.due.clone(),
+            focus: scope.focus,
+            indexed: scope.indexed,
+            ahead: ahead.as_ref().or(scope.ahead),
+        };
         let observed = join_all(groups.into_iter().map(|bound| {
             let permits = permits.clone();
             let index = &index;

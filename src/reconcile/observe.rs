@@ -51,10 +51,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     ) -> Observed {
         let arn = bound.group.arn.as_str();
         let mut report = GroupReport::new(arn, &bound.group.group_name(), Outcome::InSync);
-        let read = if opts.dry_run {
-            self.state.peek(arn).await
-        } else {
-            self.state.load(arn).await
+        let ahead = match scope.ahead {
+            Some(ahead) if !opts.dry_run => ahead.take(&self.state, arn, &*self.clock).await,
+            _ => None,
+        };
+        let read = match ahead {
+            Some(state) => Ok(state),
+            None if opts.dry_run => self.state.peek(arn).await,
+            None => self.state.load(arn).await,
         };
         let state = match read {
             Ok(s) => s,

@@ -246,6 +246,40 @@ async fn dry_run_changes_nothing() {
     assert!(!e.state.lease_held(TG, clock.now()));
 }
 
+/// A resync reads a namespace's groups' states in one batch; a dry run reads each alone
+/// (a batched read may record the upgrade from the earlier layout: a write).
+#[tokio::test]
+async fn a_resync_reads_a_namespaces_states_in_a_batch_and_a_dry_run_reads_each_alone() {
+    let (e, _) = engine();
+    for g in 0..5 {
+        let arn = format!(
+            "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/b{g}/{g:016x}"
+        );
+        e.groups.add_group(bound_group(
+            &arn,
+            "demo",
+            "batch",
+            &format!("app=b{g}"),
+            8080,
+        ));
+    }
+    e.resync(&RunOptions {
+        dry_run: true,
+        ..Default::default()
+    })
+    .await;
+    let alone = e.state.calls().1;
+    assert_eq!(e.state.batch_reads(), 0, "a dry run reads alone");
+    assert!(alone >= 5, "{alone} reads");
+    e.resync(&RunOptions::default()).await;
+    assert_eq!(e.state.batch_reads(), 1);
+    assert!(
+        e.state.calls().1 - alone < 5,
+        "the five groups were read in the batch: {} reads alone",
+        e.state.calls().1 - alone
+    );
+}
+
 #[tokio::test]
 async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let (e, clock) = engine();
@@ -604,7 +638,7 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
         ..no_waiting()
     });
     let mut arns = Vec::new();
-    for n in 0..5 {
+    for n in 0..20 {
         let ns = format!("ns-{n}");
         for g in 0..4 {
             let arn = format!(
@@ -622,7 +656,8 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
             arns.push(arn);
         }
     }
-    // 21 reads at 3 s each would take 63 s; the invocation has 60 s (cut-off at 40 s).
+    // One batched read of each namespace's groups and one of the fixture's group: 21
+    // reads at 3 s each would take 63 s; the invocation has 60 s (cut-off at 40 s).
     e.state.slow_reads(&clock, 3_000);
     let r = e.resync(&ending_in(&clock, 60)).await;
     let changed = r
@@ -636,7 +671,8 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
         .filter(|g| g.outcome == Outcome::Deferred)
         .count();
     assert!(changed >= 8, "the admitted namespaces finished: {r:#?}");
-    // The engine's fixture group in `shop` makes 21.
+    assert!(deferred > 0, "the run ran out of time: {r:#?}");
+    // The engine's fixture group in `shop` makes 81.
     assert_eq!(changed + deferred, r.groups.len(), "{r:#?}");
     for arn in &arns {
         assert!(

@@ -226,10 +226,11 @@ fn chain<'a>(
     let applying = record_for(records, ip, op, at)?;
     let arn = group_arn(applying)?;
     // ELBv2's form bodies name the group in `TargetGroupArn`; DynamoDB's JSON has it in
-    // the item's key.
+    // the item's key. (A change's pass reads its item alone: a BatchGetItem naming the
+    // group is the full diff's read-ahead.)
     let of_group = |r: &chaos_proxy::Record| match r.service {
         chaos_proxy::Service::Elbv2 => group_arn(r).as_deref() == Some(arn.as_str()),
-        chaos_proxy::Service::DynamoDb => r.body.contains(&arn),
+        chaos_proxy::Service::DynamoDb => r.operation != "BatchGetItem" && r.body.contains(&arn),
         chaos_proxy::Service::Other => false,
     };
     let window: Vec<&chaos_proxy::Record> = records

@@ -1,20 +1,31 @@
-//! BatchWriteItem in chunks of 25 with bounded retries of `UnprocessedItems`.
+//! BatchWriteItem in chunks of 25 with bounded retries of `UnprocessedItems`, and
+//! BatchGetItem in chunks of 100 with bounded retries of `UnprocessedKeys`.
 //!
-//! DynamoDB may accept a batch yet leave some writes unprocessed (throttled partitions);
-//! that is not an error response, so the SDK does not retry it. AWS's guidance is to
-//! resend them with exponential backoff; after a bounded number of rounds the write is
-//! reported as failed, the reconcile stops before touching ELBv2, and the group backs
-//! off (the write-ahead rule: no RegisterTargets without its ledger rows).
+//! DynamoDB may accept a batch yet leave some of it unprocessed (throttled partitions,
+//! an answer over 16 MB); that is not an error response, so the SDK does not retry it.
+//! AWS's guidance is to resend the rest with exponential backoff. After a bounded number
+//! of rounds a write is reported as failed, the reconcile stops before touching ELBv2,
+//! and the group backs off (the write-ahead rule: no RegisterTargets without its ledger
+//! rows); keys still unread after two resends are left out of the answer, and each is
+//! read alone later.
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::WriteRequest;
+use aws_sdk_dynamodb::types::{KeysAndAttributes, WriteRequest};
 
-use super::{BATCH_WRITE_ITEM, DynamoState};
-use crate::state::StateError;
+use super::items::{self, Item};
+use super::{BATCH_GET_ITEM, BATCH_WRITE_ITEM, DynamoState};
+use crate::state::{GroupState, StateError};
 
 /// BatchWriteItem's limit on requests per call.
 pub(super) const BATCH_SIZE: usize = 25;
+
+/// BatchGetItem's limit on keys per call.
+const READ_BATCH_SIZE: usize = 100;
+
+/// Rounds of resending unprocessed keys: a read ahead is only worth its freshness, and a
+/// key left out is read alone later.
+const MAX_UNREAD_RETRIES: u32 = 2;
 
 /// Rounds of resending unprocessed items before giving up (at most about 5 s of backoff in all).
 const MAX_UNPROCESSED_RETRIES: u32 = 6;
@@ -68,6 +79,86 @@ impl DynamoState {
             }
         }
         Ok(())
+    }
+
+    /// Reads the items of `groups` with consistent BatchGetItems of up to 100 keys,
+    /// resending unprocessed keys with backoff; the states of the groups read, in no
+    /// particular order. Never writes.
+    pub(super) async fn batch_load(
+        &self,
+        groups: &[String],
+    ) -> Result<Vec<(String, GroupState)>, StateError> {
+        let mut states = Vec::with_capacity(groups.len());
+        for chunk in groups.chunks(READ_BATCH_SIZE) {
+            let mut found: Vec<Item> = Vec::with_capacity(chunk.len());
+            let mut pending: Vec<Item> = chunk.iter().map(|g| items::group_key(g)).collect();
+            let mut round = 0;
+            while !pending.is_empty() {
+                let keys = KeysAndAttributes::builder()
+                    .set_keys(Some(pending))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| super::build_error(BATCH_GET_ITEM, e))?;
+                self.calls.count(BATCH_GET_ITEM);
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(self.table.as_ref(), keys)
+                    .send()
+                    .await
+                    .map_err(|e| self.error(BATCH_GET_ITEM, "", e))?;
+                found.extend(
+                    out.responses
+                        .and_then(|mut r| r.remove(self.table.as_ref()))
+                        .unwrap_or_default(),
+                );
+                pending = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(self.table.as_ref()))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+                if pending.is_empty() {
+                    break;
+                }
+                round += 1;
+                if round > MAX_UNREAD_RETRIES {
+                    tracing::debug!(
+                        unprocessed = pending.len(),
+                        "keys still unprocessed; each is read alone when its group is looked at"
+                    );
+                    break;
+                }
+                tracing::debug!(
+                    unprocessed = pending.len(),
+                    round,
+                    "resending unprocessed reads"
+                );
+                tokio::time::sleep(delay(round)).await;
+            }
+            let unread: std::collections::HashSet<String> =
+                pending.iter().filter_map(items::group_of_key).collect();
+            let mut by_group: std::collections::HashMap<String, Item> = found
+                .into_iter()
+                .filter_map(|item| Some((items::group_of_key(&item)?, item)))
+                .collect();
+            for group in chunk.iter().filter(|g| !unread.contains(*g)) {
+                // Left out, so that its look reads it alone: a group with no item yet,
+                // or whose item does not record that this cluster's rows of the earlier
+                // layout were folded in (that read folds them in and records it, a
+                // Query and a write), and an item that cannot be understood (that read
+                // reports the error for that group only).
+                let Some(item) = by_group
+                    .remove(group)
+                    .filter(|i| items::migrated(Some(i), &self.cluster))
+                else {
+                    continue;
+                };
+                if let Ok(state) = items::parse_group(&item) {
+                    states.push((group.clone(), state));
+                }
+            }
+        }
+        Ok(states)
     }
 }
 

@@ -62,6 +62,14 @@ pub(super) fn group_key(group: &str) -> Item {
     ])
 }
 
+/// The group whose item `key` (an item, or its key) is; `None` for any other row.
+pub(super) fn group_of_key(key: &Item) -> Option<String> {
+    if string(key, SK).ok()? != GROUP_SK {
+        return None;
+    }
+    string(key, PK).ok()?.strip_prefix("tg#").map(str::to_owned)
+}
+
 /// The partition of a cluster's index of the groups its ledger entries are in.
 pub(super) fn index_partition(cluster: &str) -> String {
     format!("owners#{cluster}")
