@@ -18,6 +18,7 @@ use crate::pods::{PodSource, PodsError};
 use crate::state::{
     Acquire, Change, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
 };
+use crate::sync::lock;
 
 /// Seeded scheduling noise: every fake call first yields to the runtime a random number
 /// of times, so concurrent reconciles interleave differently per seed — and, on a
@@ -67,10 +68,6 @@ impl Delay {
             clock.advance(ms);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A change made to a pod at a chosen moment.

@@ -29,5 +29,6 @@ pub mod pods;
 pub mod reconcile;
 pub mod report;
 pub mod state;
+pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testkit;

@@ -25,6 +25,7 @@ use futures::StreamExt as _;
 use crate::clock::Clock;
 use crate::core::{Binding, PodFacts, Selector, UnixMillis};
 use crate::pods::{PodSource, PodsError, WatchEvent};
+use crate::sync::lock;
 
 /// First wait after a failed LIST or WATCH; it doubles per consecutive failure.
 const BACKOFF_FIRST: Duration = Duration::from_millis(800);
@@ -97,10 +98,6 @@ pub struct Informer {
     stores: Mutex<BTreeMap<String, Store>>,
     /// Signalled whenever a store is listed.
     listed: tokio::sync::Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Informer {

@@ -42,6 +42,7 @@ use crate::pods::PodSource;
 use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
 use crate::state::StateStore;
+use crate::sync::lock;
 use informer::{Informer, ReflectorSettings, StoreEvent};
 use queue::{Queue, Room, Want};
 
@@ -90,10 +91,6 @@ struct Looked {
     runs: u64,
     /// Group ARN → the number of the last full diff that looked at it.
     at: HashMap<String, u64>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One invocation's controller state.
@@ -694,7 +691,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             ..self.opts.clone()
         };
         let scope = crate::reconcile::Scope {
-            due,
+            due: due.as_ref(),
             indexed: indexed.as_ref(),
             // A pod change's pass reads its group's state alone, now.
             ahead: self.ahead.get().filter(|_| !want.changed),

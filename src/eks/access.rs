@@ -286,7 +286,7 @@ impl ClusterAccess {
 
     fn info_lock(&self) -> MutexGuard<'_, Option<ClusterInfo>> {
         // Only whole values are stored, so a poisoned lock still holds a consistent one.
-        self.info.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.info)
     }
 
     async fn mint(&self, now: SystemTime) -> Result<EksToken, AccessError> {

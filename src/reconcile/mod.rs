@@ -156,7 +156,7 @@ pub struct Bindings {
 #[derive(Debug, Default)]
 pub(crate) struct Scope<'a> {
     /// Groups whose re-verification turn has come (scheduled runs).
-    pub(crate) due: Option<HashSet<String>>,
+    pub(crate) due: Option<&'a HashSet<String>>,
     /// The pod an event is about, when its labels are unknown: groups whose selector
     /// cannot be checked are reconciled only if their ledger holds it.
     pub(crate) focus: Option<&'a PodEvent>,
@@ -445,20 +445,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             bound.retain(|b| only.contains(&b.group.arn));
             errors.retain(|e| only.contains(&e.target_group_arn));
         }
-        let mut scope = Scope {
-            indexed: indexed.as_ref(),
-            ..Scope::default()
-        };
+        let mut due = None;
         if opts.use_checkpoint {
             let rotation = self.rotation(bound.len(), started);
             let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
-            scope.due = Some(
+            due = Some(
                 ranked
                     .iter()
                     .enumerate()
                     .filter(|(rank, _)| rotation.due(*rank))
                     .map(|(_, arn)| (*arn).to_owned())
-                    .collect(),
+                    .collect::<HashSet<String>>(),
             );
             report.verification = Some(crate::report::Verification {
                 budget_per_run: self.verify_budget_per_run(),
@@ -472,6 +469,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             self.pass_done(e, opts.dry_run, None);
         }
         report.groups.append(&mut errors);
+        let scope = Scope {
+            due: due.as_ref(),
+            indexed: indexed.as_ref(),
+            ..Scope::default()
+        };
         let pressure = self.groups.pressure();
         report
             .groups

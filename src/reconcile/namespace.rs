@@ -77,7 +77,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let ahead =
             (scope.focus.is_none() && scope.ahead.is_none() && !opts.dry_run && groups.len() > 1)
                 .then(|| {
-                    let due = |arn: &String| scope.due.as_ref().is_some_and(|d| d.contains(arn));
+                    let due = |arn: &String| scope.due.is_some_and(|d| d.contains(arn));
                     ReadAhead::new(
                         groups
                             .iter()
@@ -87,7 +87,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     )
                 });
         let scope = &Scope {
-            due: scope.due.clone(),
+            due: scope.due,
             focus: scope.focus,
             indexed: scope.indexed,
             ahead: ahead.as_ref().or(scope.ahead),

@@ -102,7 +102,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let busy = state.held_by_other(None, now) || state.dirty;
         let gates_pending = desired.targets.values().any(|d| d.gate == Some(false));
         if opts.use_checkpoint && !opts.dry_run && !gates_pending && !busy {
-            let due = scope.due.as_ref().is_none_or(|d| d.contains(arn));
+            let due = scope.due.is_none_or(|d| d.contains(arn));
             if may_skip(state.checkpoint.as_ref(), fp, due) {
                 report.verification_skipped = true;
                 return Observed::Done(report);

@@ -11,15 +11,16 @@
 //! read-ahead is older, failed or was left unprocessed is read alone, as before.
 //!
 //! A batch holds as many groups as the looks come for in [`MAX_AGE`]` / 2` at the pace
-//! they came since the last batch (16 until that is known), at most 100 (BatchGetItem's limit)
-//! and at most about [`BATCH_BYTES`] of items: groups at rest are read 100 at a time,
-//! groups whose looks wait for paced Describes a few at a time, so that little is read
-//! twice.
+//! they came since the last batch (16 until that is known), at most 100 (BatchGetItem's
+//! limit) and at most about [`BATCH_BYTES`] of items: groups at rest are read 100 at a
+//! time, groups whose looks wait for paced Describes a few at a time, so that little is
+//! read twice.
 
 use std::collections::{HashMap, HashSet};
 
 use crate::core::UnixMillis;
 use crate::state::{GroupState, StateStore};
+use crate::sync::lock;
 
 /// How old a read-ahead state may be to stand for the look's own read.
 pub(crate) const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -192,10 +193,6 @@ impl ReadAhead {
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +203,10 @@ mod tests {
         (0..n).map(|i| format!("g{i}")).collect()
     }
 
-    fn stored(store: &FakeState, n: usize) {
+    /// `n` groups with stored states (group `gi` at version `i + 1`), a read-ahead over
+    /// them in order, and a clock.
+    fn world(n: usize) -> (FakeState, ManualClock, ReadAhead) {
+        let store = FakeState::default();
         for (i, g) in groups(n).iter().enumerate() {
             store.put(
                 g,
@@ -216,13 +216,16 @@ mod tests {
                 },
             );
         }
+        (
+            store,
+            ManualClock::new(UnixMillis(1_000)),
+            ReadAhead::new(groups(n)),
+        )
     }
 
     #[tokio::test]
     async fn groups_looked_at_in_order_cost_one_batch_per_hundred_and_no_read_of_their_own() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 216);
-        let ahead = ReadAhead::new(groups(216));
+        let (store, clock, ahead) = world(216);
         for (i, g) in groups(216).iter().enumerate() {
             let state = ahead.take(&store, g, &clock).await;
             assert_eq!(state.map(|s| s.version), Some(i as u64 + 1), "{g}");
@@ -237,9 +240,7 @@ mod tests {
 
     #[tokio::test]
     async fn looks_that_wait_for_paced_describes_get_small_batches() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 60);
-        let ahead = ReadAhead::new(groups(60));
+        let (store, clock, ahead) = world(60);
         // One look every 250 ms (a Describe pace of 4 a second).
         for g in groups(60) {
             assert!(ahead.take(&store, &g, &clock).await.is_some(), "{g}");
@@ -292,9 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_state_read_too_long_ago_is_not_used() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 3);
-        let ahead = ReadAhead::new(groups(3));
+        let (store, clock, ahead) = world(3);
         assert!(ahead.take(&store, "g0", &clock).await.is_some());
         clock.advance(MAX_AGE.as_millis() as u64 + 1);
         assert!(
@@ -310,9 +309,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_group_out_of_order_starts_a_batch_with_the_next_ones() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 150);
-        let ahead = ReadAhead::new(groups(150));
+        let (store, clock, ahead) = world(150);
         assert_eq!(
             ahead.take(&store, "g120", &clock).await.map(|s| s.version),
             Some(121)
@@ -341,11 +338,9 @@ mod tests {
 
     #[tokio::test]
     async fn groups_a_batch_leaves_out_still_pace_the_next_batches() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 100);
+        let (store, clock, ahead) = world(100);
         // Every group left out (their items must be upgraded by a read alone).
         store.leave_out_of_batches(true);
-        let ahead = ReadAhead::new(groups(100));
         for g in groups(100) {
             assert!(ahead.take(&store, &g, &clock).await.is_none(), "{g}");
         }
@@ -355,10 +350,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_leaves_each_group_to_its_own_read() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 40);
+        let (store, clock, ahead) = world(40);
         store.set_failing_batches(true);
-        let ahead = ReadAhead::new(groups(40));
         for g in groups(40) {
             assert!(ahead.take(&store, &g, &clock).await.is_none(), "{g}");
         }
@@ -371,11 +364,9 @@ mod tests {
 
     #[tokio::test]
     async fn looks_that_start_while_their_batch_is_read_wait_for_it() {
-        let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
-        stored(&store, 16);
+        let (store, clock, ahead) = world(16);
         // The batch takes real time, so the other looks start while it is in flight.
         store.slow_reads(&clock, 1);
-        let ahead = ReadAhead::new(groups(16));
         let looks = groups(16);
         let first = ahead.take(&store, "g0", &clock);
         let mut first = std::pin::pin!(first);

@@ -27,7 +27,7 @@ impl TagReads {
         now: UnixMillis,
         max_age: Duration,
     ) -> Option<BoundGroup> {
-        let reads = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let reads = crate::sync::lock(&self.0);
         reads
             .get(&bound.group.arn)
             .filter(|r| {
@@ -41,14 +41,14 @@ impl TagReads {
 
     /// Remembers a read just made (and drops reads too old to be used again).
     pub(super) fn remember(&self, bound: &BoundGroup, now: UnixMillis, max_age: Duration) {
-        let mut reads = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reads = crate::sync::lock(&self.0);
         reads.retain(|_, r| now < r.read_at.plus(max_age));
         reads.insert(bound.group.arn.clone(), bound.clone());
     }
 
     /// Forgets `arn`'s read: its tags no longer bind it as remembered.
     pub(super) fn forget(&self, arn: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(arn);
+        crate::sync::lock(&self.0).remove(arn);
     }
 }
 

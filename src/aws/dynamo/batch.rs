@@ -93,7 +93,7 @@ impl DynamoState {
             let mut found: Vec<Item> = Vec::with_capacity(chunk.len());
             let mut pending: Vec<Item> = chunk.iter().map(|g| items::group_key(g)).collect();
             let mut round = 0;
-            while !pending.is_empty() {
+            loop {
                 let keys = KeysAndAttributes::builder()
                     .set_keys(Some(pending))
                     .consistent_read(true)

@@ -10,7 +10,7 @@
 //! names the account).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::core::Target;
 
@@ -35,7 +35,7 @@ struct Inner {
 
 impl Zones {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner)
     }
 
     /// The zone to send for `target` of `arn`: `None` for an IP in the VPC (as far as
