@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::AsyncReadExt as _;
+use futures::AsyncBufReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, WatchParams};
 use kube::core::{Request, Status};
@@ -257,8 +257,17 @@ async fn fetch_page(
     let reader = client.request_stream(http).await?;
     let mut reader = std::pin::pin!(reader);
     body.clear();
-    reader.read_to_end(body).await.map_err(body_error)?;
-    Ok(())
+    // Chunk by chunk, as the body arrives. (`read_to_end` would zero the buffer's whole
+    // spare capacity before every page: megabytes per page, ~10 % of a full LIST's CPU.)
+    loop {
+        let chunk = reader.fill_buf().await.map_err(body_error)?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        body.extend_from_slice(chunk);
+        let read = chunk.len();
+        reader.consume_unpin(read);
+    }
 }
 
 /// The kube error behind a failed body read (`request_stream` wraps it in an I/O error),

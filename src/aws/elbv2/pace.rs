@@ -31,7 +31,7 @@ const FIRST_PENALTY_MS: u64 = 250;
 /// one background request waits at a time: a reaction waits for at most one slot,
 /// however many verifications are queued. Background work that found a change
 /// ([`crate::groups::Promotion::found_change`]) waits in a lane of its own, ahead of the
-/// rest of the background.
+/// rest of the background. Requests for reactions take their slots in arrival order.
 #[derive(Debug)]
 pub(crate) struct Pace {
     limiter: Option<DefaultDirectRateLimiter>,
@@ -40,6 +40,9 @@ pub(crate) struct Pace {
     penalty_ms: AtomicU64,
     /// Requests (not background) waiting for a slot.
     urgent_waiting: AtomicUsize,
+    /// Lets one of them at a time wait on the bucket, the others in arrival order
+    /// (tokio's mutex is FIFO): each slot then wakes one task, not every waiter.
+    urgent_turn: tokio::sync::Mutex<()>,
     /// Lets one background request at a time wait for a slot.
     background: tokio::sync::Semaphore,
     /// Background requests that found a change, waiting for a slot (queued included).
@@ -98,6 +101,7 @@ impl Pace {
             limiter: rate.map(|r| r.limiter()),
             penalty_ms: AtomicU64::new(0),
             urgent_waiting: AtomicUsize::new(0),
+            urgent_turn: tokio::sync::Mutex::new(()),
             background: tokio::sync::Semaphore::new(1),
             ahead_waiting: AtomicUsize::new(0),
             ahead: tokio::sync::Semaphore::new(1),
@@ -136,6 +140,9 @@ impl Pace {
             return;
         }
         let _waiting = Waiting::new(&self.urgent_waiting);
+        // Without the turn, every waiter sleeps until the same next slot: all wake, one
+        // takes it and the rest sleep again (N wake-ups per slot for N waiters).
+        let _turn = self.urgent_turn.lock().await;
         ready(limiter).await;
     }
 
@@ -354,6 +361,57 @@ mod tests {
             !names.iter().any(|n| n == "futures-timer"),
             "a timer thread was started: {names:?}"
         );
+    }
+
+    /// Counts the polls of a future: each one after the first is a wake-up.
+    struct Polls<F> {
+        inner: std::pin::Pin<Box<F>>,
+        count: std::sync::Arc<AtomicUsize>,
+    }
+
+    impl<F: Future> Future for Polls<F> {
+        type Output = F::Output;
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<F::Output> {
+            self.count.fetch_add(1, Ordering::Relaxed);
+            self.inner.as_mut().poll(cx)
+        }
+    }
+
+    /// Many reactions waiting at once (a rollout) each wake about once for their slot,
+    /// not once for every slot granted before theirs.
+    #[tokio::test]
+    async fn waiting_reactions_wake_once_for_their_slot_not_for_every_slot() {
+        const WAITERS: usize = 16;
+        let pace = Pace::new(Some(MutationRate::new(100, Some(1)).expect("rate")));
+        let polls = std::sync::Arc::new(AtomicUsize::new(0));
+        let started = std::time::Instant::now();
+        // FuturesUnordered polls only the waiters that were woken (`join_all` would poll
+        // them all whenever one is).
+        let waits: futures::stream::FuturesUnordered<_> = (0..WAITERS)
+            .map(|_| Polls {
+                inner: Box::pin(async {
+                    pace.slot().await;
+                    started.elapsed()
+                }),
+                count: polls.clone(),
+            })
+            .collect();
+        let mut waits = std::pin::pin!(futures::StreamExt::collect::<Vec<_>>(waits));
+        assert!(futures::poll!(waits.as_mut()).is_pending());
+        // The race: all but the first (which took the free slot) wait at once.
+        assert_eq!(pace.urgent_waiting.load(Ordering::SeqCst), WAITERS - 1);
+        let done = waits.await;
+        // One slot every 10 ms: the last waited for 15 of them.
+        let last = done.iter().max().copied().unwrap_or_default();
+        assert!(last >= Duration::from_millis(140), "{done:?}");
+        // Each waiter: its first poll, a wake-up for its turn, one for its slot (and a
+        // spare for a timer that fires early). Waking every waiter at every slot would be
+        // ~WAITERS²/2 = 128 polls.
+        let polls = polls.load(Ordering::Relaxed);
+        assert!(polls <= 4 * WAITERS, "{polls} polls for {WAITERS} waiters");
     }
 
     /// A verification waiting behind other background requests jumps the queue once a
