@@ -146,15 +146,7 @@ pub trait StateStore: Send + Sync {
     fn load_many(
         &self,
         groups: &[String],
-    ) -> impl Future<Output = Result<Vec<(String, GroupState)>, StateError>> + Send {
-        async move {
-            let mut states = Vec::with_capacity(groups.len());
-            for group in groups {
-                states.push((group.clone(), self.load(group).await?));
-            }
-            Ok(states)
-        }
-    }
+    ) -> impl Future<Output = Result<Vec<(String, GroupState)>, StateError>> + Send;
 
     /// Takes the lease for `owner` until `until` if it is free, expired at `now`, or
     /// already `owner`'s (so a retried write that had landed is not a conflict);

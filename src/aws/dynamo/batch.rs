@@ -135,13 +135,12 @@ impl DynamoState {
                 );
                 tokio::time::sleep(delay(round)).await;
             }
-            let unread: std::collections::HashSet<String> =
-                pending.iter().filter_map(items::group_of_key).collect();
+            // Keys still unprocessed are not in `found`: they are left out below.
             let mut by_group: std::collections::HashMap<String, Item> = found
                 .into_iter()
                 .filter_map(|item| Some((items::group_of_key(&item)?, item)))
                 .collect();
-            for group in chunk.iter().filter(|g| !unread.contains(*g)) {
+            for group in chunk {
                 // Left out, so that its look reads it alone: a group with no item yet,
                 // or whose item does not record that this cluster's rows of the earlier
                 // layout were folded in (that read folds them in and records it, a
