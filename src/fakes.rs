@@ -16,7 +16,7 @@ use crate::core::{
 use crate::groups::{ElbError, Fence, Refusal, Refused, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::state::{
-    Acquire, Change, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
+    Acquire, Change, Glance, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
 };
 use crate::sync::lock;
 
@@ -775,7 +775,10 @@ pub struct FakeState {
     slow_read: Delay,
     writes: AtomicU64,
     reads: AtomicU64,
+    /// Reads of one group, by group.
+    reads_of: Mutex<HashMap<String, u64>>,
     batch_reads: AtomicU64,
+    glance_batches: AtomicU64,
     fail_batches: AtomicBool,
     leave_out: AtomicBool,
     leases_held_elsewhere: AtomicU64,
@@ -851,6 +854,40 @@ impl FakeState {
         self.batch_reads.load(Ordering::SeqCst)
     }
 
+    /// Reads of `group` alone (not in a batch) served so far.
+    pub fn reads_of(&self, group: &str) -> u64 {
+        lock(&self.reads_of).get(group).copied().unwrap_or(0)
+    }
+
+    /// Those of [`Self::batch_reads`] that were glances (items without ledgers).
+    pub fn glance_batches(&self) -> u64 {
+        self.glance_batches.load(Ordering::SeqCst)
+    }
+
+    /// Batched reads of `groups`, 100 a batch, each state as `read` gives it (as
+    /// DynamoDB's BatchGetItem: failing or leaving groups out as set).
+    async fn batch<T>(
+        &self,
+        groups: &[String],
+        read: fn(&GroupState) -> T,
+    ) -> Result<Vec<(String, T)>, StateError> {
+        let mut states = Vec::with_capacity(groups.len());
+        for chunk in groups.chunks(100) {
+            self.slow_read.wait().await;
+            self.check("BatchGetItem").await?;
+            if self.fail_batches.load(Ordering::SeqCst) {
+                return Err(StateError::Dynamo {
+                    operation: "BatchGetItem",
+                    message: "ProvisionedThroughputExceededException: injected".into(),
+                });
+            }
+            if !self.leave_out.load(Ordering::SeqCst) {
+                states.extend(chunk.iter().map(|g| (g.clone(), read(&self.stored(g)))));
+            }
+        }
+        Ok(states)
+    }
+
     /// Makes every batched read fail (a throttled table) until called with `false`;
     /// reads of one group still work.
     pub fn set_failing_batches(&self, failing: bool) {
@@ -917,25 +954,19 @@ impl StateStore for FakeState {
     async fn load(&self, group: &str) -> Result<GroupState, StateError> {
         self.slow_read.wait().await;
         self.check("GetItem").await?;
+        *lock(&self.reads_of).entry(group.to_owned()).or_default() += 1;
         Ok(self.stored(group))
     }
 
     async fn load_many(&self, groups: &[String]) -> Result<Vec<(String, GroupState)>, StateError> {
-        let mut states = Vec::with_capacity(groups.len());
-        for chunk in groups.chunks(100) {
-            self.slow_read.wait().await;
-            self.check("BatchGetItem").await?;
-            if self.fail_batches.load(Ordering::SeqCst) {
-                return Err(StateError::Dynamo {
-                    operation: "BatchGetItem",
-                    message: "ProvisionedThroughputExceededException: injected".into(),
-                });
-            }
-            if !self.leave_out.load(Ordering::SeqCst) {
-                states.extend(chunk.iter().map(|g| (g.clone(), self.stored(g))));
-            }
-        }
-        Ok(states)
+        self.batch(groups, Clone::clone).await
+    }
+
+    async fn glance_many(&self, groups: &[String]) -> Result<Vec<(String, Glance)>, StateError> {
+        let glances = self.batch(groups, GroupState::glance).await;
+        self.glance_batches
+            .fetch_add(groups.len().div_ceil(100) as u64, Ordering::SeqCst);
+        glances
     }
 
     async fn acquire(

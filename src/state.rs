@@ -68,10 +68,48 @@ pub struct GroupState {
 impl GroupState {
     /// Whether a lease is held at `now` by someone other than `owner`.
     pub fn held_by_other(&self, owner: Option<&str>, now: UnixMillis) -> bool {
-        self.lease
-            .as_ref()
-            .is_some_and(|l| l.until >= now && Some(l.owner.as_str()) != owner)
+        held_by_other(self.lease.as_ref(), owner, now)
     }
+
+    /// What a glance at the group would have read of this state.
+    pub fn glance(&self) -> Glance {
+        Glance {
+            backoff: self.backoff,
+            checkpoint: self.checkpoint,
+            lease: self.lease.clone(),
+            dirty: self.dirty,
+            version: self.version,
+        }
+    }
+}
+
+/// A group's state without its ledger (and pod versions): what a look at a group at rest
+/// needs to see that nothing changed (its checkpoint, lease, `dirty` flag and backoff),
+/// at a few hundred bytes instead of ~120 bytes a target. Not a [`GroupState`], so it
+/// is never taken for one whose ledger is empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Glance {
+    /// As [`GroupState::backoff`].
+    pub backoff: Option<BackoffState>,
+    /// As [`GroupState::checkpoint`].
+    pub checkpoint: Option<Checkpoint>,
+    /// As [`GroupState::lease`].
+    pub lease: Option<LeaseView>,
+    /// As [`GroupState::dirty`].
+    pub dirty: bool,
+    /// As [`GroupState::version`].
+    pub version: u64,
+}
+
+impl Glance {
+    /// Whether a lease is held at `now` by someone other than `owner`.
+    pub fn held_by_other(&self, owner: Option<&str>, now: UnixMillis) -> bool {
+        held_by_other(self.lease.as_ref(), owner, now)
+    }
+}
+
+fn held_by_other(lease: Option<&LeaseView>, owner: Option<&str>, now: UnixMillis) -> bool {
+    lease.is_some_and(|l| l.until >= now && Some(l.owner.as_str()) != owner)
 }
 
 /// A change to a group's stored state, applied atomically in one write. `None` leaves a
@@ -139,14 +177,22 @@ pub trait StateStore: Send + Sync {
 
     /// Reads several groups' states, each as [`StateStore::load`] would, in batched
     /// strongly consistent reads (up to 100 a request), and never writes: a full diff
-    /// reads ahead of its looks, so that a group at rest costs a share of a request
-    /// instead of one of its own. A group left out (still unprocessed after the retries,
-    /// or whose item must first be upgraded from an earlier layout) is missing from the
-    /// result, and its look reads it alone.
+    /// reads ahead of its looks, so that a group costs a share of a request instead of
+    /// one of its own. A group left out (still unprocessed after the retries, or whose
+    /// item must first be upgraded from an earlier layout) is missing from the result,
+    /// and its look reads it alone.
     fn load_many(
         &self,
         groups: &[String],
     ) -> impl Future<Output = Result<Vec<(String, GroupState)>, StateError>> + Send;
+
+    /// As [`StateStore::load_many`], but glances: the states without ledgers (and pod
+    /// versions), a few hundred bytes a group instead of ~120 bytes a target, for looks
+    /// that a group at rest ends without its ledger.
+    fn glance_many(
+        &self,
+        groups: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, Glance)>, StateError>> + Send;
 
     /// Takes the lease for `owner` until `until` if it is free, expired at `now`, or
     /// already `owner`'s (so a retried write that had landed is not a conflict);

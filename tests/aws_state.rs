@@ -116,8 +116,8 @@ async fn reading_a_group_is_one_get_item_and_no_write() {
     }
 }
 
-/// A full diff reads its groups' states in batches: the states reads one by one give,
-/// 100 groups a BatchGetItem, and no write.
+/// A full diff reads its groups' states in batches, whole or as glances: the states
+/// reads one by one give (but the ledgers), 100 groups a BatchGetItem, and no write.
 #[tokio::test]
 async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
     let (_, state) = store().await;
@@ -138,6 +138,11 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
             checkpoint: Some(Some(Checkpoint {
                 desired: i as u64,
                 verified_at: T0,
+            })),
+            ledger: (i % 3 == 0).then(|| ledger(i % 7 + 1)),
+            backoff: (i % 5 == 0).then_some(Some(BackoffState {
+                failures: 2,
+                next_attempt: T0,
             })),
             ..Change::default()
         };
@@ -177,10 +182,28 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
     assert!(
         batched[2].1 == tgsync::state::GroupState::default()
             && batched[0].1.lease.is_some()
+            && batched[0].1.ledger.len() == 1
+            && batched[0].1.backoff.is_some()
             && batched[1].1.checkpoint.is_some(),
         "empty, leased and checkpointed groups: {:?}",
         &batched[..3]
     );
+    only_batch_reads(&before, &after);
+    // Glances: the same states but for their ledgers, in as many requests.
+    let before = state.api_calls();
+    let mut glanced = state.glance_many(&groups).await.expect("batched glance");
+    let after = state.api_calls();
+    glanced.sort_by_key(|(g, _)| groups.iter().position(|x| x == g));
+    let glances: Vec<_> = one_by_one
+        .iter()
+        .map(|(g, s)| (g.clone(), s.glance()))
+        .collect();
+    assert_eq!(glanced, glances);
+    only_batch_reads(&before, &after);
+}
+
+/// Between two counts of the store's calls: two BatchGetItems (150 groups) and nothing else.
+fn only_batch_reads(before: &BTreeMap<&str, u64>, after: &BTreeMap<&str, u64>) {
     assert_eq!(after["BatchGetItem"] - before["BatchGetItem"], 2);
     for op in [
         "GetItem",

@@ -10,7 +10,12 @@
 //!   the configuration the Lambda builds, the kube client), with no engine;
 //! - **tgsync**: the engine's full verification (`RunOptions::default()`: every group's
 //!   health is read), which also discovers the groups (DescribeTargetGroups, 50
-//!   DescribeTags) and reads the cluster's index (one Query).
+//!   DescribeTags) and reads the cluster's index (one Query);
+//! - **tgsync at rest** (`rest`, not in the default set): a scheduled run on the same
+//!   world, whose items hold checkpoints of exactly their targets: the 120 groups due for
+//!   re-verification (the default budget) read their health, the rest end on their
+//!   checkpoints. `FLOOR_PROJECTION=0` makes the server ignore BatchGetItem's projection
+//!   (whole items for the glances), to measure what leaving the ledgers out saves.
 //!
 //! The answers come from a canned HTTPS server (`server.rs`, this executable re-run as a
 //! child process), so the measured process holds only the client: its CPU time (user +
@@ -91,6 +96,9 @@ enum Path {
     Physical(Part),
     Sdk(Part),
     Tgsync,
+    /// A scheduled run of tgsync at rest: the groups' checkpoints stand, and only those
+    /// due for re-verification (120 a run, as at the default budget) read their health.
+    AtRest,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -113,6 +121,7 @@ impl Path {
             "physical" => Some(Path::Physical(part)),
             "sdk" => Some(Path::Sdk(part)),
             "tgsync" if part == Part::All => Some(Path::Tgsync),
+            "rest" if part == Part::All => Some(Path::AtRest),
             _ => None,
         }
     }
@@ -127,6 +136,7 @@ impl Path {
             Path::Physical(p) => format!("physical floor{}", part(p)),
             Path::Sdk(p) => format!("SDK floor{}", part(p)),
             Path::Tgsync => "tgsync".to_owned(),
+            Path::AtRest => "tgsync at rest".to_owned(),
         }
     }
 }
@@ -201,7 +211,8 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
         "floor",
     );
     let sdk = sdk_config(&base, ca_pem.as_bytes(), credentials.clone()).await;
-    let app = engine(&base, ca_file, &sdk);
+    let app = engine(&base, ca_file, &sdk, None);
+    let at_rest_app = engine(&base, ca_file, &sdk, Some(AT_REST_VERIFY));
     // The server does not check the bearer token; this one is as long as an EKS token.
     let bearer = format!("k8s-aws-v1.{}", "a".repeat(1200));
     let lean = lean::Lean::new(&base, &ca_pem, credentials, bearer);
@@ -212,7 +223,7 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
         .split(',')
         .map(|p| {
             Path::parse(p).unwrap_or_else(|| {
-                panic!("FLOOR_PATHS: unknown path {p:?} (physical, sdk, tgsync; physical and sdk take :lists or :groups)")
+                panic!("FLOOR_PATHS: unknown path {p:?} (physical, sdk, tgsync, rest; physical and sdk take :lists or :groups)")
             })
         })
         .collect();
@@ -240,6 +251,7 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
                     check(path, part, pods, lists, groups).await
                 }
                 Path::Tgsync => verification(&app, sizes).await,
+                Path::AtRest => at_rest(&at_rest_app, sizes).await,
             };
             let (c, w) = (cpu_share::cpu_time(me).saturating_sub(cpu0), t.elapsed());
             let label = if round == 0 { "warm-up" } else { "round" };
@@ -325,15 +337,21 @@ async fn sdk_config(base: &str, ca_pem: &[u8], credentials: Credentials) -> aws_
 /// tgsync as the Lambda builds it, pointed at the canned server; the ELBv2 Describe
 /// budget raised to its maximum so a round is not paced for minutes (pacing waits, it
 /// costs no CPU).
-fn engine(base: &str, ca_file: &std::path::Path, sdk: &aws_config::SdkConfig) -> App {
+fn engine(
+    base: &str,
+    ca_file: &std::path::Path,
+    sdk: &aws_config::SdkConfig,
+    verify: Option<&str>,
+) -> App {
     let describes = measure::env_or("FLOOR_DESCRIBES_PER_SECOND", 100u32).to_string();
+    let verify = verify.map_or_else(|| describes.clone(), str::to_owned);
     let env: BTreeMap<&str, String> = [
         ("TGSYNC_CLUSTER_NAME", CLUSTER.to_owned()),
         ("TGSYNC_TABLE_NAME", TABLE.to_owned()),
         ("TGSYNC_CLUSTER_ENDPOINT", base.to_owned()),
         ("TGSYNC_CLUSTER_CA_FILE", ca_file.display().to_string()),
         ("TGSYNC_ELB_DESCRIBES_PER_SECOND", describes.clone()),
-        ("TGSYNC_VERIFY_DESCRIBES_PER_SECOND", describes),
+        ("TGSYNC_VERIFY_DESCRIBES_PER_SECOND", verify),
     ]
     .into_iter()
     .collect();
@@ -361,6 +379,43 @@ async fn check(
         );
     }
     String::new()
+}
+
+/// The re-verification budget of the at-rest path: the default, 2 Describes a second of
+/// a 1-minute schedule, so 120 groups a run.
+const AT_REST_VERIFY: &str = "2";
+
+/// A scheduled run of tgsync on a fleet at rest; every group must come out in sync with
+/// no write, all but those due for re-verification on their checkpoints.
+async fn at_rest(app: &App, sizes: &Sizes) -> String {
+    let e = &app.engine;
+    let (elb0, ddb0) = (e.groups.api_calls(), e.state.api_calls());
+    let report = e
+        .resync(&RunOptions {
+            use_checkpoint: true,
+            ..RunOptions::default()
+        })
+        .await;
+    let in_sync = report
+        .groups
+        .iter()
+        .filter(|g| g.outcome == Outcome::InSync)
+        .count();
+    let skipped = report
+        .groups
+        .iter()
+        .filter(|g| g.verification_skipped)
+        .count();
+    let ddb = calls_since(&e.state.api_calls(), &ddb0);
+    assert!(
+        in_sync == sizes.groups && report.errors.is_empty() && !ddb.contains_key("UpdateItem"),
+        "not a run at rest: {in_sync} in sync, errors {:?}, DynamoDB {ddb:?}",
+        report.errors
+    );
+    let elb = calls_since(&e.groups.api_calls(), &elb0);
+    format!(
+        ", {in_sync} groups in sync ({skipped} on their checkpoints), ELBv2 {elb:?}, DynamoDB {ddb:?}"
+    )
 }
 
 /// tgsync's full verification; every group must come out in sync with no write.

@@ -146,11 +146,11 @@ fn elbv2(world: &World, body: &[u8]) -> Option<Reply> {
 /// cluster's index.
 fn dynamo(world: &World, target: &str, body: &[u8]) -> Option<Reply> {
     let request: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let item = |key: &serde_json::Value| {
+    let group = |key: &serde_json::Value| {
         let pk = key.pointer("/pk/S")?.as_str()?;
-        let g = world.arns.get(pk.strip_prefix("tg#")?)?;
-        world.items.get(*g)
+        world.arns.get(pk.strip_prefix("tg#")?).copied()
     };
+    let item = |key: &serde_json::Value| world.items.get(group(key)?);
     let answer = match target.strip_prefix("DynamoDB_20120810.")? {
         "GetItem" => {
             let item = item(request.get("Key")?)?;
@@ -158,11 +158,20 @@ fn dynamo(world: &World, target: &str, body: &[u8]) -> Option<Reply> {
         }
         "BatchGetItem" => {
             let (table, keys) = request.get("RequestItems")?.as_object()?.iter().next()?;
+            // A projection is taken to be a glance's (the item but its ledger), unless
+            // `FLOOR_PROJECTION=0`: then whole items, as a server ignoring it would send.
+            let items = if keys.get("ProjectionExpression").is_some()
+                && crate::measure::env_or("FLOOR_PROJECTION", 1) == 1
+            {
+                &world.glances
+            } else {
+                &world.items
+            };
             let items: Vec<&[u8]> = keys
                 .get("Keys")?
                 .as_array()?
                 .iter()
-                .filter_map(item)
+                .filter_map(|k| items.get(group(k)?))
                 .map(|i| &i[..])
                 .collect();
             let mut out = format!(

@@ -1,14 +1,16 @@
 //! The canned answers of a zero-drift full verification: every namespace's LIST pages of
 //! realistic pods, each group's DescribeTargetHealth (all targets healthy), its state item
-//! (a ledger entry per target, as tgsync writes it), the cluster's index rows, discovery's
-//! pages and tags. Built once by the server process; the measured clients only read them.
+//! (a ledger entry per target, as tgsync writes it, and a checkpoint of exactly those
+//! targets), the cluster's index rows, discovery's pages and tags. Built once by the server process; the measured clients only read them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use hyper::body::Bytes;
 use serde_json::{Value, json};
+use tgsync::core::Target;
+use tgsync::core::checkpoint::fingerprint;
 use tgsync::testkit::PodBuilder;
 
 use crate::{CLUSTER, PAGE_SIZE, REGION, RESOURCE_VERSION, Sizes};
@@ -48,6 +50,9 @@ pub struct World {
     /// The state item of each group (DynamoDB JSON), as GetItem and BatchGetItem
     /// answer it.
     pub items: Vec<Bytes>,
+    /// The same items without `ledger` and `seen`, as a BatchGetItem that leaves them out
+    /// of its projection answers them.
+    pub glances: Vec<Bytes>,
     /// The Query answer of the cluster's index.
     pub index: Bytes,
 }
@@ -58,6 +63,7 @@ impl World {
         let mut pods_by_ns: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
         let mut health = Vec::with_capacity(sizes.groups);
         let mut items = Vec::with_capacity(sizes.groups);
+        let mut glances = Vec::with_capacity(sizes.groups);
         let mut index_rows = Vec::with_capacity(sizes.groups);
         let mut group_members = Vec::with_capacity(sizes.groups);
         let mut tag_members = Vec::with_capacity(sizes.groups);
@@ -67,6 +73,7 @@ impl World {
             let arn = arn(g);
             let mut targets = String::new();
             let mut ledger = serde_json::Map::new();
+            let mut desired = BTreeSet::new();
             for p in 0..sizes.pods_per_group {
                 let ip = pod_ip(g * sizes.pods_per_group + p);
                 let name = format!("svc-{g}-{p}");
@@ -84,6 +91,7 @@ impl World {
                     targets,
                     "\n      <member>\n        <Target>\n          <Id>{ip}</Id>\n          <Port>8080</Port>\n        </Target>\n        <HealthCheckPort>8080</HealthCheckPort>\n        <TargetHealth>\n          <State>healthy</State>\n        </TargetHealth>\n      </member>"
                 );
+                desired.insert(Target::new(ip.parse().expect("pod IP"), 8080));
                 ledger.insert(
                     format!("{ip}:8080"),
                     json!({"M": {
@@ -96,13 +104,22 @@ impl World {
                 "<DescribeTargetHealthResponse xmlns=\"{XMLNS}\">\n  <DescribeTargetHealthResult>\n    <TargetHealthDescriptions>{targets}\n    </TargetHealthDescriptions>\n  </DescribeTargetHealthResult>\n  <ResponseMetadata>\n    <RequestId>{}</RequestId>\n  </ResponseMetadata>\n</DescribeTargetHealthResponse>\n",
                 request_id(g)
             )));
-            let item = json!({
+            // Verified with exactly these targets: a scheduled run finds the group at rest.
+            let checkpoint = format!("{:016x}", fingerprint(desired.iter()));
+            let mut item = json!({
                 "pk": {"S": format!("tg#{arn}")}, "sk": {"S": "group"},
                 "version": {"N": "3"},
                 "migrated": {"SS": [CLUSTER]},
-                "seen": {"M": {CLUSTER: {"S": RESOURCE_VERSION}}},
-                "ledger": {"M": Value::Object(ledger)},
+                "checkpoint": {"M": {"fp": {"S": checkpoint}, "at": {"N": REGISTERED_AT.to_string()}}},
             });
+            glances.push(Bytes::from(item.to_string()));
+            if let Value::Object(fields) = &mut item {
+                fields.insert(
+                    "seen".into(),
+                    json!({"M": {CLUSTER: {"S": RESOURCE_VERSION}}}),
+                );
+                fields.insert("ledger".into(), json!({"M": Value::Object(ledger)}));
+            }
             items.push(Bytes::from(item.to_string()));
             index_rows.push(json!({
                 "pk": {"S": format!("owners#{CLUSTER}")}, "sk": {"S": arn},
@@ -137,6 +154,7 @@ impl World {
             tag_members,
             health,
             items,
+            glances,
             index: Bytes::from(index.to_string()),
         }
     }

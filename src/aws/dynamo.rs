@@ -27,7 +27,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use super::calls::ApiCalls;
 use super::error_summary;
 use crate::core::{Checkpoint, UnixMillis};
-use crate::state::{Acquire, Change, GroupState, Release, StateError, StateStore};
+use crate::state::{Acquire, Change, Glance, GroupState, Release, StateError, StateStore};
 use items::Item;
 use update::Update;
 
@@ -302,6 +302,10 @@ impl StateStore for DynamoState {
 
     async fn load_many(&self, groups: &[String]) -> Result<Vec<(String, GroupState)>, StateError> {
         self.batch_load(groups).await
+    }
+
+    async fn glance_many(&self, groups: &[String]) -> Result<Vec<(String, Glance)>, StateError> {
+        self.batch_glance(groups).await
     }
 
     async fn acquire(

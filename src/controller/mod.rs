@@ -125,8 +125,8 @@ struct Run<'e, P, G, S> {
 struct Verify {
     /// Groups whose re-verification turn has come.
     due: Option<HashSet<String>>,
-    /// This cluster's index, as read at the start.
-    indexed: Option<BTreeSet<String>>,
+    /// This cluster's index, as read at the start (shared: every look borrows it).
+    indexed: Option<Arc<BTreeSet<String>>>,
     /// Groups the full diff has not looked at yet.
     remaining: HashSet<String>,
 }
@@ -391,19 +391,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 &mut engine.jitter_rng(),
             )
         };
-        // The groups due for re-verification (last in the order) each wait for a paced
-        // Describe: their looks read their own state.
-        let _ = self.ahead.set(crate::reconcile::ReadAhead::new(
-            order
-                .iter()
-                .filter(|arn| !due.contains(**arn))
-                .map(|arn| (*arn).to_owned())
-                .collect(),
+        let _ = self.ahead.set(crate::reconcile::ReadAhead::for_looks(
+            order.iter().copied(),
+            Some(&due),
+            indexed.as_ref(),
+            self.opts.use_checkpoint,
         ));
         {
             let mut verify = lock(&self.verify);
             verify.due = Some(due);
-            verify.indexed.clone_from(&indexed);
+            verify.indexed = indexed.clone().map(Arc::new);
             verify.remaining = bound.iter().map(|b| b.group.arn.clone()).collect();
         }
         {
@@ -692,7 +689,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         };
         let scope = crate::reconcile::Scope {
             due: due.as_ref(),
-            indexed: indexed.as_ref(),
+            indexed: indexed.as_deref(),
             // A pod change's pass reads its group's state alone, now.
             ahead: self.ahead.get().filter(|_| !want.changed),
             ..Default::default()

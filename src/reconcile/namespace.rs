@@ -71,19 +71,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
         };
         let index = PodIndex::new(&pods.0);
-        // A resync reads the namespace's groups' states in batches, in the order its
-        // looks start (the permits are FIFO), but for the groups due for re-verification
-        // (each waits for a paced Describe); a pod event's few groups each read theirs.
+        // A resync reads the namespace's groups' states ahead in batches, in the order its
+        // looks start (the permits are FIFO); a pod event's few groups each read theirs.
         let ahead =
             (scope.focus.is_none() && scope.ahead.is_none() && !opts.dry_run && groups.len() > 1)
                 .then(|| {
-                    let due = |arn: &String| scope.due.is_some_and(|d| d.contains(arn));
-                    ReadAhead::new(
-                        groups
-                            .iter()
-                            .map(|b| b.group.arn.clone())
-                            .filter(|arn| !due(arn))
-                            .collect(),
+                    ReadAhead::for_looks(
+                        groups.iter().map(|b| b.group.arn.as_str()),
+                        scope.due,
+                        scope.indexed,
+                        opts.use_checkpoint,
                     )
                 });
         let scope = &Scope {

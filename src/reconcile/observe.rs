@@ -3,6 +3,7 @@
 //! and only a group whose plan is not empty goes on to [`super::pass`], which takes the
 //! lease and reads everything afresh before acting.
 
+use super::read_ahead::Ahead;
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
@@ -51,14 +52,41 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     ) -> Observed {
         let arn = bound.group.arn.as_str();
         let mut report = GroupReport::new(arn, &bound.group.group_name(), Outcome::InSync);
-        let ahead = match scope.ahead {
-            Some(ahead) if !opts.dry_run => ahead.take(&self.state, arn, &*self.clock).await,
-            _ => None,
-        };
-        let read = match ahead {
-            Some(state) => Ok(state),
-            None if opts.dry_run => self.state.peek(arn).await,
-            None => self.state.load(arn).await,
+        // A full diff reads its groups' states ahead, whole or as glances (the items but
+        // their ledgers); a look whose glance does not find the group at rest, like any
+        // look not served ahead, reads the group whole.
+        let (mut wanted, mut whole) = (None, None);
+        // A group not in the index may hold this cluster's entries: adding it (below)
+        // depends on its ledger, so a glance cannot end its look.
+        let indexed = scope.indexed.is_none_or(|i| i.contains(arn));
+        if let Some(ahead) = scope.ahead
+            && !opts.dry_run
+            && scope.focus.is_none()
+        {
+            match ahead.take(&self.state, arn, &*self.clock).await {
+                Some(Ahead::Glance(glance)) => {
+                    let (desired, fp) = wanted_targets(bound, pods, &mut report);
+                    let now = self.clock.now();
+                    // Someone is at work on the group, or asked for a pass nobody served.
+                    let busy = glance.held_by_other(None, now) || glance.dirty;
+                    let cp = glance.checkpoint.as_ref();
+                    let rest = indexed && at_rest(arn, &desired, fp, cp, busy, opts, scope);
+                    ahead.settled(rest);
+                    if rest {
+                        report.verification_skipped = true;
+                        return Observed::Done(report);
+                    }
+                    wanted = Some((desired, fp));
+                }
+                Some(Ahead::Whole(state)) => whole = Some((ahead, state)),
+                None => {}
+            }
+        }
+        // The read-ahead a whole state came from hears how its look ended.
+        let (whole_from, read) = match whole {
+            Some((ahead, state)) => (Some(ahead), Ok(state)),
+            None if opts.dry_run => (None, self.state.peek(arn).await),
+            None => (None, self.state.load(arn).await),
         };
         let state = match read {
             Ok(s) => s,
@@ -89,24 +117,28 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 return Observed::Irrelevant;
             }
         }
-        let desired = desired_targets(pods.candidates(&bound.binding), &bound.binding);
-        report.desired = desired.targets.len();
-        report.pod_errors = pod_errors(&desired);
-        let fp = fingerprint(desired.targets.keys());
+        let (desired, fp) = wanted.unwrap_or_else(|| wanted_targets(bound, pods, &mut report));
         let now = self.clock.now();
         let gate = self
             .settings
             .backoff
             .gate(state.backoff.as_ref(), now, opts.force);
-        // Someone is at work on the group, or asked for a pass nobody served yet.
         let busy = state.held_by_other(None, now) || state.dirty;
-        let gates_pending = desired.targets.values().any(|d| d.gate == Some(false));
-        if opts.use_checkpoint && !opts.dry_run && !gates_pending && !busy {
-            let due = scope.due.is_none_or(|d| d.contains(arn));
-            if may_skip(state.checkpoint.as_ref(), fp, due) {
-                report.verification_skipped = true;
-                return Observed::Done(report);
-            }
+        let rest = at_rest(
+            arn,
+            &desired,
+            fp,
+            state.checkpoint.as_ref(),
+            busy,
+            opts,
+            scope,
+        );
+        if let Some(ahead) = whole_from {
+            ahead.settled(rest && indexed);
+        }
+        if rest {
+            report.verification_skipped = true;
+            return Observed::Done(report);
         }
         if opts.use_checkpoint
             && state.checkpoint.as_ref().map(|c| c.desired) != Some(fp)
@@ -200,6 +232,36 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         Observed::Done(report)
     }
+}
+
+/// The group's desired targets in `pods` (noted in `report`) and their fingerprint.
+fn wanted_targets(
+    bound: &BoundGroup,
+    pods: &PodIndex<'_>,
+    report: &mut GroupReport,
+) -> (Desired, u64) {
+    let desired = desired_targets(pods.candidates(&bound.binding), &bound.binding);
+    report.desired = desired.targets.len();
+    report.pod_errors = pod_errors(&desired);
+    let fp = fingerprint(desired.targets.keys());
+    (desired, fp)
+}
+
+/// Whether a look may end without reading health: the group's desired targets are those
+/// its checkpoint verified, it is not due for re-verification, nobody is at work on it
+/// (`busy`) and no readiness gate waits for it.
+fn at_rest(
+    arn: &str,
+    desired: &Desired,
+    fp: u64,
+    checkpoint: Option<&Checkpoint>,
+    busy: bool,
+    opts: &RunOptions,
+    scope: &Scope<'_>,
+) -> bool {
+    let gates_pending = desired.targets.values().any(|d| d.gate == Some(false));
+    let due = scope.due.is_none_or(|d| d.contains(arn));
+    opts.use_checkpoint && !opts.dry_run && !gates_pending && !busy && may_skip(checkpoint, fp, due)
 }
 
 /// The selected pods that need an operator (a port that does not resolve, a duplicate).

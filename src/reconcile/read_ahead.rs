@@ -1,10 +1,17 @@
 //! The full diff's read-ahead of the state table: the groups it is about to look at are
-//! read in batches (BatchGetItem) instead of one GetItem each.
+//! read in batches (BatchGetItem) instead of one GetItem each, whole or as glances (the
+//! items without their ledgers).
 //!
 //! At rest a look is decided by the group's item alone (its checkpoint, lease and
 //! `dirty` flag), so per-group reads were most of a zero-drift run's requests: 1,000
-//! a run at 1,000 groups, each paying its own signing, round trip and decoding. The
-//! look is lease-less and the leased pass reads everything afresh before it acts. A
+//! a run at 1,000 groups, each paying its own signing, round trip and decoding. Most of
+//! an item is its ledger (~120 bytes a target), which a look at rest never reads: a
+//! glance brings a few hundred bytes a group. A look whose glance does not find its
+//! group at rest reads the group whole, alone (see [`super::observe`]), so batches
+//! glance while most looks end at rest and read whole while most go on (a first run, a
+//! rollout): each look reports which with [`ReadAhead::settled`].
+//!
+//! The look is lease-less and the leased pass reads everything afresh before it acts. A
 //! state read ahead is used only while at most [`MAX_AGE`] old: a change another process
 //! made within those seconds (a lease taken, `dirty` set) is then seen by the next run,
 //! as it would have been had the look come those seconds earlier. A group whose
@@ -12,14 +19,14 @@
 //!
 //! A batch holds as many groups as the looks come for in [`MAX_AGE`]` / 2` at the pace
 //! they came since the last batch (16 until that is known), at most 100 (BatchGetItem's
-//! limit) and at most about [`BATCH_BYTES`] of items: groups at rest are read 100 at a
-//! time, groups whose looks wait for paced Describes a few at a time, so that little is
-//! read twice.
+//! limit) and, read whole, at most about [`BATCH_BYTES`] of items: groups at rest are
+//! read 100 at a time, groups whose looks wait for paced Describes a few at a time, so
+//! that little is read twice.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::core::UnixMillis;
-use crate::state::{GroupState, StateStore};
+use crate::state::{Glance, GroupState, StateStore};
 use crate::sync::lock;
 
 /// How old a read-ahead state may be to stand for the look's own read.
@@ -33,15 +40,24 @@ const BATCH: usize = 100;
 /// (The first batch's looks all start together, so the pace is measured on the second.)
 const FIRST_BATCH: usize = 16;
 
-/// About how many bytes of items one batch may bring: a group's item is ~120 bytes a
-/// target, so a batch of 100 groups of 100 targets is ~1.2 MB, while groups of 3,000
+/// About how many bytes of whole items one batch may bring: a group's item is ~120 bytes
+/// a target, so a batch of 100 groups of 100 targets is ~1.2 MB, while groups of 3,000
 /// targets (items near DynamoDB's 400 KB) are read 5 at a time, which keeps a 256-MB
-/// function's decoded batch small.
+/// function's decoded batch small. (Glances are a few hundred bytes whatever the size.)
 const BATCH_BYTES: usize = 2 << 20;
 
 /// Estimated bytes of a group's item: its fixed attributes and ~120 bytes a target.
 fn item_bytes(state: &GroupState) -> usize {
     200 + 120 * state.ledger.len()
+}
+
+/// A group's state as read ahead.
+#[derive(Debug)]
+pub(crate) enum Ahead {
+    /// Its item without the ledger: enough for a look that finds the group at rest.
+    Glance(Glance),
+    /// Its item whole.
+    Whole(GroupState),
 }
 
 /// The groups a full diff will look at, in the order it looks at them, and the states
@@ -63,8 +79,14 @@ struct Inner {
     /// Groups read ahead already (or being read): never read ahead twice.
     read: HashSet<String>,
     /// States read ahead and not taken yet, with when they were read.
-    states: HashMap<String, (GroupState, UnixMillis)>,
-    /// Groups a batch may hold for the size of the items the last one brought.
+    states: HashMap<String, (Ahead, UnixMillis)>,
+    /// Whether the next batch glances (its groups' looks are expected to end at rest)
+    /// or reads whole items (they are expected to need their ledgers).
+    whole: bool,
+    /// Looks served from the read-ahead since the last batch was read: how many ended
+    /// at rest, and how many went on and needed the ledger.
+    settled: (usize, usize),
+    /// Groups a whole batch may hold for the size of the items the last one brought.
     by_bytes: usize,
     /// Batches read so far.
     batches: usize,
@@ -77,6 +99,19 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether the next batch reads whole items: when most of the looks the read-ahead
+    /// served since the last batch needed their ledgers (a first run, a rollout), as the
+    /// last batch did when none reported. A glance that does not end its look costs the
+    /// look a read of its own; a whole item read for a group at rest, ~120 bytes a
+    /// target decoded for nothing.
+    fn next_is_whole(&mut self) -> bool {
+        let (at_rest, moving) = std::mem::take(&mut self.settled);
+        if at_rest + moving > 0 {
+            self.whole = moving > at_rest;
+        }
+        self.whole
+    }
+
     /// Groups for the next batch at `now`.
     fn batch_size(&self, now: UnixMillis) -> usize {
         let by_pace = match self.last {
@@ -87,13 +122,39 @@ impl Inner {
             }
             _ => FIRST_BATCH,
         };
-        by_pace.min(self.by_bytes).clamp(1, BATCH)
+        let by_bytes = if self.whole { self.by_bytes } else { BATCH };
+        by_pace.min(by_bytes).clamp(1, BATCH)
     }
 }
 
 impl ReadAhead {
+    /// A read-ahead for a full diff's looks at the groups of `order` (the order they
+    /// start), but for the groups due for re-verification (each reads its health,
+    /// paced, whatever its state). Batches read whole from the start when no look can
+    /// end at rest (the run does not `use_checkpoint`) or when most groups are not among
+    /// the run's `indexed` groups (adding one to the index depends on its ledger).
+    pub(crate) fn for_looks<'a>(
+        order: impl IntoIterator<Item = &'a str>,
+        due: Option<&HashSet<String>>,
+        indexed: Option<&BTreeSet<String>>,
+        use_checkpoint: bool,
+    ) -> Self {
+        let order: Vec<String> = order
+            .into_iter()
+            .filter(|arn| due.is_none_or(|d| !d.contains(*arn)))
+            .map(str::to_owned)
+            .collect();
+        let unindexed = indexed.map_or(0, |i| order.iter().filter(|a| !i.contains(*a)).count());
+        let ahead = Self::new(order);
+        {
+            let mut inner = lock(&ahead.inner);
+            inner.whole = !use_checkpoint || unindexed * 2 > inner.order.len();
+        }
+        ahead
+    }
+
     /// A read-ahead of the groups in `order` (the order they will be looked at).
-    pub(crate) fn new(order: Vec<String>) -> Self {
+    fn new(order: Vec<String>) -> Self {
         Self {
             inner: std::sync::Mutex::new(Inner {
                 members: order.iter().cloned().collect(),
@@ -108,12 +169,13 @@ impl ReadAhead {
     /// `group`'s state as read ahead, reading it with the next groups of the order
     /// when it was not read yet; `None` when its look must read it alone (it is not in
     /// the order, its state was read too long ago, or the batch failed or left it out).
+    /// The look reports with [`Self::settled`] whether it ended at rest.
     pub(crate) async fn take<S: StateStore>(
         &self,
         store: &S,
         group: &str,
         clock: &dyn crate::clock::Clock,
-    ) -> Option<GroupState> {
+    ) -> Option<Ahead> {
         {
             let mut inner = lock(&self.inner);
             if inner.failed || !inner.members.contains(group) {
@@ -133,14 +195,28 @@ impl ReadAhead {
             return taken;
         }
         let at = clock.now();
-        let batch = self.next_batch(group, at);
-        match store.load_many(&batch).await {
-            Ok(states) => {
-                let mut inner = lock(&self.inner);
-                if !states.is_empty() {
-                    let bytes: usize = states.iter().map(|(_, s)| item_bytes(s)).sum();
+        let (batch, whole) = self.next_batch(group, at);
+        let read = if whole {
+            store.load_many(&batch).await.map(|states| {
+                let bytes: usize = states.iter().map(|(_, s)| item_bytes(s)).sum();
+                let by_bytes = (!states.is_empty()).then(|| {
                     let mean = bytes / states.len();
-                    inner.by_bytes = (BATCH_BYTES / mean.max(1)).clamp(1, BATCH);
+                    (BATCH_BYTES / mean.max(1)).clamp(1, BATCH)
+                });
+                let states = states.into_iter().map(|(g, s)| (g, Ahead::Whole(s)));
+                (states.collect::<Vec<_>>(), by_bytes)
+            })
+        } else {
+            store.glance_many(&batch).await.map(|states| {
+                let states = states.into_iter().map(|(g, s)| (g, Ahead::Glance(s)));
+                (states.collect(), None)
+            })
+        };
+        match read {
+            Ok((states, by_bytes)) => {
+                let mut inner = lock(&self.inner);
+                if let Some(by_bytes) = by_bytes {
+                    inner.by_bytes = by_bytes;
                 }
                 let fresh = at.0.saturating_sub(MAX_AGE.as_millis() as u64);
                 inner.states.retain(|_, (_, read)| read.0 >= fresh);
@@ -158,10 +234,22 @@ impl ReadAhead {
         self.taken(group, clock.now()).flatten()
     }
 
+    /// Reports whether a look served from the read-ahead ended at rest with no need of
+    /// its group's ledger (`true`: a glance would do), or needed the ledger: what the
+    /// next batch reads.
+    pub(crate) fn settled(&self, at_rest: bool) {
+        let mut inner = lock(&self.inner);
+        if at_rest {
+            inner.settled.0 += 1;
+        } else {
+            inner.settled.1 += 1;
+        }
+    }
+
     /// `Some(Some(state))`: read ahead and fresh (taken out); `Some(None)`: read ahead
     /// too long ago, so read it alone; `None`: no state read ahead for it.
     #[allow(clippy::option_option)]
-    fn read_ahead(&self, group: &str, now: UnixMillis) -> Option<Option<GroupState>> {
+    fn read_ahead(&self, group: &str, now: UnixMillis) -> Option<Option<Ahead>> {
         let (state, at) = lock(&self.inner).states.remove(group)?;
         let fresh = now.0.saturating_sub(at.0) <= MAX_AGE.as_millis() as u64;
         Some(fresh.then_some(state))
@@ -170,15 +258,16 @@ impl ReadAhead {
     /// As [`Self::read_ahead`], and `Some(None)` too for a group a batch read already
     /// (or left out): called with the turn held, so no batch is in flight.
     #[allow(clippy::option_option)]
-    fn taken(&self, group: &str, now: UnixMillis) -> Option<Option<GroupState>> {
+    fn taken(&self, group: &str, now: UnixMillis) -> Option<Option<Ahead>> {
         self.read_ahead(group, now)
             .or_else(|| lock(&self.inner).read.contains(group).then_some(None))
     }
 
     /// `group` and the next groups of the order not read yet, up to a batch, marked
-    /// read.
-    fn next_batch(&self, group: &str, now: UnixMillis) -> Vec<String> {
+    /// read, and whether the batch reads them whole.
+    fn next_batch(&self, group: &str, now: UnixMillis) -> (Vec<String>, bool) {
         let mut inner = lock(&self.inner);
+        let whole = inner.next_is_whole();
         let size = inner.batch_size(now);
         let mut batch = vec![group.to_owned()];
         inner.read.insert(group.to_owned());
@@ -189,7 +278,7 @@ impl ReadAhead {
                 batch.push(candidate);
             }
         }
-        batch
+        (batch, whole)
     }
 }
 
@@ -201,6 +290,13 @@ mod tests {
 
     fn groups(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("g{i}")).collect()
+    }
+
+    fn version(ahead: &Ahead) -> u64 {
+        match ahead {
+            Ahead::Glance(g) => g.version,
+            Ahead::Whole(s) => s.version,
+        }
     }
 
     /// `n` groups with stored states (group `gi` at version `i + 1`), a read-ahead over
@@ -228,7 +324,7 @@ mod tests {
         let (store, clock, ahead) = world(216);
         for (i, g) in groups(216).iter().enumerate() {
             let state = ahead.take(&store, g, &clock).await;
-            assert_eq!(state.map(|s| s.version), Some(i as u64 + 1), "{g}");
+            assert_eq!(state.map(|s| version(&s)), Some(i as u64 + 1), "{g}");
         }
         assert_eq!(
             store.batch_reads(),
@@ -250,8 +346,46 @@ mod tests {
         assert_eq!(store.batch_reads(), 5, "16, 16, 10, 10, 8");
     }
 
+    /// Takes `groups` in order, each look reporting `at_rest`; whether each was served
+    /// whole (`None`: read alone).
+    async fn looks(
+        store: &FakeState,
+        clock: &ManualClock,
+        ahead: &ReadAhead,
+        groups: &[String],
+        at_rest: bool,
+    ) -> Vec<Option<bool>> {
+        let mut served = Vec::new();
+        for g in groups {
+            let taken = ahead.take(store, g, clock).await;
+            if taken.is_some() {
+                ahead.settled(at_rest);
+            }
+            served.push(taken.map(|a| matches!(a, Ahead::Whole(_))));
+        }
+        served
+    }
+
     #[tokio::test]
-    async fn groups_of_large_items_are_read_fewer_at_a_time() {
+    async fn batches_glance_while_looks_end_at_rest_and_read_whole_while_they_need_ledgers() {
+        let (store, clock, ahead) = world(200);
+        let all = groups(200);
+        // A first run: no group at rest. The first batch glances (nothing known yet),
+        // and since its looks needed their ledgers the next ones read whole.
+        let served = looks(&store, &clock, &ahead, &all[..32], false).await;
+        assert_eq!(served[..16], [Some(false); 16], "glanced at");
+        assert_eq!(served[16..], [Some(true); 16], "read whole");
+        // Groups at rest again: after one more whole batch (of 100: the looks come at
+        // once) served them, batches glance.
+        let served = looks(&store, &clock, &ahead, &all[32..], true).await;
+        assert_eq!(served[..100], [Some(true); 100], "read whole");
+        assert_eq!(served[100..], [Some(false); 68], "glanced at");
+        assert_eq!((store.batch_reads(), store.glance_batches()), (4, 2));
+        assert_eq!(store.calls(), (0, 0), "no write, no read of one group");
+    }
+
+    #[tokio::test]
+    async fn groups_of_large_items_are_read_whole_fewer_at_a_time() {
         let (store, clock) = (FakeState::default(), ManualClock::new(UnixMillis(1_000)));
         // 3,000 targets: an item of ~360 KB, near DynamoDB's 400 KB.
         let ledger: std::collections::BTreeMap<_, _> = (0..3_000u32)
@@ -273,7 +407,7 @@ mod tests {
                 (target, entry)
             })
             .collect();
-        for g in groups(21) {
+        for g in groups(60) {
             store.put(
                 &g,
                 GroupState {
@@ -282,12 +416,12 @@ mod tests {
                 },
             );
         }
-        let ahead = ReadAhead::new(groups(21));
-        for g in groups(21) {
-            assert!(ahead.take(&store, &g, &clock).await.is_some(), "{g}");
-        }
-        // 16 (no size known yet), then 2 MB / ~360 KB = 5 at a time.
-        assert_eq!(store.batch_reads(), 2);
+        let ahead = ReadAhead::new(groups(60));
+        let served = looks(&store, &clock, &ahead, &groups(60), false).await;
+        assert!(served.iter().all(Option::is_some));
+        // Glances (16, whatever the items' size), then whole: 16 (no size known yet),
+        // then 2 MB / ~360 KB = 5 at a time.
+        assert_eq!((store.batch_reads(), store.glance_batches()), (2 + 6, 1));
         assert_eq!(lock(&ahead.inner).by_bytes, 5);
     }
 
@@ -311,7 +445,10 @@ mod tests {
     async fn a_group_out_of_order_starts_a_batch_with_the_next_ones() {
         let (store, clock, ahead) = world(150);
         assert_eq!(
-            ahead.take(&store, "g120", &clock).await.map(|s| s.version),
+            ahead
+                .take(&store, "g120", &clock)
+                .await
+                .map(|s| version(&s)),
             Some(121)
         );
         // The first batch was g120 and g0..g14.

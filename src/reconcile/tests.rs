@@ -280,6 +280,70 @@ async fn a_resync_reads_a_namespaces_states_in_a_batch_and_a_dry_run_reads_each_
     );
 }
 
+/// A scheduled run at rest glances at its groups (their items without ledgers) and
+/// reads none of them alone but the one due for re-verification; a group whose pods
+/// changed is then read whole.
+#[tokio::test]
+async fn a_run_at_rest_glances_at_its_groups_and_reads_whole_what_changed() {
+    let (e, clock) = engine();
+    // One re-verification a run.
+    let e = e.with_settings(super::EngineSettings {
+        verify_describes_per_second: 1.0 / 60.0,
+        ..no_waiting()
+    });
+    let arn = |g: usize| {
+        format!("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/w{g}/{g:016x}")
+    };
+    let pod = |g: usize, i: usize| {
+        PodBuilder::new("shop", &format!("w{g}-{i}"))
+            .label("app", &format!("w{g}"))
+            .ip(&format!("10.0.{g}.{i}"))
+            .build()
+    };
+    for g in 0..6 {
+        e.groups.add_group(bound_group(
+            &arn(g),
+            "demo",
+            "shop",
+            &format!("app=w{g}"),
+            8080,
+        ));
+        e.pods.put(pod(g, 1));
+    }
+    let r = scheduled(&e).await;
+    assert_eq!(r.totals.registered, 6, "{r:#?}");
+    e.groups.settle();
+    let reads = |e: &TestEngine| {
+        (0..6)
+            .map(|g| e.state.reads_of(&arn(g)))
+            .collect::<Vec<_>>()
+    };
+    // At rest: one batch of glances; only the group due reads its item alone.
+    clock.advance(60_000);
+    let (before, glances) = (reads(&e), e.state.glance_batches());
+    let r = scheduled(&e).await;
+    assert_eq!(e.state.glance_batches(), glances + 1);
+    let skipped: Vec<bool> = (0..6)
+        .map(|g| r.group(&arn(g)).unwrap().verification_skipped)
+        .collect();
+    assert_eq!(skipped.iter().filter(|s| !**s).count(), 1, "{r:#?}");
+    for (g, (after, before)) in reads(&e).iter().zip(&before).enumerate() {
+        assert_eq!(after - before, u64::from(!skipped[g]), "w{g}");
+    }
+    // A new pod for w3: its glance does not end its look, which reads it whole.
+    e.pods.put(pod(3, 2));
+    clock.advance(60_000);
+    let before = reads(&e);
+    let r = scheduled(&e).await;
+    assert_eq!(r.group(&arn(3)).unwrap().registered.len(), 1, "{r:#?}");
+    let read_alone: Vec<usize> = (0..6).filter(|g| reads(&e)[*g] > before[*g]).collect();
+    assert!(read_alone.contains(&3), "{read_alone:?}");
+    assert!(
+        read_alone.len() <= 2,
+        "w3 and the group due: {read_alone:?}"
+    );
+}
+
 #[tokio::test]
 async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let (e, clock) = engine();

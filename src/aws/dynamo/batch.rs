@@ -1,5 +1,6 @@
 //! BatchWriteItem in chunks of 25 with bounded retries of `UnprocessedItems`, and
-//! BatchGetItem in chunks of 100 with bounded retries of `UnprocessedKeys`.
+//! BatchGetItem (items whole, or glances without ledgers) in chunks of 100 with bounded
+//! retries of `UnprocessedKeys`.
 //!
 //! DynamoDB may accept a batch yet leave some of it unprocessed (throttled partitions,
 //! an answer over 16 MB); that is not an error response, so the SDK does not retry it.
@@ -9,13 +10,14 @@
 //! rows); keys still unread after two resends are left out of the answer, and each is
 //! read alone later.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, WriteRequest};
 
 use super::items::{self, Item};
 use super::{BATCH_GET_ITEM, BATCH_WRITE_ITEM, DynamoState};
-use crate::state::{GroupState, StateError};
+use crate::state::{Glance, GroupState, StateError};
 
 /// BatchWriteItem's limit on requests per call.
 pub(super) const BATCH_SIZE: usize = 25;
@@ -81,13 +83,35 @@ impl DynamoState {
         Ok(())
     }
 
-    /// Reads the items of `groups` with consistent BatchGetItems of up to 100 keys,
-    /// resending unprocessed keys with backoff; the states of the groups read, in no
-    /// particular order. Never writes.
+    /// Reads the items of `groups` whole with consistent BatchGetItems of up to 100
+    /// keys, resending unprocessed keys with backoff; the states of the groups read, in
+    /// no particular order. Never writes.
     pub(super) async fn batch_load(
         &self,
         groups: &[String],
     ) -> Result<Vec<(String, GroupState)>, StateError> {
+        self.batch_read(groups, None, items::parse_group).await
+    }
+
+    /// As [`Self::batch_load`], but glances: the items without ledgers and pod versions.
+    pub(super) async fn batch_glance(
+        &self,
+        groups: &[String],
+    ) -> Result<Vec<(String, Glance)>, StateError> {
+        let projection = items::glance_projection();
+        self.batch_read(groups, Some(projection), items::parse_glance)
+            .await
+    }
+
+    /// Reads `groups`' items (only the attributes of `projection`, an expression and
+    /// the names it uses, when given) and parses each with `parse`.
+    async fn batch_read<T>(
+        &self,
+        groups: &[String],
+        projection: Option<(String, HashMap<String, String>)>,
+        parse: fn(&Item) -> Result<T, StateError>,
+    ) -> Result<Vec<(String, T)>, StateError> {
+        let (projection, names) = projection.unzip();
         let mut states = Vec::with_capacity(groups.len());
         for chunk in groups.chunks(READ_BATCH_SIZE) {
             let mut found: Vec<Item> = Vec::with_capacity(chunk.len());
@@ -97,6 +121,8 @@ impl DynamoState {
                 let keys = KeysAndAttributes::builder()
                     .set_keys(Some(pending))
                     .consistent_read(true)
+                    .set_projection_expression(projection.clone())
+                    .set_expression_attribute_names(names.clone())
                     .build()
                     .map_err(|e| super::build_error(BATCH_GET_ITEM, e))?;
                 self.calls.count(BATCH_GET_ITEM);
@@ -136,7 +162,7 @@ impl DynamoState {
                 tokio::time::sleep(delay(round)).await;
             }
             // Keys still unprocessed are not in `found`: they are left out below.
-            let mut by_group: std::collections::HashMap<String, Item> = found
+            let mut by_group: HashMap<String, Item> = found
                 .into_iter()
                 .filter_map(|item| Some((items::group_of_key(&item)?, item)))
                 .collect();
@@ -145,14 +171,15 @@ impl DynamoState {
                 // or whose item does not record that this cluster's rows of the earlier
                 // layout were folded in (that read folds them in and records it, a
                 // Query and a write), and an item that cannot be understood (that read
-                // reports the error for that group only).
+                // reports the error for that group only; a glance does not read the
+                // ledger, whose errors the group's next whole read finds).
                 let Some(item) = by_group
                     .remove(group)
                     .filter(|i| items::migrated(Some(i), &self.cluster))
                 else {
                     continue;
                 };
-                if let Ok(state) = items::parse_group(&item) {
+                if let Ok(state) = parse(&item) {
                     states.push((group.clone(), state));
                 }
             }

@@ -21,7 +21,7 @@ use std::str::FromStr;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
-use crate::state::{GroupState, LeaseView, LedgerEntry, StateError};
+use crate::state::{Glance, GroupState, LeaseView, LedgerEntry, StateError};
 
 /// An item as the SDK takes and returns it.
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -53,6 +53,24 @@ pub(super) const NAMES: [(&str, &str); 9] = [
     ("#m", "migrated"),
     ("#s", "seen"),
 ];
+
+/// Attributes of a group's item a glance leaves out: the ledger, most of the item's
+/// size, and the pod versions, which only a pass reads.
+const NOT_GLANCED: [&str; 2] = ["ledger", "seen"];
+
+/// What a glance reads of a group's item, as a projection expression and the attribute
+/// names it uses: the key (to tell a batch's items apart) and every attribute of
+/// [`NAMES`] but [`NOT_GLANCED`], so an attribute added there is read by glances too.
+pub(super) fn glance_projection() -> (String, HashMap<String, String>) {
+    let names: HashMap<String, String> = [("#pk", PK), ("#sk", SK)]
+        .into_iter()
+        .chain(NAMES.into_iter().filter(|(_, n)| !NOT_GLANCED.contains(n)))
+        .map(|(p, n)| (p.to_owned(), n.to_owned()))
+        .collect();
+    let mut placeholders: Vec<&str> = names.keys().map(String::as_str).collect();
+    placeholders.sort_unstable();
+    (placeholders.join(", "), names)
+}
 
 /// The key of a group's item.
 pub(super) fn group_key(group: &str) -> Item {
@@ -150,21 +168,55 @@ pub(super) fn seen_value(seen: &BTreeMap<String, String>) -> AttributeValue {
 /// half-read ledger could deregister the wrong targets); a checkpoint that cannot be
 /// read is dropped (it only saves calls).
 pub(super) fn parse_group(item: &Item) -> Result<GroupState, StateError> {
-    let malformed = |reason: String| StateError::Malformed {
-        key: format!("{} / {}", string(item, PK).unwrap_or("?"), GROUP_SK),
-        reason,
+    let malformed = malformed_group(item);
+    let Glance {
+        backoff,
+        checkpoint,
+        lease,
+        dirty,
+        version,
+    } = parse_glance(item)?;
+    let mut state = GroupState {
+        backoff,
+        checkpoint,
+        lease,
+        dirty,
+        version,
+        ..GroupState::default()
     };
-    let mut state = GroupState::default();
     match item.get("ledger") {
         None => {}
         Some(AttributeValue::M(entries)) => {
             for (target, value) in entries {
-                let entry = parse_entry(target, value).map_err(malformed)?;
+                let entry = parse_entry(target, value).map_err(&malformed)?;
                 state.ledger.insert(entry.target, entry);
             }
         }
         Some(_) => return Err(malformed("attribute ledger is not a map".into())),
     }
+    // Only a hint for when to read pods afresh: an unreadable entry is left out.
+    if let Some(AttributeValue::M(seen)) = item.get("seen") {
+        state.seen = seen
+            .iter()
+            .filter_map(|(c, v)| Some((c.clone(), v.as_s().ok()?.clone())))
+            .collect();
+    }
+    Ok(state)
+}
+
+/// The error for a group's item that cannot be understood, naming its key.
+fn malformed_group(item: &Item) -> impl Fn(String) -> StateError + '_ {
+    |reason| StateError::Malformed {
+        key: format!("{} / {}", string(item, PK).unwrap_or("?"), GROUP_SK),
+        reason,
+    }
+}
+
+/// Reads a group's item but for its ledger and pod versions (a whole item, or one read
+/// with [`glance_projection`]), with [`parse_group`]'s rules.
+pub(super) fn parse_glance(item: &Item) -> Result<Glance, StateError> {
+    let malformed = malformed_group(item);
+    let mut state = Glance::default();
     if let Some(value) = item.get("backoff") {
         let m = map(value).map_err(|e| malformed(format!("backoff: {e}")))?;
         state.backoff = Some(BackoffState {
@@ -188,13 +240,6 @@ pub(super) fn parse_group(item: &Item) -> Result<GroupState, StateError> {
         });
     }
     state.dirty = matches!(item.get("dirty"), Some(AttributeValue::Bool(true)));
-    // Only a hint for when to read pods afresh: an unreadable entry is left out.
-    if let Some(AttributeValue::M(seen)) = item.get("seen") {
-        state.seen = seen
-            .iter()
-            .filter_map(|(c, v)| Some((c.clone(), v.as_s().ok()?.clone())))
-            .collect();
-    }
     state.version = number(item, "version").unwrap_or(0);
     Ok(state)
 }
@@ -379,6 +424,74 @@ mod tests {
         assert_eq!(state.version, 5);
         assert!(migrated(Some(&item), "blue") && !migrated(Some(&item), "green"));
         assert!(!item.contains_key(EXPIRES_AT), "ownership never expires");
+    }
+
+    #[test]
+    fn a_glance_reads_all_but_the_ledger_and_pod_versions() {
+        let ledger: BTreeMap<Target, LedgerEntry> = [entry("10.0.1.7:8080", "blue")]
+            .into_iter()
+            .map(|e| (e.target, e))
+            .collect();
+        // An item with every attribute set to something other than its default.
+        let mut item = item_with(&ledger);
+        item.extend([
+            (
+                "backoff".to_owned(),
+                backoff_value(&BackoffState {
+                    failures: 2,
+                    next_attempt: UnixMillis(42),
+                }),
+            ),
+            (
+                "checkpoint".to_owned(),
+                checkpoint_value(&Checkpoint {
+                    desired: 7,
+                    verified_at: UnixMillis(9),
+                }),
+            ),
+            ("owner".to_owned(), s("resync-x")),
+            ("leaseUntil".to_owned(), n(77)),
+            ("dirty".to_owned(), AttributeValue::Bool(true)),
+            ("version".to_owned(), n(5)),
+            (
+                "migrated".to_owned(),
+                AttributeValue::Ss(vec!["blue".into()]),
+            ),
+            (
+                "seen".to_owned(),
+                seen_value(&BTreeMap::from([("blue".into(), "12".into())])),
+            ),
+        ]);
+        let written: Vec<&str> = NAMES.iter().map(|(_, n)| *n).collect();
+        assert!(
+            written.iter().all(|n| item.contains_key(*n)),
+            "the item sets every attribute"
+        );
+        // What DynamoDB returns for the projection.
+        let (expression, names) = glance_projection();
+        let projected: Item = expression
+            .split(", ")
+            .filter_map(|p| {
+                let name = &names[p];
+                Some((name.clone(), item.get(name)?.clone()))
+            })
+            .collect();
+        assert_eq!(
+            names.len(),
+            expression.split(", ").count(),
+            "every name used"
+        );
+        let mut left_out: Vec<&String> = item
+            .keys()
+            .filter(|k| !projected.contains_key(*k))
+            .collect();
+        left_out.sort();
+        assert_eq!(left_out, ["ledger", "seen"]);
+        let whole = parse_group(&item).unwrap();
+        assert_eq!(parse_glance(&projected).unwrap(), whole.glance());
+        assert_ne!(whole.glance(), Glance::default());
+        assert!(migrated(Some(&projected), "blue"));
+        assert_eq!(group_of_key(&projected).as_deref(), Some("arn:g"));
     }
 
     #[test]
