@@ -865,16 +865,21 @@ impl FakeState {
     }
 
     /// Batched reads of `groups`, 100 a batch, each state as `read` gives it (as
-    /// DynamoDB's BatchGetItem: failing or leaving groups out as set).
+    /// DynamoDB's BatchGetItem: failing or leaving groups out as set); `glances` counts
+    /// them in [`Self::glance_batches`] too.
     async fn batch<T>(
         &self,
         groups: &[String],
         read: fn(&GroupState) -> T,
+        glances: bool,
     ) -> Result<Vec<(String, T)>, StateError> {
         let mut states = Vec::with_capacity(groups.len());
         for chunk in groups.chunks(100) {
             self.slow_read.wait().await;
             self.check("BatchGetItem").await?;
+            if glances {
+                self.glance_batches.fetch_add(1, Ordering::SeqCst);
+            }
             if self.fail_batches.load(Ordering::SeqCst) {
                 return Err(StateError::Dynamo {
                     operation: "BatchGetItem",
@@ -959,14 +964,11 @@ impl StateStore for FakeState {
     }
 
     async fn load_many(&self, groups: &[String]) -> Result<Vec<(String, GroupState)>, StateError> {
-        self.batch(groups, Clone::clone).await
+        self.batch(groups, Clone::clone, false).await
     }
 
     async fn glance_many(&self, groups: &[String]) -> Result<Vec<(String, Glance)>, StateError> {
-        let glances = self.batch(groups, GroupState::glance).await;
-        self.glance_batches
-            .fetch_add(groups.len().div_ceil(100) as u64, Ordering::SeqCst);
-        glances
+        self.batch(groups, GroupState::glance, true).await
     }
 
     async fn acquire(

@@ -46,9 +46,13 @@ const FIRST_BATCH: usize = 16;
 /// function's decoded batch small. (Glances are a few hundred bytes whatever the size.)
 const BATCH_BYTES: usize = 2 << 20;
 
-/// Estimated bytes of a group's item: its fixed attributes and ~120 bytes a target.
-fn item_bytes(state: &GroupState) -> usize {
-    200 + 120 * state.ledger.len()
+/// Estimated bytes of a group's item as read: its fixed attributes and, read whole,
+/// ~120 bytes a target.
+fn item_bytes(read: &Ahead) -> usize {
+    match read {
+        Ahead::Glance(_) => 200,
+        Ahead::Whole(state) => 200 + 120 * state.ledger.len(),
+    }
 }
 
 /// A group's state as read ahead.
@@ -145,20 +149,18 @@ impl ReadAhead {
             .map(str::to_owned)
             .collect();
         let unindexed = indexed.map_or(0, |i| order.iter().filter(|a| !i.contains(*a)).count());
-        let ahead = Self::new(order);
-        {
-            let mut inner = lock(&ahead.inner);
-            inner.whole = !use_checkpoint || unindexed * 2 > inner.order.len();
-        }
-        ahead
+        let whole = !use_checkpoint || unindexed * 2 > order.len();
+        Self::new(order, whole)
     }
 
-    /// A read-ahead of the groups in `order` (the order they will be looked at).
-    fn new(order: Vec<String>) -> Self {
+    /// A read-ahead of the groups in `order` (the order they will be looked at), whose
+    /// first batch reads `whole` items or glances.
+    fn new(order: Vec<String>, whole: bool) -> Self {
         Self {
             inner: std::sync::Mutex::new(Inner {
                 members: order.iter().cloned().collect(),
                 order,
+                whole,
                 by_bytes: BATCH,
                 ..Inner::default()
             }),
@@ -196,27 +198,20 @@ impl ReadAhead {
         }
         let at = clock.now();
         let (batch, whole) = self.next_batch(group, at);
-        let read = if whole {
-            store.load_many(&batch).await.map(|states| {
-                let bytes: usize = states.iter().map(|(_, s)| item_bytes(s)).sum();
-                let by_bytes = (!states.is_empty()).then(|| {
-                    let mean = bytes / states.len();
-                    (BATCH_BYTES / mean.max(1)).clamp(1, BATCH)
-                });
-                let states = states.into_iter().map(|(g, s)| (g, Ahead::Whole(s)));
-                (states.collect::<Vec<_>>(), by_bytes)
-            })
+        let read: Result<Vec<(String, Ahead)>, _> = if whole {
+            let states = store.load_many(&batch).await;
+            states.map(|s| s.into_iter().map(|(g, s)| (g, Ahead::Whole(s))).collect())
         } else {
-            store.glance_many(&batch).await.map(|states| {
-                let states = states.into_iter().map(|(g, s)| (g, Ahead::Glance(s)));
-                (states.collect(), None)
-            })
+            let glances = store.glance_many(&batch).await;
+            glances.map(|s| s.into_iter().map(|(g, s)| (g, Ahead::Glance(s))).collect())
         };
         match read {
-            Ok((states, by_bytes)) => {
+            Ok(states) => {
                 let mut inner = lock(&self.inner);
-                if let Some(by_bytes) = by_bytes {
-                    inner.by_bytes = by_bytes;
+                if whole && !states.is_empty() {
+                    let bytes: usize = states.iter().map(|(_, s)| item_bytes(s)).sum();
+                    let mean = bytes / states.len();
+                    inner.by_bytes = (BATCH_BYTES / mean.max(1)).clamp(1, BATCH);
                 }
                 let fresh = at.0.saturating_sub(MAX_AGE.as_millis() as u64);
                 inner.states.retain(|_, (_, read)| read.0 >= fresh);
@@ -315,7 +310,7 @@ mod tests {
         (
             store,
             ManualClock::new(UnixMillis(1_000)),
-            ReadAhead::new(groups(n)),
+            ReadAhead::new(groups(n), false),
         )
     }
 
@@ -416,7 +411,7 @@ mod tests {
                 },
             );
         }
-        let ahead = ReadAhead::new(groups(60));
+        let ahead = ReadAhead::new(groups(60), false);
         let served = looks(&store, &clock, &ahead, &groups(60), false).await;
         assert!(served.iter().all(Option::is_some));
         // Glances (16, whatever the items' size), then whole: 16 (no size known yet),
