@@ -754,3 +754,100 @@ async fn the_full_diff_reads_the_groups_states_in_batches() {
         "150 groups' states in {batched} batched reads and {alone} reads alone"
     );
 }
+
+/// A cold container acts on a pod change its watch sees while discovery is still
+/// reading the groups' tags as on any pod change: as soon as discovery has bound the
+/// group, not when the full diff's turn comes to it (at 1,000 groups discovery takes
+/// 10 s and more, and the full diff's looks as long again: such changes waited 14–27 s,
+/// and some were not applied within the invocation). Here each DescribeTags takes
+/// 1.5 s, and the full diff looks at 13 groups one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
+    let settings = tgsync::reconcile::EngineSettings {
+        concurrency: 1,
+        ..Default::default()
+    };
+    let (w, proxy) = proxied_world(|_| {}, settings.clone()).await;
+    for i in 0..12u8 {
+        w.group("shop", &format!("app=idle{i}"), 8080, &[]).await;
+    }
+    let group = w.group("shop", "app=web", 8080, &[]).await;
+    w.put_pod(web("web-1", "10.0.1.1").build());
+    // A first container registers web-1 and records the group in the cluster's index.
+    let until = w.clock.now().plus(Duration::from_secs(3));
+    w.engine.run_scheduled(&scheduled(), until).await;
+    assert_eq!(w.targets(&group).await, ["10.0.1.1:8080"]);
+
+    const TAGS: Duration = Duration::from_millis(1500);
+    proxy.set_rules(|r| {
+        r.delay = vec![
+            ("DescribeTags".into(), String::new(), TAGS),
+            (
+                "DescribeTargetHealth".into(),
+                String::new(),
+                Duration::from_millis(300),
+            ),
+        ];
+    });
+    let cold = chaos_proxy::engine(
+        &w,
+        &chaos_proxy::sdk_config(&proxy).await,
+        tgsync::aws::MutationRate::new(50, None).unwrap(),
+    )
+    .with_settings(settings);
+    let watches = || {
+        w.emulator
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| r.query_param("watch").is_some())
+            .count()
+    };
+    let (watched, records) = (watches(), proxy.records().len());
+    let (opts, until) = (scheduled(), w.clock.now().plus(Duration::from_secs(8)));
+    let run = cold.run_scheduled(&opts, until);
+    let change = async {
+        // The cold container watches the index's namespaces from its start.
+        let started = Instant::now();
+        while watches() == watched {
+            assert!(started.elapsed() < Duration::from_secs(5), "no watch");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let store = w.emulator.store();
+        store.update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
+        Instant::now()
+    };
+    let (report, changed_at) = tokio::join!(run, change);
+    let records = &proxy.records()[records..];
+    let discovered = records
+        .iter()
+        .filter(|r| r.operation == "DescribeTags")
+        .filter_map(|r| Some(r.at + r.answered_after?))
+        .max()
+        .expect("discovery read tags");
+    let left = records
+        .iter()
+        .find(|r| {
+            r.operation == "DeregisterTargets"
+                && chaos_proxy::percent_decode(&r.body).contains("10.0.1.1")
+        })
+        .expect("web-1 was deregistered")
+        .at;
+    eprintln!(
+        "changed {:?} before discovery ended; deregistered {:?} after it",
+        discovered - changed_at,
+        left - discovered
+    );
+    // The race this is about: the change came while discovery was reading tags.
+    assert!(changed_at < discovered, "the change came after discovery");
+    let watch = report.watch.expect("a watch report");
+    assert_eq!(
+        watch.deregistered, 1,
+        "the change was not acted on as a pod change: {watch:#?}"
+    );
+    assert!(
+        left - discovered < Duration::from_secs(1),
+        "web-1 left {:?} after discovery",
+        left - discovered
+    );
+}

@@ -19,12 +19,14 @@
 //! state table's index on a cold start — while discovery reads every group's tags
 //! beside them; every bound group is then enqueued for the full diff (verified against
 //! ELBv2 within the Describe budget), and every pod change for the groups it can
-//! change. A group's pass knows nothing of watches: it gets pods the store holds (or
+//! change (a change seen before discovery has bound its groups, as soon as it has:
+//! see `early`). A group's pass knows nothing of watches: it gets pods the store holds (or
 //! reads them afresh when the store is behind the group's last pass) and runs under
 //! the group's lease like any other pass. A pass that waits — for a lease another
 //! process holds, for its backoff — gives its turn back to the queue with a time to
 //! come back, so no group ever waits for another.
 
+mod early;
 pub mod informer;
 pub mod queue;
 
@@ -43,6 +45,7 @@ use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
 use crate::state::StateStore;
 use crate::sync::lock;
+use early::Early;
 use informer::{Informer, ReflectorSettings, StoreEvent};
 use queue::{Queue, Room, Want};
 
@@ -105,6 +108,9 @@ struct Run<'e, P, G, S> {
     bound: Mutex<Arc<BTreeMap<String, BoundGroup>>>,
     /// The namespaces to watch, each with the selection its groups share.
     namespaces: tokio::sync::watch::Sender<BTreeMap<String, Option<Selector>>>,
+    /// The pod changes seen until discovery binds the groups (then replayed for the
+    /// groups the watch did not know yet; `None` after).
+    early: Mutex<Option<Early>>,
     /// The full diff's verification plan, once discovery is done.
     verify: Mutex<Verify>,
     /// Signalled when a group of the full diff has had its look.
@@ -170,6 +176,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             wake: tokio::sync::Notify::new(),
             bound: Mutex::new(Arc::new(BTreeMap::new())),
             namespaces: tokio::sync::watch::Sender::new(BTreeMap::new()),
+            early: Mutex::new(Some(Early::default())),
             verify: Mutex::new(Verify::default()),
             verified: tokio::sync::Notify::new(),
             ahead: std::sync::OnceLock::new(),
@@ -320,6 +327,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 report
                     .errors
                     .push(format!("discovering target groups failed: {e}"));
+                *lock(&self.early) = None;
                 return None;
             }
         };
@@ -356,7 +364,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         };
         let bound = Arc::new(bindings.bound);
         *lock(&engine.controller.bindings) = Some(bound.clone());
-        self.set_bound(&bound);
+        // The changes seen so far, for the groups the watch did not know when they came
+        // (all of them in a cold container); later ones find the groups bound.
+        let early = {
+            let mut early = lock(&self.early);
+            let known = lock(&self.bound).clone();
+            self.set_bound(&bound);
+            let now = lock(&self.bound).clone();
+            early
+                .take()
+                .map(|e| e.marks(&now, &known))
+                .unwrap_or_default()
+        };
         let rotation = engine.rotation(bound.len(), started);
         let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
         let due: HashSet<String> = ranked
@@ -407,6 +426,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             let mut queue = lock(&self.queue);
             for arn in order {
                 queue.request(arn, Want::verify());
+            }
+            for (arn, seen) in &early {
+                queue.request(arn, Want::change(*seen));
             }
         }
         self.wake.notify_one();
@@ -489,7 +511,27 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// What the informer saw: a pod change asks for a pass of every group whose target
     /// set it can change; a (re)list, of every group of the namespace.
     fn store_event(&self, event: StoreEvent<'_>) {
-        let bound = lock(&self.bound).clone();
+        // Under `early`'s lock, so no change falls between it and the bound groups.
+        let bound = {
+            let mut early = lock(&self.early);
+            if let Some(early) = early.as_mut() {
+                match &event {
+                    StoreEvent::Listed {
+                        namespace,
+                        again: true,
+                        ..
+                    } => early.anything(namespace, self.engine.clock.now()),
+                    StoreEvent::Pod {
+                        namespace,
+                        before,
+                        after,
+                        seen_at,
+                    } => early.pod(namespace, *before, *after, *seen_at),
+                    _ => {}
+                }
+            }
+            lock(&self.bound).clone()
+        };
         let mut seen = self.engine.clock.now();
         let mut marked = Vec::new();
         {
@@ -528,14 +570,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 } => {
                     seen = seen_at;
                     out.watch.events += 1;
-                    for b in bound.values().filter(|b| b.binding.namespace == namespace) {
-                        let was = before.and_then(|p| contribution(p, &b.binding));
-                        let is = after.and_then(|p| contribution(p, &b.binding));
-                        // A pod never seen before may be one the last pass did not see.
-                        if was != is || (before.is_none() && is.is_some()) {
-                            marked.push(b.group.arn.clone());
-                        }
-                    }
+                    marked.extend(
+                        bound
+                            .values()
+                            .filter(|b| b.binding.namespace == namespace)
+                            .filter(|b| early::changes(&b.binding, before, after))
+                            .map(|b| b.group.arn.clone()),
+                    );
                     out.watch.relevant_events += u64::from(!marked.is_empty());
                 }
             }
