@@ -850,4 +850,13 @@ async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
         "web-1 left {:?} after discovery",
         left - discovered
     );
+    // The index knew only web's selection; discovery widened the watch to the whole
+    // namespace (the idle groups select other pods), which lists it again. That LIST
+    // changed no pod the store had, so it asks for no pass: the idle groups are looked
+    // at by the full diff, on their checkpoints, not each re-verified as a change.
+    assert_eq!(watch.relisted, 2, "{watch:#?}");
+    assert_eq!(
+        watch.passes, 1,
+        "a relist of a current store asked for passes of groups no pod of which changed"
+    );
 }

@@ -6,9 +6,12 @@
 //! replays what happened in between). A namespace is LISTed only when it has no store
 //! yet (a cold start, a namespace newly bound), after a 410 Expired (the version was
 //! compacted away: a gap), when its selection changed, or once its LIST is older than
-//! the relist period (a safety net). A stream the server ends is resumed at once; errors
-//! back off exponentially with jitter, never a tight loop against an API server in
-//! trouble.
+//! the relist period (a safety net). After a gap anything may have changed; a LIST of a
+//! store that was current until then is compared with it, pod by pod, and only the
+//! pods it changed are told (a cold container's watch widened by discovery must not
+//! ask for a pass of every group of the namespace). A stream the server ends is
+//! resumed at once; errors back off exponentially with jitter, never a tight loop
+//! against an API server in trouble.
 //!
 //! A store is *live* while its watch is known to be current — resumed in this
 //! invocation and not broken since. Only a live store is handed out
@@ -51,13 +54,15 @@ struct Store {
 /// What a store change means to the controller.
 #[derive(Debug)]
 pub(crate) enum StoreEvent<'a> {
-    /// The namespace was listed.
+    /// The namespace was listed. When its store was current until then (a changed
+    /// selection, the relist period), each pod the LIST changed follows as a
+    /// [`StoreEvent::Pod`].
     Listed {
         /// The namespace.
         namespace: &'a str,
         /// Pod objects the LIST returned.
         pods: usize,
-        /// It had a store before (a gap, a changed selection, the relist period):
+        /// Its store was not current (a 410, a broken watch, a frozen container):
         /// anything may have changed since.
         again: bool,
     },
@@ -173,21 +178,31 @@ impl Informer {
                 match pods.list_versioned(namespace, selector.as_ref()).await {
                     Ok(listing) => {
                         let count = listing.pods.len();
-                        let again = {
+                        let listed_at = clock.now();
+                        let (again, changed) = {
                             let mut stores = lock(&self.stores);
-                            let again = stores.contains_key(namespace);
+                            let current = stores.get(namespace).map(|s| s.listed && s.live);
                             let store = stores.entry(namespace.to_owned()).or_default();
                             store.selector.clone_from(&selector);
-                            store.pods = listing
-                                .pods
-                                .into_iter()
-                                .map(|p| (p.pod.name.clone(), p))
-                                .collect();
+                            let before = std::mem::replace(
+                                &mut store.pods,
+                                listing
+                                    .pods
+                                    .into_iter()
+                                    .map(|p| (p.pod.name.clone(), p))
+                                    .collect(),
+                            );
                             store.version = listing.resource_version;
                             store.listed = true;
                             store.live = true;
-                            store.listed_at = clock.now();
-                            again
+                            store.listed_at = listed_at;
+                            // A store current until this LIST (a changed selection, the
+                            // relist period) tells exactly what changed.
+                            let changed = match current {
+                                Some(true) => differences(&before, &store.pods),
+                                _ => Vec::new(),
+                            };
+                            (current == Some(false), changed)
                         };
                         self.listed.notify_waiters();
                         sink(StoreEvent::Listed {
@@ -195,6 +210,14 @@ impl Informer {
                             pods: count,
                             again,
                         });
+                        for (before, after) in &changed {
+                            sink(StoreEvent::Pod {
+                                namespace,
+                                before: before.as_ref(),
+                                after: after.as_ref(),
+                                seen_at: listed_at,
+                            });
+                        }
                         failures = 0;
                     }
                     Err(e) => {
@@ -358,6 +381,23 @@ impl Informer {
     }
 }
 
+/// The pods that differ between two stores' contents, each as it was and as it is
+/// (`None`: absent).
+fn differences(
+    before: &BTreeMap<String, PodFacts>,
+    after: &BTreeMap<String, PodFacts>,
+) -> Vec<(Option<PodFacts>, Option<PodFacts>)> {
+    let gone = before
+        .iter()
+        .filter(|(name, _)| !after.contains_key(*name))
+        .map(|(_, was)| (Some(was.clone()), None));
+    let changed = after
+        .iter()
+        .filter(|(name, is)| before.get(*name) != Some(*is))
+        .map(|(name, is)| (before.get(name).cloned(), Some(is.clone())));
+    gone.chain(changed).collect()
+}
+
 /// The wait before attempt `failures + 1`: doubling from [`BACKOFF_FIRST`] up to
 /// [`BACKOFF_MAX`], with full jitter over its upper half (so many containers that lost
 /// the API server at once do not come back in step).
@@ -384,5 +424,41 @@ mod tests {
         }
         assert!(backoff(1) <= Duration::from_millis(800));
         assert!(backoff(30) >= Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_relist_of_a_current_store_tells_each_pod_it_changed() {
+        use crate::testkit::PodBuilder;
+        let facts = |name: &str, ready: bool| {
+            let pod = PodBuilder::new("shop", name).ip("10.0.0.1").ready(ready);
+            (name.to_owned(), PodFacts::from_pod(pod.build()))
+        };
+        let before = BTreeMap::from([
+            facts("same", true),
+            facts("gone", true),
+            facts("turned", true),
+        ]);
+        let after = BTreeMap::from([
+            facts("same", true),
+            facts("turned", false),
+            facts("new", true),
+        ]);
+        let mut told: Vec<(Option<String>, Option<String>, bool)> = differences(&before, &after)
+            .into_iter()
+            .map(|(b, a)| {
+                let ready = a.as_ref().is_some_and(|p| p.ready);
+                let name = |p: PodFacts| p.pod.name.clone();
+                (b.map(name), a.map(name), ready)
+            })
+            .collect();
+        told.sort();
+        assert_eq!(
+            told,
+            [
+                (None, Some("new".to_owned()), true),
+                (Some("gone".to_owned()), None, false),
+                (Some("turned".to_owned()), Some("turned".to_owned()), false),
+            ]
+        );
     }
 }
