@@ -104,27 +104,28 @@ mod tests {
         PodFacts::from_pod(pod.build())
     }
 
-    fn bound(groups: &[(&str, &str, &str)]) -> BTreeMap<String, BoundGroup> {
-        groups
-            .iter()
-            .map(|(arn, ns, selector)| {
-                let b = BoundGroup {
-                    group: bound_group(arn, "c", ns, selector, 8080),
-                    binding: binding("c", ns, selector, 8080),
-                    read_at: UnixMillis(0),
-                };
-                ((*arn).to_owned(), b)
-            })
-            .collect()
+    /// Two groups in `shop` (app=web, app=api), one in `bank` (app=web).
+    fn bound() -> BTreeMap<String, BoundGroup> {
+        [
+            ("arn:web", "shop", "app=web"),
+            ("arn:api", "shop", "app=api"),
+            ("arn:other", "bank", "app=web"),
+        ]
+        .into_iter()
+        .map(|(arn, ns, selector)| {
+            let b = BoundGroup {
+                group: bound_group(arn, "c", ns, selector, 8080),
+                binding: binding("c", ns, selector, 8080),
+                read_at: UnixMillis(0),
+            };
+            (arn.to_owned(), b)
+        })
+        .collect()
     }
 
     #[test]
     fn a_change_marks_only_the_groups_it_can_change_with_its_oldest_time() {
-        let bound = bound(&[
-            ("arn:web", "shop", "app=web"),
-            ("arn:api", "shop", "app=api"),
-            ("arn:other", "bank", "app=web"),
-        ]);
+        let bound = bound();
         let mut early = Early::default();
         let (ready, not_ready) = (facts("w", "web", true), facts("w", "web", false));
         early.pod("shop", Some(&ready), Some(&not_ready), UnixMillis(10));
@@ -140,11 +141,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_a_namespace_marks_each_of_its_groups() {
-        let bound = bound(&[
-            ("arn:web", "shop", "app=web"),
-            ("arn:api", "shop", "app=api"),
-            ("arn:other", "bank", "app=web"),
-        ]);
+        let bound = bound();
         let mut early = Early::default();
         let pod = facts("x", "none", true);
         for i in 0..=KEPT as u64 {
