@@ -648,6 +648,19 @@ impl TargetGroupApi for FakeElb {
             .collect())
     }
 
+    async fn describe(&self, arns: &[String]) -> Result<Vec<TargetGroup>, ElbError> {
+        self.chaos.pause().await;
+        self.count("DescribeTargetGroups");
+        self.count("DescribeTags");
+        let groups = lock(&self.groups);
+        arns.iter()
+            .map(|arn| match groups.get(arn) {
+                Some((g, _)) => Ok(g.clone()),
+                None => Err(ElbError::NotFound { arn: arn.clone() }),
+            })
+            .collect()
+    }
+
     async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTags");
@@ -1129,12 +1142,16 @@ impl StateStore for FakeState {
     async fn indexed_selections(
         &self,
         cluster: &str,
-    ) -> Result<Vec<(String, Option<Selector>)>, StateError> {
+    ) -> Result<Vec<crate::state::IndexedGroup>, StateError> {
         self.check("GetItem").await?;
         Ok(lock(&self.index)
             .iter()
             .filter(|((c, _), _)| c == cluster)
-            .map(|(_, (ns, sel))| (ns.clone(), Some(sel.clone())))
+            .map(|((_, group), (ns, sel))| crate::state::IndexedGroup {
+                group: group.clone(),
+                namespace: ns.clone(),
+                selector: Some(sel.clone()),
+            })
             .collect())
     }
 

@@ -136,6 +136,15 @@ pub trait TargetGroupApi: Send + Sync {
         }
     }
 
+    /// The named groups (at most 20) with their tags: one DescribeTargetGroups and one
+    /// DescribeTags. A cold container reads this way the groups its index says a pod
+    /// change concerns, ahead of discovery's pages. `Err` when any of them cannot be
+    /// read (a deleted one included): discovery, which reads them all, decides then.
+    fn describe(
+        &self,
+        arns: &[String],
+    ) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
+
     /// The current tags of one group (DescribeTags): a pass that acts on a cached
     /// binding re-reads them first.
     fn tags(

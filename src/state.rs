@@ -17,6 +17,19 @@ use thiserror::Error;
 
 use crate::core::{BackoffState, Binding, Checkpoint, PodRef, Selector, Target, UnixMillis};
 
+/// A row of a cluster's index as a cold container uses it: a group, and the namespace
+/// and selector of the binding that last filled its ledger (possibly stale: the
+/// group's tags decide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedGroup {
+    /// The group's ARN.
+    pub group: String,
+    /// Its binding's namespace.
+    pub namespace: String,
+    /// Its binding's selector (`None` when the recorded one no longer parses).
+    pub selector: Option<Selector>,
+}
+
 /// One target a tgsync deployment registered or adopted, and for which pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -274,14 +287,14 @@ pub trait StateStore: Send + Sync {
         cluster: &str,
     ) -> impl Future<Output = Result<std::collections::BTreeSet<String>, StateError>> + Send;
 
-    /// The namespace and selector of each group in `cluster`'s index, as recorded with
-    /// its row (rows that recorded none are left out; an unreadable selector is `None`):
-    /// what a cold container watches first, before discovery has read every group's
-    /// tags.
+    /// Each group in `cluster`'s index with the namespace and selector recorded with its
+    /// row (rows that recorded none are left out; an unreadable selector is `None`):
+    /// what a cold container watches first, and whose groups it reads first for a pod
+    /// change, before discovery has read every group's tags.
     fn indexed_selections(
         &self,
         cluster: &str,
-    ) -> impl Future<Output = Result<Vec<(String, Option<Selector>)>, StateError>> + Send;
+    ) -> impl Future<Output = Result<Vec<IndexedGroup>, StateError>> + Send;
 
     /// Adds `group` to `cluster`'s index with its binding's namespace and selector
     /// (idempotent). Called before the first entry of `cluster` goes into the group's

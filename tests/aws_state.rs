@@ -573,12 +573,20 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
     // Each row records its binding's namespace and selector: what a cold container
     // watches before discovery.
     let mut selections = state.indexed_selections("c1").await.expect("query");
-    selections.sort_by(|a, b| a.0.cmp(&b.0));
+    selections.sort_by(|a, b| a.namespace.cmp(&b.namespace));
     assert_eq!(
         selections,
         [
-            ("api".to_owned(), Some(api.selector.clone())),
-            ("shop".to_owned(), Some(web.selector.clone())),
+            tgsync::state::IndexedGroup {
+                group: other.clone(),
+                namespace: "api".to_owned(),
+                selector: Some(api.selector.clone()),
+            },
+            tgsync::state::IndexedGroup {
+                group: GROUP.to_owned(),
+                namespace: "shop".to_owned(),
+                selector: Some(web.selector.clone()),
+            },
         ]
     );
 

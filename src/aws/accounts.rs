@@ -298,6 +298,23 @@ impl TargetGroupApi for Accounts {
         Ok(found)
     }
 
+    /// Each account's groups from its own client (one call pair per account named).
+    async fn describe(&self, arns: &[String]) -> Result<Vec<TargetGroup>, ElbError> {
+        let mut by_account: Vec<(&Elbv2TargetGroups, Vec<String>)> = Vec::new();
+        for arn in arns {
+            let elb = self.route(arn)?;
+            match by_account.iter_mut().find(|(e, _)| std::ptr::eq(*e, elb)) {
+                Some((_, named)) => named.push(arn.clone()),
+                None => by_account.push((elb, vec![arn.clone()])),
+            }
+        }
+        let mut groups = Vec::new();
+        for (elb, named) in by_account {
+            groups.extend(elb.describe(&named).await?);
+        }
+        Ok(groups)
+    }
+
     async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
         self.route(arn)?.tags(arn).await
     }

@@ -563,7 +563,7 @@ impl StateStore for DynamoState {
     async fn indexed_selections(
         &self,
         cluster: &str,
-    ) -> Result<Vec<(String, Option<crate::core::Selector>)>, StateError> {
+    ) -> Result<Vec<crate::state::IndexedGroup>, StateError> {
         self.read_index_selections(cluster).await
     }
 

@@ -146,6 +146,28 @@ impl Elbv2TargetGroups {
         }
     }
 
+    /// `groups` with their tags (DescribeTags in batches of [`TAGS_BATCH`]), less those
+    /// deleted meanwhile.
+    async fn with_tags(&self, mut groups: Vec<TargetGroup>) -> Result<Vec<TargetGroup>, ElbError> {
+        let arns: Vec<String> = groups.iter().map(|g| g.arn.clone()).collect();
+        let mut tags = TagsByArn::with_capacity(arns.len());
+        let mut deleted = HashSet::new();
+        for batch in arns.chunks(TAGS_BATCH) {
+            self.batch_tags(batch, &mut tags, &mut deleted).await?;
+        }
+        if !deleted.is_empty() {
+            tracing::info!(
+                count = deleted.len(),
+                "target groups deleted during discovery; skipped"
+            );
+            groups.retain(|g| !deleted.contains(&g.arn));
+        }
+        for group in &mut groups {
+            group.tags = tags.remove(&group.arn).unwrap_or_default();
+        }
+        Ok(groups)
+    }
+
     /// Tags of up to [`TAGS_BATCH`] groups into `tags`, and the ARNs of groups deleted
     /// since they were listed into `deleted`. One deleted group makes the whole batch
     /// fail with TargetGroupNotFound; the batch is then asked one ARN at a time.
@@ -557,23 +579,32 @@ impl TargetGroupApi for Elbv2TargetGroups {
             }
         }
 
-        let arns: Vec<String> = groups.iter().map(|g| g.arn.clone()).collect();
-        let mut tags = TagsByArn::with_capacity(arns.len());
-        let mut deleted = HashSet::new();
-        for batch in arns.chunks(TAGS_BATCH) {
-            self.batch_tags(batch, &mut tags, &mut deleted).await?;
+        self.with_tags(groups).await
+    }
+
+    async fn describe(&self, arns: &[String]) -> Result<Vec<TargetGroup>, ElbError> {
+        if arns.is_empty() {
+            return Ok(Vec::new());
         }
-        if !deleted.is_empty() {
-            tracing::info!(
-                count = deleted.len(),
-                "target groups deleted during discovery; skipped"
-            );
-            groups.retain(|g| !deleted.contains(&g.arn));
-        }
-        for group in &mut groups {
-            group.tags = tags.remove(&group.arn).unwrap_or_default();
-        }
-        Ok(groups)
+        self.calls.count(DESCRIBE_TARGET_GROUPS);
+        let page = self
+            .describes
+            .attempts(|| {
+                self.client
+                    .describe_target_groups()
+                    .set_target_group_arns(Some(arns.to_vec()))
+                    .customize()
+                    .config_override(no_retry())
+                    .send()
+            })
+            .await
+            .map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))?;
+        let groups = page
+            .target_groups()
+            .iter()
+            .filter_map(convert::group)
+            .collect();
+        self.with_tags(groups).await
     }
 
     async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {

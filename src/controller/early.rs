@@ -4,17 +4,24 @@
 //! second, but knows which groups select which pods only once discovery has read
 //! every group's tags (at 1,000 groups, 50-odd paced Describe calls: 10 s and more).
 //! A change seen meanwhile must not wait for the full diff to reach its group: it is
-//! kept here and asks for its groups' passes as soon as discovery binds them, with the
-//! time it was seen. Pure data: the controller feeds it and replays it.
+//! kept here, names the indexed groups whose recorded selector matches the pod (read
+//! at once, ahead of discovery), and asks for its groups' passes as soon as either
+//! binds them, with the time it was seen. Pure data: the controller feeds it and
+//! replays it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::{Binding, PodFacts, UnixMillis, contribution};
+use crate::core::{Binding, PodFacts, Selector, UnixMillis, contribution};
 use crate::reconcile::BoundGroup;
+use crate::state::IndexedGroup;
 
 /// At most this many pod changes are kept one by one; past it, a namespace's later
 /// changes ask for a pass of each of its groups (a rollout at a cold start).
 pub const KEPT: usize = 5_000;
+
+/// At most this many groups are read ahead of discovery (5 call pairs of 20): past
+/// it, a rollout at a cold start waits for discovery rather than double its calls.
+pub const READ_AHEAD: usize = 100;
 
 /// The pod changes and relists seen before discovery.
 #[derive(Debug, Default)]
@@ -24,23 +31,53 @@ pub struct Early {
     /// Namespaces where anything may have changed (a relist after a gap, or more
     /// changes than [`KEPT`]), with when that was first seen.
     namespaces: BTreeMap<String, UnixMillis>,
+    /// This cluster's index by namespace: each group with its recorded selector.
+    index: BTreeMap<String, Vec<(String, Selector)>>,
+    /// The indexed groups named to be read ahead of discovery.
+    named: BTreeSet<String>,
 }
 
 impl Early {
-    /// Keeps one pod change.
+    /// Learns this cluster's index (a cold start): rows whose selector no longer
+    /// parses name nothing.
+    pub fn index(&mut self, rows: &[IndexedGroup]) {
+        for row in rows {
+            if let Some(selector) = &row.selector {
+                self.index
+                    .entry(row.namespace.clone())
+                    .or_default()
+                    .push((row.group.clone(), selector.clone()));
+            }
+        }
+    }
+
+    /// Keeps one pod change. Returns the indexed groups it names for the first time
+    /// (their recorded selector matches the pod before or after), to be read ahead of
+    /// discovery: at most [`READ_AHEAD`] in all.
     pub fn pod(
         &mut self,
         namespace: &str,
         before: Option<&PodFacts>,
         after: Option<&PodFacts>,
         seen: UnixMillis,
-    ) {
+    ) -> Vec<String> {
+        let mut named = Vec::new();
+        for (arn, selector) in self.index.get(namespace).into_iter().flatten() {
+            if self.named.len() >= READ_AHEAD {
+                break;
+            }
+            let selects = |p: Option<&PodFacts>| p.is_some_and(|p| selector.matches(&p.labels));
+            if (selects(before) || selects(after)) && self.named.insert(arn.clone()) {
+                named.push(arn.clone());
+            }
+        }
         if self.pods.len() < KEPT {
             self.pods
                 .push((namespace.to_owned(), before.cloned(), after.cloned(), seen));
         } else {
             self.anything(namespace, seen);
         }
+        named
     }
 
     /// Keeps that anything may have changed in `namespace`.
@@ -81,6 +118,15 @@ impl Early {
         }
         marks
     }
+}
+
+/// Whether the watches, each namespace's with its selection, hold every pod `binding`
+/// selects: a group read ahead of discovery is bound only then (a pass on a store
+/// filtered by terms its binding lacks would miss pods, and deregister them).
+pub fn watched(namespaces: &BTreeMap<String, Option<Selector>>, binding: &Binding) -> bool {
+    namespaces
+        .get(&binding.namespace)
+        .is_some_and(|s| s.as_ref().is_none_or(|s| s.covers(&binding.selector)))
 }
 
 /// Whether a pod's change from `before` to `after` can change `binding`'s targets (a
@@ -128,8 +174,8 @@ mod tests {
         let bound = bound();
         let mut early = Early::default();
         let (ready, not_ready) = (facts("w", "web", true), facts("w", "web", false));
-        early.pod("shop", Some(&ready), Some(&not_ready), UnixMillis(10));
-        early.pod("shop", Some(&not_ready), Some(&ready), UnixMillis(20));
+        let _ = early.pod("shop", Some(&ready), Some(&not_ready), UnixMillis(10));
+        let _ = early.pod("shop", Some(&not_ready), Some(&ready), UnixMillis(20));
         let marks = early.marks(&bound, &BTreeMap::new());
         assert_eq!(
             marks,
@@ -145,7 +191,7 @@ mod tests {
         let mut early = Early::default();
         let pod = facts("x", "none", true);
         for i in 0..=KEPT as u64 {
-            early.pod("shop", None, Some(&pod), UnixMillis(i));
+            let _ = early.pod("shop", None, Some(&pod), UnixMillis(i));
         }
         let marks = early.marks(&bound, &BTreeMap::new());
         assert_eq!(
@@ -155,5 +201,65 @@ mod tests {
                 ("arn:web".to_owned(), UnixMillis(KEPT as u64)),
             ])
         );
+    }
+
+    #[test]
+    fn a_change_names_each_indexed_group_selecting_it_once_up_to_the_bound() {
+        let row = |group: &str, namespace: &str, selector: Option<&str>| IndexedGroup {
+            group: group.to_owned(),
+            namespace: namespace.to_owned(),
+            selector: selector.and_then(|s| Selector::parse(s).ok()),
+        };
+        let mut early = Early::default();
+        early.index(&[
+            row("arn:web", "shop", Some("app=web")),
+            row("arn:api", "shop", Some("app=api")),
+            row("arn:other", "bank", Some("app=web")),
+            row("arn:unreadable", "shop", None),
+        ]);
+        let (web, api) = (facts("w", "web", true), facts("a", "api", true));
+        assert_eq!(
+            early.pod("shop", None, Some(&web), UnixMillis(1)),
+            ["arn:web"]
+        );
+        assert!(
+            early
+                .pod("shop", Some(&web), None, UnixMillis(2))
+                .is_empty(),
+            "named once"
+        );
+        assert_eq!(
+            early.pod("shop", Some(&api), None, UnixMillis(3)),
+            ["arn:api"],
+            "a pod that is gone names the groups it was in"
+        );
+
+        let mut many = Early::default();
+        let rows: Vec<IndexedGroup> = (0..=READ_AHEAD)
+            .map(|i| row(&format!("arn:{i}"), "shop", Some("app=web")))
+            .collect();
+        many.index(&rows);
+        assert_eq!(
+            many.pod("shop", None, Some(&web), UnixMillis(1)).len(),
+            READ_AHEAD
+        );
+        assert!(many.pod("shop", None, Some(&web), UnixMillis(2)).is_empty());
+    }
+
+    #[test]
+    fn a_group_read_ahead_is_bound_only_where_the_watch_holds_all_its_pods() {
+        let web = binding("c", "shop", "app=web", 8080);
+        let selection = |s: &str| Selector::parse(s).ok();
+        let watching = |ns: &str, s: Option<Selector>| BTreeMap::from([(ns.to_owned(), s)]);
+        assert!(
+            watched(&watching("shop", None), &web),
+            "the whole namespace"
+        );
+        assert!(watched(&watching("shop", selection("app=web")), &web));
+        assert!(
+            !watched(&watching("shop", selection("app=web tier=fe")), &web),
+            "the index recorded a narrower selector than the tags now give"
+        );
+        assert!(!watched(&watching("bank", None), &web), "another namespace");
     }
 }

@@ -19,8 +19,9 @@
 //! state table's index on a cold start — while discovery reads every group's tags
 //! beside them; every bound group is then enqueued for the full diff (verified against
 //! ELBv2 within the Describe budget), and every pod change for the groups it can
-//! change (a change seen before discovery has bound its groups, as soon as it has:
-//! see `early`). A group's pass knows nothing of watches: it gets pods the store holds (or
+//! change (a change seen before discovery has bound its groups, as soon as the groups
+//! the index names for it are read ahead of discovery, or discovery binds them: see
+//! `early`). A group's pass knows nothing of watches: it gets pods the store holds (or
 //! reads them afresh when the store is behind the group's last pass) and runs under
 //! the group's lease like any other pass. A pass that waits — for a lease another
 //! process holds, for its backoff — gives its turn back to the queue with a time to
@@ -111,6 +112,11 @@ struct Run<'e, P, G, S> {
     /// The pod changes seen until discovery binds the groups (then replayed for the
     /// groups the watch did not know yet; `None` after).
     early: Mutex<Option<Early>>,
+    /// Indexed groups a pod change named before discovery, to read ahead of it
+    /// (`read_ahead`).
+    to_read: Mutex<Vec<String>>,
+    /// Signalled when `to_read` gets a group, and when discovery is done.
+    read_wake: tokio::sync::Notify,
     /// The full diff's verification plan, once discovery is done.
     verify: Mutex<Verify>,
     /// Signalled when a group of the full diff has had its look.
@@ -177,6 +183,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             bound: Mutex::new(Arc::new(BTreeMap::new())),
             namespaces: tokio::sync::watch::Sender::new(BTreeMap::new()),
             early: Mutex::new(Some(Early::default())),
+            to_read: Mutex::new(Vec::new()),
+            read_wake: tokio::sync::Notify::new(),
             verify: Mutex::new(Verify::default()),
             verified: tokio::sync::Notify::new(),
             ahead: std::sync::OnceLock::new(),
@@ -203,9 +211,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 }
             }
         };
-        let background = async {
-            futures::join!(full_diff, run.reflectors(), run.poll_gates());
-        };
+        // Boxed: the full diff, watches and passes make a large future (28 KB in a debug
+        // build), which would otherwise sit on the caller's stack.
+        let background = Box::pin(async {
+            futures::join!(
+                full_diff,
+                run.reflectors(),
+                run.poll_gates(),
+                run.read_ahead()
+            );
+        });
         // The one exit: the runner ends the invocation (at `until`, after draining);
         // the watches, discovery and gate polls end with it.
         tokio::select! {
@@ -292,9 +307,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 return;
             }
         };
+        if let Some(early) = lock(&self.early).as_mut() {
+            early.index(&rows);
+        }
         let mut namespaces: BTreeMap<String, Vec<Option<Selector>>> = BTreeMap::new();
-        for (ns, selector) in rows {
-            namespaces.entry(ns).or_default().push(selector);
+        for row in rows {
+            namespaces
+                .entry(row.namespace)
+                .or_default()
+                .push(row.selector);
         }
         let selections = namespaces
             .into_iter()
@@ -328,6 +349,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     .errors
                     .push(format!("discovering target groups failed: {e}"));
                 *lock(&self.early) = None;
+                self.read_wake.notify_one();
                 return None;
             }
         };
@@ -376,6 +398,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 .map(|e| e.marks(&now, &known))
                 .unwrap_or_default()
         };
+        self.read_wake.notify_one();
         let rotation = engine.rotation(bound.len(), started);
         let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
         let due: HashSet<String> = ranked
@@ -433,6 +456,70 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
         self.wake.notify_one();
         Some((tagged, indexed))
+    }
+
+    /// Until discovery is done, reads the groups pod changes named (`to_read`, 20 at a
+    /// time) and binds those whose tags bind them in a watched namespace, each asking
+    /// for a pass if a change kept so far can change it: a cold container's first
+    /// changes are acted on without waiting for discovery's every page. Discovery's
+    /// bindings replace these when it is done. A read that fails leaves its groups to
+    /// discovery.
+    async fn read_ahead(&self) {
+        let engine = self.engine;
+        loop {
+            let woken = self.read_wake.notified();
+            let mut woken = std::pin::pin!(woken);
+            woken.as_mut().enable();
+            if lock(&self.early).is_none() {
+                return;
+            }
+            let batch: Vec<String> = {
+                let mut to_read = lock(&self.to_read);
+                let n = to_read.len().min(crate::aws::elbv2::TAGS_BATCH);
+                to_read.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                woken.await;
+                continue;
+            }
+            let read_at = engine.clock.now();
+            let groups = match engine.groups.describe(&batch).await {
+                Ok(groups) => groups,
+                Err(e) => {
+                    tracing::debug!(groups = batch.len(), error = %e, "reading groups ahead of discovery failed; discovery binds them");
+                    continue;
+                }
+            };
+            let watched = self.namespaces.borrow().clone();
+            let mut found: BTreeMap<String, BoundGroup> = groups
+                .into_iter()
+                .filter_map(|g| engine.bind(g, read_at)?.ok())
+                .filter(|b| early::watched(&watched, &b.binding))
+                .map(|b| (b.group.arn.clone(), b))
+                .collect();
+            let marks = {
+                let early = lock(&self.early);
+                let Some(early) = early.as_ref() else {
+                    return;
+                };
+                let mut bound = lock(&self.bound);
+                found.retain(|arn, _| !bound.contains_key(arn));
+                let mut next = (**bound).clone();
+                next.extend(found.iter().map(|(arn, b)| (arn.clone(), b.clone())));
+                *bound = Arc::new(next);
+                early.marks(&found, &BTreeMap::new())
+            };
+            if marks.is_empty() {
+                continue;
+            }
+            {
+                let mut queue = lock(&self.queue);
+                for (arn, seen) in &marks {
+                    queue.request(arn, Want::change(*seen));
+                }
+            }
+            self.wake.notify_one();
+        }
     }
 
     /// Waits until the full diff has looked at every bound group.
@@ -526,7 +613,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                         before,
                         after,
                         seen_at,
-                    } => early.pod(namespace, *before, *after, *seen_at),
+                    } => {
+                        let named = early.pod(namespace, *before, *after, *seen_at);
+                        if !named.is_empty() {
+                            lock(&self.to_read).extend(named);
+                            self.read_wake.notify_one();
+                        }
+                    }
                     _ => {}
                 }
             }

@@ -142,6 +142,12 @@ impl Selector {
         (!terms.is_empty()).then_some(Selector { terms })
     }
 
+    /// Whether a LIST filtered by `self` returns every pod `other` selects: each of
+    /// `self`'s terms is one of `other`'s (as [`Selector::common`]'s result is of each).
+    pub fn covers(&self, other: &Selector) -> bool {
+        self.terms.iter().all(|t| other.terms.contains(t))
+    }
+
     /// The terms, sorted and de-duplicated.
     pub fn terms(&self) -> &[Term] {
         &self.terms
@@ -376,6 +382,9 @@ mod tests {
         );
         assert_eq!(Selector::common([&a, &b, &c].into_iter()), None);
         assert_eq!(Selector::common(std::iter::empty()), None);
+        let common = Selector::common([&a, &b].into_iter()).unwrap();
+        assert!(common.covers(&a) && common.covers(&b) && !common.covers(&c));
+        assert!(!a.covers(&b), "team=x is not one of b's terms");
     }
 
     #[test]

@@ -347,31 +347,45 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             accounts_failed: discovery.failed,
             ..Bindings::default()
         };
-        let policy = &self.settings.binding_policy;
         for group in discovery.groups {
-            match Binding::for_cluster(&group.tags, &group.facts, &self.cluster, policy) {
+            match self.bind(group, read_at) {
                 None => {}
-                Some(Ok(binding)) => out.bound.push(BoundGroup {
-                    group,
-                    binding,
-                    read_at,
-                }),
-                Some(Err(e)) => {
-                    // DEBUG: the report carries it, and the resync handler logs one
-                    // line per failing group every run; pod-events, which rediscovers
-                    // every minute, would only repeat it.
-                    tracing::debug!(target_group = %group.arn, error = %e, "binding error");
-                    out.errors.push(GroupReport::with_error(
-                        &group.arn,
-                        &group.group_name(),
-                        Outcome::BindingError,
-                        e,
-                    ))
-                }
+                Some(Ok(bound)) => out.bound.push(bound),
+                Some(Err(report)) => out.errors.push(report),
             }
         }
         self.know_bindings(Arc::new(out.bound.clone()));
         Ok(out)
+    }
+
+    /// `group` bound to this cluster under the deployment's binding policy, its tags
+    /// read at `read_at`: `None` when its tags do not name this cluster, its report
+    /// when they are wrong.
+    pub(crate) fn bind(
+        &self,
+        group: crate::groups::TargetGroup,
+        read_at: UnixMillis,
+    ) -> Option<Result<BoundGroup, GroupReport>> {
+        let policy = &self.settings.binding_policy;
+        match Binding::for_cluster(&group.tags, &group.facts, &self.cluster, policy)? {
+            Ok(binding) => Some(Ok(BoundGroup {
+                group,
+                binding,
+                read_at,
+            })),
+            Err(e) => {
+                // DEBUG: the report carries it, and the resync handler logs one line
+                // per failing group every run; pod-events, which rediscovers every
+                // minute, would only repeat it.
+                tracing::debug!(target_group = %group.arn, error = %e, "binding error");
+                Some(Err(GroupReport::with_error(
+                    &group.arn,
+                    &group.group_name(),
+                    Outcome::BindingError,
+                    e,
+                )))
+            }
+        }
     }
 
     /// One pass over every bound group (or the requested ones), from fresh LISTs, and

@@ -10,7 +10,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use super::items::{self, NAMES};
 use super::{DynamoState, PUT_ITEM, QUERY, TRANSACT_WRITE_ITEMS, build_error};
 use crate::core::{Binding, Selector, UnixMillis};
-use crate::state::StateError;
+use crate::state::{IndexedGroup, StateError};
 
 /// One row of a cluster's index, as read.
 struct IndexRow {
@@ -61,19 +61,21 @@ impl DynamoState {
             .collect())
     }
 
-    /// The namespace and selector recorded by each row of `cluster`'s index that has
-    /// them.
+    /// Each row of `cluster`'s index that records its namespace and selector.
     pub(super) async fn read_index_selections(
         &self,
         cluster: &str,
-    ) -> Result<Vec<(String, Option<Selector>)>, StateError> {
+    ) -> Result<Vec<IndexedGroup>, StateError> {
         Ok(self
             .index_rows(cluster)
             .await?
             .into_iter()
             .filter_map(|row| {
-                let selector = row.selector.and_then(|s| Selector::parse(&s).ok());
-                Some((row.namespace?, selector))
+                Some(IndexedGroup {
+                    namespace: row.namespace?,
+                    selector: row.selector.and_then(|s| Selector::parse(&s).ok()),
+                    group: row.group,
+                })
             })
             .collect())
     }
