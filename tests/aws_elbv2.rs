@@ -204,6 +204,52 @@ async fn ipv6_targets_round_trip() {
     );
 }
 
+/// The groups a cold container reads ahead of discovery: only those named, with their
+/// tags; a deleted one among them fails the read (discovery decides then).
+#[tokio::test]
+async fn describes_the_named_groups_with_their_tags() {
+    let client = client().await;
+    let mut named = Vec::new();
+    for tag in ["named-a", "named-b"] {
+        let tags = [("tgsync/cluster", "c1"), ("which", tag)];
+        named.push(create_group(&client, &group_name(tag), TargetTypeEnum::Ip, false, &tags).await);
+    }
+    let other = create_group(
+        &client,
+        &group_name("other"),
+        TargetTypeEnum::Ip,
+        false,
+        &[],
+    )
+    .await;
+    let elb = Elbv2TargetGroups::new(client.clone(), MutationRate::default());
+    let found = elb.describe(&named).await.expect("describe");
+    let mut which: Vec<(&str, &str)> = found
+        .iter()
+        .map(|g| (g.arn.as_str(), g.tags["which"].as_str()))
+        .collect();
+    which.sort();
+    let mut want = vec![
+        (named[0].as_str(), "named-a"),
+        (named[1].as_str(), "named-b"),
+    ];
+    want.sort();
+    assert_eq!(which, want, "{other} was not named");
+    let calls = elb.api_calls();
+    assert_eq!(
+        (calls["DescribeTargetGroups"], calls["DescribeTags"]),
+        (1, 1)
+    );
+
+    client
+        .delete_target_group()
+        .target_group_arn(&named[1])
+        .send()
+        .await
+        .expect("delete");
+    assert!(elb.describe(&named).await.is_err(), "a deleted group named");
+}
+
 #[tokio::test]
 async fn missing_group_is_not_found() {
     let client = client().await;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use aws_sdk_elasticloadbalancingv2::Client;
 use aws_sdk_elasticloadbalancingv2::operation::describe_tags::DescribeTagsError;
+use aws_sdk_elasticloadbalancingv2::operation::describe_target_groups::DescribeTargetGroupsOutput;
 use aws_sdk_elasticloadbalancingv2::types::TargetDescription;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
@@ -144,6 +145,29 @@ impl Elbv2TargetGroups {
             Err(e) if e.code() == Some(NOT_FOUND) => Ok(None),
             Err(e) => Err(elb_error(DESCRIBE_TARGET_GROUPS, None, e)),
         }
+    }
+
+    /// One DescribeTargetGroups: a page of every group (from `marker`), or the named
+    /// groups.
+    async fn groups_page(
+        &self,
+        named: Option<&[String]>,
+        marker: Option<String>,
+    ) -> Result<DescribeTargetGroupsOutput, ElbError> {
+        self.calls.count(DESCRIBE_TARGET_GROUPS);
+        self.describes
+            .attempts(|| {
+                self.client
+                    .describe_target_groups()
+                    .set_target_group_arns(named.map(<[String]>::to_vec))
+                    .set_page_size(named.is_none().then_some(DESCRIBE_PAGE_SIZE))
+                    .set_marker(marker.clone())
+                    .customize()
+                    .config_override(no_retry())
+                    .send()
+            })
+            .await
+            .map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))
     }
 
     /// `groups` with their tags (DescribeTags in batches of [`TAGS_BATCH`]), less those
@@ -558,20 +582,7 @@ impl TargetGroupApi for Elbv2TargetGroups {
         let mut groups = Vec::new();
         let mut marker: Option<String> = None;
         loop {
-            self.calls.count(DESCRIBE_TARGET_GROUPS);
-            let page = self
-                .describes
-                .attempts(|| {
-                    self.client
-                        .describe_target_groups()
-                        .page_size(DESCRIBE_PAGE_SIZE)
-                        .set_marker(marker.clone())
-                        .customize()
-                        .config_override(no_retry())
-                        .send()
-                })
-                .await
-                .map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))?;
+            let page = self.groups_page(None, marker.clone()).await?;
             groups.extend(page.target_groups().iter().filter_map(convert::group));
             match page.next_marker().filter(|m| !m.is_empty()) {
                 Some(next) if marker.as_deref() != Some(next) => marker = Some(next.to_owned()),
@@ -586,19 +597,7 @@ impl TargetGroupApi for Elbv2TargetGroups {
         if arns.is_empty() {
             return Ok(Vec::new());
         }
-        self.calls.count(DESCRIBE_TARGET_GROUPS);
-        let page = self
-            .describes
-            .attempts(|| {
-                self.client
-                    .describe_target_groups()
-                    .set_target_group_arns(Some(arns.to_vec()))
-                    .customize()
-                    .config_override(no_retry())
-                    .send()
-            })
-            .await
-            .map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, None, e))?;
+        let page = self.groups_page(Some(arns), None).await?;
         let groups = page
             .target_groups()
             .iter()
