@@ -509,17 +509,29 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 *bound = Arc::new(next);
                 early.marks(&found, &BTreeMap::new())
             };
-            if marks.is_empty() {
-                continue;
-            }
-            {
-                let mut queue = lock(&self.queue);
-                for (arn, seen) in &marks {
-                    queue.request(arn, Want::change(*seen));
-                }
-            }
-            self.wake.notify_one();
+            self.ask_changes(marks.iter().map(|(arn, seen)| (arn.as_str(), *seen)));
         }
+    }
+
+    /// Asks for a change pass of each group, with when its change was seen, and
+    /// promotes its verification in flight (the change waits for it).
+    fn ask_changes<'a>(&self, changes: impl Iterator<Item = (&'a str, UnixMillis)> + Clone) {
+        if changes.clone().next().is_none() {
+            return;
+        }
+        {
+            let mut queue = lock(&self.queue);
+            for (arn, seen) in changes.clone() {
+                queue.request(arn, Want::change(seen));
+            }
+        }
+        {
+            let promotions = lock(&self.promotions);
+            for p in changes.filter_map(|(arn, _)| promotions.get(arn)) {
+                p.promote();
+            }
+        }
+        self.wake.notify_one();
     }
 
     /// Waits until the full diff has looked at every bound group.
@@ -674,22 +686,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 }
             }
         }
-        if marked.is_empty() {
-            return;
-        }
-        {
-            let mut queue = lock(&self.queue);
-            for arn in &marked {
-                queue.request(arn, Want::change(seen));
-            }
-        }
-        {
-            let promotions = lock(&self.promotions);
-            for p in marked.iter().filter_map(|arn| promotions.get(arn)) {
-                p.promote();
-            }
-        }
-        self.wake.notify_one();
+        self.ask_changes(marked.iter().map(|arn| (arn.as_str(), seen)));
     }
 
     /// Runs the queue until `until` (real time), each key's pass on its own, then lets
