@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetTypeEnum};
 use futures::StreamExt;
+use measure::{proc_status_kib, proc_status_kib_of};
 use tgsync::app::{App, LiveEngine};
 use tgsync::clock::SystemClock;
 use tgsync::config::Settings;
@@ -72,7 +73,7 @@ struct Memory {
 fn memory_start() -> (isize, u64, bool) {
     note_hwm();
     let now = heap::restart_peak();
-    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let reset = measure::reset_rss_peak();
     (now, proc_status_kib("VmRSS").unwrap_or(0), reset)
 }
 
@@ -118,23 +119,6 @@ impl std::fmt::Display for Memory {
             None => write!(f, ", peak RSS not resettable here"),
         }
     }
-}
-
-/// A `kB` field of `/proc/<pid>/status` (`self` for this process).
-fn proc_status_kib_of(pid: &str, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| {
-        l.strip_prefix(field)?
-            .strip_prefix(':')?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    })
-}
-
-fn proc_status_kib(field: &str) -> Option<u64> {
-    proc_status_kib_of("self", field)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ impl App {
     }
 }
 
-/// The Lambda main of the functions: logging, crypto provider, configuration once per
+/// The Lambda main of the functions: allocator settings, logging, crypto provider, configuration once per
 /// container, then the runtime loop calling `handler` with the app, the payload and the
 /// invocation deadline. A bad setting does not crash the container: every invocation
 /// answers with the one-line error instead, so `aws lambda invoke` shows it.
@@ -145,6 +145,7 @@ where
     F: Fn(Arc<App>, serde_json::Value, crate::handlers::manual::Invocation) -> Fut,
     Fut: std::future::Future<Output = Result<serde_json::Value, crate::handlers::HandlerError>>,
 {
+    crate::allocator::configure();
     crate::logging::init();
     install_crypto_provider();
     let app = App::from_env(function)

@@ -9,6 +9,7 @@
 //! Test scaffolding (in-memory fakes, pod builders, fault injection) is compiled only
 //! for this crate's tests and with the `testing` feature, never into the functions.
 
+pub mod allocator;
 pub mod app;
 pub mod aws;
 pub mod clock;

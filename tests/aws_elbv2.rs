@@ -280,7 +280,7 @@ async fn deregistering_a_target_that_is_not_registered_succeeds() {
     let elb = Elbv2TargetGroups::new(client, MutationRate::default());
     // ELBv2 (and moto) refuse it with InvalidTarget: the target is already gone, which
     // is what a deregistration wants (a retry after a lost answer, a hand removal).
-    // Other errors carry their code and message: `canned::throttling_is_retried_by_the_sdk_then_reported`.
+    // Other errors carry their code and message: `canned::throttling_is_retried_by_the_adapter_then_reported`.
     elb.deregister(&arn, &[t("10.9.9.9:80")], &Unfenced)
         .await
         .expect("an absent target counts as deregistered");
@@ -552,7 +552,7 @@ mod canned {
     }
 
     #[tokio::test]
-    async fn throttling_is_retried_by_the_sdk_then_reported() {
+    async fn throttling_is_retried_by_the_adapter_then_reported() {
         let (url, log) = serve(Box::new(|p: &Params| match p["Action"].as_str() {
             "RegisterTargets" => error(400, "Throttling", "Rate exceeded"),
             "DeregisterTargets" => error(400, "AccessDenied", "not authorized to deregister"),
@@ -588,8 +588,9 @@ mod canned {
 
         let log = log.lock().expect("log");
         let attempts = |action: &str| log.iter().filter(|p| p["Action"] == action).count();
-        // Throttling and 5xx: every attempt allowed (the SDK's for Describe calls, the
-        // adapter's own rate-limited loop for mutations); access denied: one.
+        // Throttling and 5xx: every attempt allowed, by the adapter's own paced loop
+        // (this client retries too: the adapter turns the SDK's retries off, or the
+        // attempts would multiply); access denied: one.
         assert_eq!(
             attempts("RegisterTargets"),
             tgsync::aws::MAX_ATTEMPTS as usize

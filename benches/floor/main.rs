@@ -26,7 +26,8 @@
 //! subset of `physical,sdk,tgsync`; `physical:lists`, `sdk:groups` and the like measure
 //! one half of a floor, the LISTs or the per-group reads). `FLOOR_LOGGING=0` runs without
 //! the Lambda's log subscriber, `FLOOR_STALLED_STREAM=0` with the SDK's stalled-stream
-//! protection off: what each costs. `FLOOR_CPU_SHARE_MB=256` puts the measured process
+//! protection off, `FLOOR_MIMALLOC_DEFAULTS=1` with mimalloc's defaults instead of the
+//! functions' settings (`tgsync::allocator`): what each costs. `FLOOR_CPU_SHARE_MB=256` puts the measured process
 //! (not the server) inside Lambda's CPU share for that memory size once the world is
 //! built (`scripts/bench/cpu-share.sh`, root), so the wall time is what a verification
 //! takes where it runs; `FLOOR_DESCRIBES_PER_SECOND` (100) sets tgsync's Describe pace.
@@ -147,6 +148,11 @@ fn main() {
         return;
     }
     tgsync::app::install_crypto_provider();
+    // The allocator as the functions set it up (purged memory handed back lazily).
+    // `FLOOR_MIMALLOC_DEFAULTS=1` leaves mimalloc's defaults (handed back at once).
+    if measure::env_or("FLOOR_MIMALLOC_DEFAULTS", 0) == 0 {
+        tgsync::allocator::configure();
+    }
     // Logging as the Lambda sets it up (JSON lines, default level), written nowhere: what
     // the enabled spans and events cost is part of the client's CPU.
     // `FLOOR_LOGGING=0` leaves it out, to measure what it costs.
@@ -238,6 +244,7 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
             let me = std::process::id();
             let cpu0 = cpu_share::cpu_time(me);
             let throttled0 = cpu_share::throttled(share);
+            let rss_reset = measure::reset_rss_peak();
             let t = Instant::now();
             let detail = match path {
                 Path::Physical(part) => {
@@ -266,8 +273,18 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
                     )
                 }
             };
+            // The round's peak RSS and what stays mapped after it.
+            let mib = |field| measure::proc_status_kib(field).unwrap_or(0) as f64 / 1024.0;
+            let rss = match rss_reset {
+                true => format!(
+                    ", RSS peak {:.0} MiB, after {:.0} MiB",
+                    mib("VmHWM"),
+                    mib("VmRSS")
+                ),
+                false => String::new(),
+            };
             println!(
-                "{label} {round} {:>14}: CPU {:>6.0} ms, wall {:>6.0} ms{throttled}{detail}",
+                "{label} {round} {:>14}: CPU {:>6.0} ms, wall {:>6.0} ms{rss}{throttled}{detail}",
                 path.name(),
                 measure::ms(c),
                 measure::ms(w)

@@ -37,3 +37,27 @@ pub fn profile_dir() -> PathBuf {
         .map(Path::to_path_buf)
         .expect("bench executable lives in target/<profile>/deps")
 }
+
+/// A `kB` field of `/proc/<pid>/status` (`self` for this process).
+pub fn proc_status_kib_of(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// A `kB` field of this process's `/proc/self/status` (`VmRSS`, `VmHWM`).
+pub fn proc_status_kib(field: &str) -> Option<u64> {
+    proc_status_kib_of("self", field)
+}
+
+/// Restarts this process's RSS high-water mark (`VmHWM`) from its current RSS
+/// (`echo 5 > /proc/self/clear_refs`, Linux >= 4.0); false where that is not allowed.
+pub fn reset_rss_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}

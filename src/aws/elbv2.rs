@@ -81,7 +81,7 @@ impl Elbv2TargetGroups {
     /// to `rate` across all clones.
     pub fn new(client: Client, rate: MutationRate) -> Self {
         Self {
-            client,
+            client: without_retries(&client),
             mutations: Arc::new(Pace::new(Some(rate))),
             describes: Arc::new(Pace::new(None)),
             calls: Arc::new(ApiCalls::new(OPERATIONS)),
@@ -105,7 +105,7 @@ impl Elbv2TargetGroups {
     /// out-of-VPC memory is keyed by target group ARN, which names the account.)
     pub fn for_client(&self, client: Client) -> Self {
         Self {
-            client,
+            client: without_retries(&client),
             ..self.clone()
         }
     }
@@ -128,14 +128,7 @@ impl Elbv2TargetGroups {
         self.calls.count(DESCRIBE_TARGET_GROUPS);
         let out = self
             .describes
-            .attempts(|| {
-                self.client
-                    .describe_target_groups()
-                    .names(name)
-                    .customize()
-                    .config_override(no_retry())
-                    .send()
-            })
+            .attempts(|| self.client.describe_target_groups().names(name).send())
             .await;
         match out {
             Ok(page) => Ok(page
@@ -162,8 +155,6 @@ impl Elbv2TargetGroups {
                     .set_target_group_arns(named.map(<[String]>::to_vec))
                     .set_page_size(named.is_none().then_some(DESCRIBE_PAGE_SIZE))
                     .set_marker(marker.clone())
-                    .customize()
-                    .config_override(no_retry())
                     .send()
             })
             .await
@@ -231,8 +222,6 @@ impl Elbv2TargetGroups {
                 self.client
                     .describe_tags()
                     .set_resource_arns(Some(arns.to_vec()))
-                    .customize()
-                    .config_override(no_retry())
                     .send()
             })
             .await?;
@@ -408,8 +397,6 @@ impl Elbv2TargetGroups {
                         .register_targets()
                         .target_group_arn(arn)
                         .set_targets(Some(descriptions.clone()))
-                        .customize()
-                        .config_override(no_retry())
                         .send()
                 })
                 .await
@@ -422,8 +409,6 @@ impl Elbv2TargetGroups {
                         .deregister_targets()
                         .target_group_arn(arn)
                         .set_targets(Some(descriptions.clone()))
-                        .customize()
-                        .config_override(no_retry())
                         .send()
                 })
                 .await
@@ -443,11 +428,17 @@ pub(crate) fn client(config: &aws_config::SdkConfig) -> Client {
     )
 }
 
-/// A per-request override that turns the SDK's own retries off: [`Pace::attempts`]
-/// retries instead, each attempt through the client-side bucket.
-fn no_retry() -> aws_sdk_elasticloadbalancingv2::config::Builder {
-    aws_sdk_elasticloadbalancingv2::config::Builder::default()
-        .retry_config(aws_config::retry::RetryConfig::disabled())
+/// `client` with the SDK's own retries off: [`Pace::attempts`] retries instead, each
+/// attempt through the client-side bucket. Set once on the client: an override per
+/// request builds and merges a configuration layer on every call.
+fn without_retries(client: &Client) -> Client {
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .build(),
+    )
 }
 
 /// A mutating call that failed for good, with what ELBv2 said.
@@ -627,8 +618,6 @@ impl TargetGroupApi for Elbv2TargetGroups {
                 self.client
                     .describe_target_health()
                     .target_group_arn(arn)
-                    .customize()
-                    .config_override(no_retry())
                     .send()
             })
             .await
