@@ -9,10 +9,11 @@ const PURGE_DECOMMITS: mi_option_t = 5;
 /// Memory mimalloc purges (freed for a second) is handed back lazily (`MADV_FREE`)
 /// instead of at once (`MADV_DONTNEED`, its default): the kernel takes the pages only
 /// when it needs them, so the next full diff reuses them as they are instead of
-/// faulting them back in, zeroed: about 0.1 s of the 1.6 s of CPU of a full verification
-/// at 100,000 pods (BENCHMARKS.md). Never purging saved a little more, but the 15-20 MiB it
-/// keeps are never given back, which a 256-MB function at that size cannot spare; lazily
-/// freed pages count in RSS until taken, but the kernel takes them before it runs out.
+/// faulting them back in, zeroed: about 0.1 s of the 1.6 s of CPU of a full
+/// verification at 100,000 pods (BENCHMARKS.md). Never purging saved a little more, but
+/// the 15-20 MiB it keeps are never given back, which a 256-MB function at that size
+/// cannot spare; lazily freed pages count in RSS until taken, but the kernel takes them
+/// before it runs out.
 pub fn configure() {
     // SAFETY: sets one option in mimalloc's table (bounds-checked by mimalloc); 0 is a
     // valid value of this on/off option.

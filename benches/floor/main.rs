@@ -27,10 +27,11 @@
 //! one half of a floor, the LISTs or the per-group reads). `FLOOR_LOGGING=0` runs without
 //! the Lambda's log subscriber, `FLOOR_STALLED_STREAM=0` with the SDK's stalled-stream
 //! protection off, `FLOOR_MIMALLOC_DEFAULTS=1` with mimalloc's defaults instead of the
-//! functions' settings (`tgsync::allocator`): what each costs. `FLOOR_CPU_SHARE_MB=256` puts the measured process
-//! (not the server) inside Lambda's CPU share for that memory size once the world is
-//! built (`scripts/bench/cpu-share.sh`, root), so the wall time is what a verification
-//! takes where it runs; `FLOOR_DESCRIBES_PER_SECOND` (100) sets tgsync's Describe pace.
+//! functions' settings (`tgsync::allocator`): what each costs. `FLOOR_CPU_SHARE_MB=256`
+//! puts the measured process (not the server) inside Lambda's CPU share for that memory
+//! size once the world is built (`scripts/bench/cpu-share.sh`, root), so the wall time is
+//! what a verification takes where it runs; `FLOOR_DESCRIBES_PER_SECOND` (100) sets
+//! tgsync's Describe pace.
 
 #[path = "../support/adapter_floor.rs"]
 mod adapter_floor;
