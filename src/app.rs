@@ -121,8 +121,9 @@ impl App {
 
 /// The Lambda main of the functions: allocator settings, logging, crypto provider,
 /// configuration once per container, then the runtime loop calling `handler` with the
-/// app, the payload and the invocation deadline. A bad setting does not crash the container: every invocation
-/// answers with the one-line error instead, so `aws lambda invoke` shows it.
+/// app, the payload and the invocation deadline. A bad setting does not crash the
+/// container: every invocation answers with the one-line error instead, so `aws lambda
+/// invoke` shows it.
 pub async fn serve<F, Fut>(function: &'static str, handler: F) -> Result<(), lambda_runtime::Error>
 where
     F: Fn(Arc<App>, serde_json::Value, UnixMillis) -> Fut,

@@ -276,13 +276,14 @@ async fn bench(sizes: &Sizes, port: u16, ca_file: &std::path::Path, share: &str)
             };
             // The round's peak RSS and what stays mapped after it.
             let mib = |field| measure::proc_status_kib(field).unwrap_or(0) as f64 / 1024.0;
-            let rss = match rss_reset {
-                true => format!(
+            let rss = if rss_reset {
+                format!(
                     ", RSS peak {:.0} MiB, after {:.0} MiB",
                     mib("VmHWM"),
                     mib("VmRSS")
-                ),
-                false => String::new(),
+                )
+            } else {
+                String::new()
             };
             println!(
                 "{label} {round} {:>14}: CPU {:>6.0} ms, wall {:>6.0} ms{rss}{throttled}{detail}",
