@@ -179,8 +179,8 @@ impl Accounts {
                 .to_builder()
                 .credentials_provider(SharedCredentialsProvider::new(credentials))
                 .build();
-            accounts =
-                accounts.with_role(role.clone(), home.for_client(super::elbv2::client(&config)));
+            let client = aws_sdk_elasticloadbalancingv2::Client::new(&config);
+            accounts = accounts.with_role(role.clone(), home.for_client(client));
         }
         accounts
     }

@@ -112,7 +112,7 @@ impl Elbv2TargetGroups {
 
     /// Builds the client from an SDK configuration (normally [`super::sdk_config`]).
     pub fn from_sdk_config(config: &aws_config::SdkConfig, rate: MutationRate) -> Self {
-        Self::new(client(config), rate)
+        Self::new(Client::new(config), rate)
     }
 
     /// Calls made so far per operation (each page counts; SDK retries do not), for
@@ -418,19 +418,10 @@ impl Elbv2TargetGroups {
     }
 }
 
-/// An ELBv2 client of `config` in tgsync's retry partition (see
-/// [`super::retry_partition`]).
-pub(crate) fn client(config: &aws_config::SdkConfig) -> Client {
-    Client::from_conf(
-        aws_sdk_elasticloadbalancingv2::config::Builder::from(config)
-            .retry_partition(super::retry_partition("tgsync-elasticloadbalancing"))
-            .build(),
-    )
-}
-
 /// `client` with the SDK's own retries off: [`Pace::attempts`] retries instead, each
 /// attempt through the client-side bucket. Set once on the client: an override per
-/// request builds and merges a configuration layer on every call.
+/// request builds and merges a configuration layer on every call. (So the adapter's
+/// clients need no retry partition: they draw on no retry quota.)
 fn without_retries(client: &Client) -> Client {
     Client::from_conf(
         client
