@@ -730,9 +730,22 @@ async fn the_full_diff_reads_the_groups_states_in_batches() {
     w.verified_empty(&at_rest).await;
     // A first run reads each group alone once: its first read records on the item that
     // there is nothing of the earlier table layout to fold in (a batch leaves such
-    // items out).
-    let until = w.clock.now().plus(Duration::from_secs(4));
-    w.engine.run_scheduled(&scheduled(), until).await;
+    // items out). On a loaded machine a run can end before its full diff has looked at
+    // every group, and the groups it deferred would read alone in the run measured: the
+    // first runs go on until one has looked at them all.
+    for first in 1.. {
+        let until = w.clock.now().plus(Duration::from_secs(4));
+        let report = w.engine.run_scheduled(&scheduled(), until).await;
+        let deferred = report.totals.deferred;
+        eprintln!("first run {first}: {deferred} groups deferred");
+        if deferred == 0 {
+            break;
+        }
+        assert!(
+            first < 5,
+            "{deferred} groups still deferred after {first} runs"
+        );
+    }
     let before = proxy.records().len();
     let until = w.clock.now().plus(Duration::from_secs(4));
     let report = w.engine.run_scheduled(&scheduled(), until).await;
