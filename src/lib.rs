@@ -8,6 +8,10 @@
 //!
 //! Test scaffolding (in-memory fakes, pod builders, fault injection) is compiled only
 //! for this crate's tests and with the `testing` feature, never into the functions.
+//!
+//! No `unwrap` or `expect` outside tests: an input tgsync did not foresee is an error
+//! with context, never a panic (the test scaffolding is exempt).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod allocator;
 pub mod app;

@@ -8,6 +8,7 @@
 //!
 //! Everything it prints for people goes to stdout as tables (stderr for progress and
 //! errors); `--json` prints the machine form instead. Exit codes: [`exit`].
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 mod invoke;

@@ -4,6 +4,7 @@
 
 // The engine's nested futures are deeper than rustc's default layout query limit.
 #![recursion_limit = "256"]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
