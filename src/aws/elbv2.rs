@@ -8,6 +8,7 @@
 //! [`ElbError`].
 
 mod convert;
+mod limiter;
 mod pace;
 mod rate;
 mod zones;

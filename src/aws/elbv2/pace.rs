@@ -1,5 +1,6 @@
 //! How fast tgsync sends ELBv2 requests: every attempt — first tries and retries alike —
-//! waits for the shared client-side token bucket of its kind (mutations, Describes), and
+//! waits for the shared client-side limit of its kind (mutations, Describes: a token
+//! bucket, or a container's window of the deployment's budget; see `limiter`), and
 //! a throttled answer slows every caller of that kind down further until answers come
 //! back clean (adaptive), instead of the SDK retrying on its own outside the bucket.
 
@@ -10,12 +11,12 @@ use std::time::Duration;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use governor::DefaultDirectRateLimiter;
 
 use super::super::{
     INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, credentials_failure, is_throttling_code,
 };
 use super::MutationRate;
+use super::limiter::Limiter;
 use crate::groups::Fence;
 
 /// Largest extra wait per attempt while ELBv2 keeps throttling.
@@ -29,12 +30,13 @@ const FIRST_PENALTY_MS: u64 = 250;
 /// Background work ([`crate::groups::in_background`]: discovery, the full diff's
 /// verifications) takes a slot only when no other request is waiting for one, and only
 /// one background request waits at a time: a reaction waits for at most one slot,
-/// however many verifications are queued. Background work that found a change
-/// ([`crate::groups::Promotion::found_change`]) waits in a lane of its own, ahead of the
-/// rest of the background. Requests for reactions take their slots in arrival order.
+/// however many verifications are queued. Under a share's window, background work also
+/// leaves the window's last slot free, so a reaction's first call finds one at once.
+/// Background work that found a change ([`crate::groups::Promotion::found_change`])
+/// waits in a lane of its own, ahead of the rest of the background. Requests for reactions take their slots in arrival order.
 #[derive(Debug)]
 pub(crate) struct Pace {
-    limiter: Option<DefaultDirectRateLimiter>,
+    limiter: Option<Limiter>,
     /// Extra wait before each attempt, doubled by a throttled answer and halved by a
     /// clean one.
     penalty_ms: AtomicU64,
@@ -73,26 +75,6 @@ impl Drop for Waiting<'_> {
 
 /// How often a background request looks again while requests for reactions wait.
 const YIELD_POLL: Duration = Duration::from_millis(20);
-
-/// Takes a slot of `limiter` if one is free now; else how long until one is.
-fn wait_for(limiter: &DefaultDirectRateLimiter) -> Option<Duration> {
-    use governor::clock::Clock as _;
-    // The limiter's own clock: a new `DefaultClock` probes the CPU (CPUID, a VM exit on
-    // virtual machines such as Lambda's) every time it is made.
-    limiter
-        .check()
-        .err()
-        .map(|not_until| not_until.wait_time_from(limiter.clock().now()))
-}
-
-/// Waits for a slot of `limiter` on the runtime's own timer. (governor's `until_ready`
-/// waits on a timer thread of its own: two thread wake-ups per paced call, which on a
-/// Lambda's fraction of a CPU is time taken from the calls.)
-pub(crate) async fn ready(limiter: &DefaultDirectRateLimiter) {
-    while let Some(wait) = wait_for(limiter) {
-        tokio::time::sleep(wait).await;
-    }
-}
 
 impl Pace {
     /// A pace held to `rate` (`None`: no client-side bucket, only the adaptive wait).
@@ -143,7 +125,7 @@ impl Pace {
         // Without the turn, every waiter sleeps until the same next slot: all wake, one
         // takes it and the rest sleep again (N wake-ups per slot for N waiters).
         let _turn = self.urgent_turn.lock().await;
-        ready(limiter).await;
+        limiter.ready().await;
     }
 
     /// A slot for background work: one background request of its lane waits at a time,
@@ -152,7 +134,7 @@ impl Pace {
     /// promoted meanwhile: it then waits as a reaction does.
     async fn background_slot(
         &self,
-        limiter: &DefaultDirectRateLimiter,
+        limiter: &Limiter,
         promotion: &crate::groups::Promotion,
     ) -> bool {
         let ahead = promotion.has_change();
@@ -172,7 +154,7 @@ impl Pace {
             let wait = if before > 0 {
                 YIELD_POLL
             } else {
-                match wait_for(limiter) {
+                match limiter.check(true) {
                     None => return true,
                     Some(wait) => wait.min(YIELD_POLL.max(wait / 2)),
                 }
@@ -442,6 +424,50 @@ mod tests {
             "the promoted request got its slot at {promoted:?}, the others at {done:?}"
         );
         assert!(promoted < Duration::from_millis(350), "{done:?}");
+    }
+
+    /// Under a share's window (4 calls a second), queued verifications take three slots
+    /// a window, evenly spaced, and leave the fourth: a reaction's first call goes out
+    /// at once, though verifications were still waiting, and its second soon after.
+    #[tokio::test]
+    async fn under_a_share_verifications_leave_a_reaction_its_slot() {
+        let rate = MutationRate::new(8, None).expect("rate").share(0.5, 1);
+        assert_eq!(rate.per_window(), 4);
+        let pace = Pace::new(Some(rate));
+        let start = std::time::Instant::now();
+        let verifications = futures::future::join_all((0..12).map(|_| {
+            crate::groups::in_background(async {
+                pace.slot().await;
+                start.elapsed()
+            })
+        }));
+        let reaction = async {
+            tokio::time::sleep(Duration::from_millis(1300)).await;
+            let asked = start.elapsed();
+            pace.slot().await;
+            let first = start.elapsed();
+            pace.slot().await;
+            (asked, first, start.elapsed())
+        };
+        let (verified, (asked, first, second)) = tokio::join!(verifications, reaction);
+        let before = |t: Duration| verified.iter().filter(|&&v| v < t).count();
+        assert_eq!(before(Duration::from_millis(1000)), 3, "{verified:?}");
+        assert!(
+            verified.iter().filter(|&&v| v > asked).count() >= 6,
+            "the verifications were done before the reaction came: {verified:?}"
+        );
+        assert!(
+            first - asked < Duration::from_millis(50),
+            "the reaction waited {:?} for its first call; verifications at {verified:?}",
+            first - asked
+        );
+        // The second call waits for the window's next free slot, ahead of the queue:
+        // at most one verification's spacing (a third of a window).
+        assert!(
+            second - first < Duration::from_millis(400),
+            "the reaction's second call waited {:?}; verifications at {verified:?}",
+            second - first
+        );
     }
 
     /// Background work that found a change goes ahead of queued re-verifications, and

@@ -8,7 +8,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::{Quota, RateLimiter};
+
+use super::limiter::{Limiter, SlidingWindow};
 use thiserror::Error;
 
 /// Calls per second and burst for one kind of ELBv2 call (RegisterTargets /
@@ -17,8 +19,11 @@ use thiserror::Error;
 pub struct MutationRate {
     per_second: NonZeroU32,
     burst: NonZeroU32,
-    /// Time per call: `1 s / per_second`, longer for a [`MutationRate::share`].
+    /// Time per call: `1 s / per_second`.
     period: Duration,
+    /// A [`MutationRate::share`]: at most this many calls in any 1-s window, back to
+    /// back while it has room (`None`: the token bucket of `period` and `burst`).
+    window: Option<NonZeroU32>,
 }
 
 /// Five calls per second, burst five: well under ELBv2's documented mutation rate, so
@@ -31,6 +36,7 @@ impl Default for MutationRate {
             per_second: DEFAULT_PER_SECOND,
             burst: DEFAULT_PER_SECOND,
             period: Duration::from_secs(1) / DEFAULT_PER_SECOND.get(),
+            window: None,
         }
     }
 }
@@ -63,37 +69,38 @@ impl MutationRate {
             per_second,
             burst,
             period: Duration::from_secs(1) / per_second.get(),
+            window: None,
         })
     }
 
     /// The rate of one of `containers` containers (a function's reserved concurrency)
-    /// of a function that gets `fraction` (0–1) of this deployment-wide budget: calls
-    /// evenly spaced (burst 1), at most `⌊budget × fraction / containers⌋` (at least
-    /// one) in any second. So the containers of every function together stay within the
-    /// budget in every 1-s window, however many run at once.
+    /// of a function that gets `fraction` (0–1) of this deployment-wide budget: at most
+    /// `⌊budget × fraction / containers⌋` calls (at least one) in any second, back to
+    /// back while the second has room. So the containers of every function together
+    /// stay within the budget in every 1-s window, however many run at once, and a
+    /// container that has been quiet sends its next few calls without waiting.
     pub fn share(self, fraction: f64, containers: u32) -> Self {
         let per_window = f64::from(self.per_second.get()) * fraction.clamp(0.0, 1.0)
             / f64::from(containers.max(1));
-        let per_window = (per_window.floor() as u32).max(1);
-        // Evenly spaced, a closed 1-s window holds ⌊calls per second⌋ + 1 calls.
-        let period = match per_window {
-            1 => Duration::from_millis(1010),
-            n => Duration::from_secs(1) / (n - 1),
-        };
+        let per_window = NonZeroU32::new(per_window.floor() as u32).unwrap_or(NonZeroU32::MIN);
         Self {
             per_second: self.per_second,
-            burst: NonZeroU32::MIN,
-            period,
+            burst: per_window,
+            period: super::limiter::WINDOW / per_window.get(),
+            window: Some(per_window),
         }
     }
 
     /// The most calls this rate lets out in any 1-s window (both ends included).
     pub fn per_window(&self) -> u32 {
+        if let Some(calls) = self.window {
+            return calls.get();
+        }
         let calls = (1.0 / self.period.as_secs_f64()).floor() as u32;
         calls + self.burst.get()
     }
 
-    /// Calls per second this rate allows (fractional for a share).
+    /// Calls per second this rate allows when busy (fractional for a share).
     pub fn calls_per_second(&self) -> f64 {
         1.0 / self.period.as_secs_f64()
     }
@@ -109,11 +116,14 @@ impl MutationRate {
     }
 
     /// The limiter all calls of its kind of one adapter (and its clones) wait on.
-    pub(crate) fn limiter(&self) -> DefaultDirectRateLimiter {
+    pub(crate) fn limiter(&self) -> Limiter {
+        if let Some(calls) = self.window {
+            return Limiter::Window(SlidingWindow::new(calls.get()));
+        }
         let quota = Quota::with_period(self.period)
             .unwrap_or_else(|| Quota::per_second(self.per_second))
             .allow_burst(self.burst);
-        RateLimiter::direct(quota)
+        Limiter::Bucket(RateLimiter::direct(quota))
     }
 }
 
@@ -160,7 +170,7 @@ mod tests {
         let limiter = MutationRate::new(20, Some(2)).unwrap().limiter();
         let start = std::time::Instant::now();
         for _ in 0..4 {
-            super::super::pace::ready(&limiter).await;
+            limiter.ready().await;
         }
         // Two immediately, then two more at 50 ms intervals.
         assert!(start.elapsed() >= std::time::Duration::from_millis(90));
