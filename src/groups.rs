@@ -36,9 +36,13 @@ tokio::task_local! {
     static BACKGROUND: Promotion;
 }
 
-/// Lifts background work to a reaction's priority while it runs: the controller promotes
-/// a group's verification when a pod change for the same group arrives, because that
-/// change can only start once the verification ends (one pass per group at a time).
+/// What happens to background work when a pod change for its group arrives (the change
+/// can only start once the work ends: one pass per group at a time). Work that has sent
+/// no ELBv2 call yet stands down: [`in_background_until_promoted`] drops it at its first
+/// call and the change's own pass looks at the group instead, so the group's health is
+/// read once, for pods as they are now (a verification that went on would read it for
+/// pods as they were, then the change's pass again). Work that has sent a call may be
+/// changing the group: it is promoted to a reaction's priority instead.
 #[derive(Debug, Clone, Default)]
 pub struct Promotion(std::sync::Arc<PromotionInner>);
 
@@ -47,8 +51,19 @@ struct PromotionInner {
     promoted: std::sync::atomic::AtomicBool,
     /// The work found a change to make (see [`Promotion::found_change`]).
     ahead: std::sync::atomic::AtomicBool,
+    /// [`UNSENT`], [`SENT`], [`STANDING_DOWN`] or [`STOOD_DOWN`].
+    calls: std::sync::atomic::AtomicU8,
     notify: tokio::sync::Notify,
 }
+
+/// No ELBv2 call of the work has gone out.
+const UNSENT: u8 = 0;
+/// One has.
+const SENT: u8 = 1;
+/// A pod change arrived before any did: the work stops at its first call.
+const STANDING_DOWN: u8 = 2;
+/// The work reached its first call standing down and waits to be dropped.
+const STOOD_DOWN: u8 = 3;
 
 impl Promotion {
     /// The work found that its group has something to change (a verification whose
@@ -67,6 +82,22 @@ impl Promotion {
         self.0.ahead.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// A pod change for the work's group arrived: the work stands down if it has sent
+    /// no ELBv2 call yet, else it is promoted (see [`Promotion`]).
+    pub fn change_arrived(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self
+            .0
+            .calls
+            .compare_exchange(UNSENT, STANDING_DOWN, SeqCst, SeqCst)
+            .is_ok()
+        {
+            self.0.notify.notify_waiters();
+        } else {
+            self.promote();
+        }
+    }
+
     /// From now on, the work's calls no longer yield to reactions (also those waiting).
     pub fn promote(&self) {
         self.0
@@ -80,16 +111,40 @@ impl Promotion {
         self.0.promoted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Completes once promoted.
+    /// Whether the work stands down (see [`Promotion::change_arrived`]).
+    fn standing_down(&self) -> bool {
+        self.0.calls.load(std::sync::atomic::Ordering::SeqCst) >= STANDING_DOWN
+    }
+
+    /// Completes once promoted or standing down: the work no longer waits as background.
     pub async fn promoted(&self) {
+        self.until(|p| p.is_promoted() || p.standing_down()).await;
+    }
+
+    /// Completes once `done` holds (checked at each notification).
+    async fn until(&self, done: impl Fn(&Self) -> bool) {
         loop {
             let notified = self.0.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if self.is_promoted() {
+            if done(self) {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// An ELBv2 call of the work is about to go out: recorded, unless the work stands
+    /// down, in which case this never completes and the work is dropped.
+    async fn sending(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        match self.0.calls.compare_exchange(UNSENT, SENT, SeqCst, SeqCst) {
+            Ok(_) | Err(SENT) => {}
+            Err(_) => {
+                self.0.calls.store(STOOD_DOWN, SeqCst);
+                self.0.notify.notify_waiters();
+                std::future::pending::<()>().await;
+            }
         }
     }
 }
@@ -98,12 +153,32 @@ impl Promotion {
 /// verifications) yield the client-side budget to calls made for pod changes and gates,
 /// so a reaction never queues behind a large fleet's verification.
 pub async fn in_background<F: Future>(work: F) -> F::Output {
-    in_background_until_promoted(Promotion::default(), work).await
+    BACKGROUND.scope(Promotion::default(), work).await
 }
 
-/// [`in_background`] until `promotion` is promoted (see [`Promotion`]).
-pub async fn in_background_until_promoted<F: Future>(promotion: Promotion, work: F) -> F::Output {
-    BACKGROUND.scope(promotion, work).await
+/// [`in_background`] until `promotion` is promoted; `None` when the work stood down
+/// before its first ELBv2 call (see [`Promotion`]): it was dropped there, having sent
+/// nothing to ELBv2.
+pub async fn in_background_until_promoted<F: Future>(
+    promotion: Promotion,
+    work: F,
+) -> Option<F::Output> {
+    let watch = promotion.clone();
+    let stood_down =
+        watch.until(|p| p.0.calls.load(std::sync::atomic::Ordering::SeqCst) == STOOD_DOWN);
+    tokio::select! {
+        biased;
+        out = BACKGROUND.scope(promotion, work) => Some(out),
+        () = stood_down => None,
+    }
+}
+
+/// Called by the ELBv2 pace right before each call goes out: background work that
+/// stands down stops here (see [`Promotion`]).
+pub(crate) async fn sending() {
+    if let Ok(promotion) = BACKGROUND.try_with(Promotion::clone) {
+        promotion.sending().await;
+    }
 }
 
 /// The promotion of the calling task's [`in_background`] work, if it runs such work and

@@ -710,6 +710,111 @@ async fn a_just_bound_group_is_served_before_the_fleets_re_verifications() {
     );
 }
 
+/// A pod change for a group whose full-diff verification waits for its first Describe
+/// makes that verification stand down: the change's pass reads the group's health once,
+/// for the pods as they are now, and is the full diff's look at the group. (Promoted
+/// instead, the verification read the health for the pods as they were, and the
+/// change's pass read it again, a paced call later.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_during_its_groups_queued_verification_reads_health_once() {
+    const GROUPS: usize = 24;
+    let settings = tgsync::reconcile::EngineSettings {
+        // Every group's verification in flight at once, waiting for the paced Describes.
+        concurrency: 64,
+        ..Default::default()
+    };
+    let (w, proxy) = proxied_world(|_| {}, settings).await;
+    let mut arns = Vec::new();
+    for i in 0..GROUPS {
+        let app = format!("svc{i}");
+        arns.push(w.group("shop", &format!("app={app}"), 8080, &[]).await);
+        w.put_pod(
+            PodBuilder::new("shop", &format!("{app}-0"))
+                .label("app", &app)
+                .ip(&format!("10.0.2.{i}"))
+                .build(),
+        );
+    }
+    let first = w.engine.resync(&RunOptions::default()).await;
+    assert_eq!(first.totals.registered, GROUPS, "{first:#?}");
+    let health_reads = |from: usize| -> Vec<(Instant, String)> {
+        proxy.records()[from..]
+            .iter()
+            .filter(|r| r.operation == "DescribeTargetHealth")
+            .map(|r| (r.at, chaos_proxy::percent_decode(&r.body)))
+            .collect()
+    };
+    let before = proxy.records().len();
+    let until = w.clock.now().plus(Duration::from_secs(8));
+    let opts = scheduled();
+    let watching = w.engine.run_scheduled(&opts, until);
+    let change = async {
+        // Once the full diff has read two groups' health, a group it has not read yet.
+        let started = Instant::now();
+        let (i, arn) = loop {
+            let read = health_reads(before);
+            if read.len() >= 2 {
+                let unread = arns
+                    .iter()
+                    .enumerate()
+                    .find(|(_, arn)| read.iter().all(|(_, body)| !body.contains(arn.as_str())));
+                break unread.expect("a group not read yet");
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "no full diff");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        w.emulator
+            .store()
+            .update_pod("shop", &format!("svc{i}-0"), |p| {
+                set_condition(p, "Ready", false)
+            });
+        let changed_at = Instant::now();
+        until_targets(&w, arn, &[]).await;
+        (arn.clone(), changed_at)
+    };
+    let (report, (arn, changed_at)) = tokio::join!(watching, change);
+    let read = health_reads(before);
+    let of_group: Vec<Instant> = read
+        .iter()
+        .filter(|(_, body)| body.contains(arn.as_str()))
+        .map(|(at, _)| *at)
+        .collect();
+    let others_after = read
+        .iter()
+        .filter(|(at, body)| *at > changed_at && !body.contains(arn.as_str()))
+        .count();
+    eprintln!(
+        "{} health reads in the run; the changed group's at {:?} after the change; {others_after} of other groups after it",
+        read.len(),
+        of_group
+            .iter()
+            .map(|at| at.saturating_duration_since(changed_at))
+            .collect::<Vec<_>>()
+    );
+    // The race this is about: the change came while the full diff still read health,
+    // before the group's own read.
+    assert!(others_after > 0, "the full diff was over before the change");
+    assert!(
+        of_group.iter().all(|at| *at > changed_at),
+        "the group's health was read before the change"
+    );
+    assert_eq!(
+        of_group.len(),
+        1,
+        "the group's health was read {} times for one change",
+        of_group.len()
+    );
+    // ...and the change's pass was the full diff's look at the group.
+    let looked = report
+        .groups
+        .iter()
+        .find(|g| g.target_group_arn == arn)
+        .expect("the full diff reports the changed group");
+    assert_eq!(looked.deregistered.len(), 1, "{looked:#?}");
+    assert_eq!(report.totals.deferred, 0, "{report:#?}");
+    assert_eq!(report.groups.len(), GROUPS, "{report:#?}");
+}
+
 /// A scheduled run's full diff reads its groups' states ahead in batches (up to 100 to
 /// a BatchGetItem), not one GetItem per group: at rest those reads were most of a run's
 /// requests (one per group per minute).

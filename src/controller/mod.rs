@@ -125,8 +125,8 @@ struct Run<'e, P, G, S> {
     ahead: std::sync::OnceLock<crate::reconcile::ReadAhead>,
     /// Groups with a gated pod whose gate waits for a healthy target.
     gated: Mutex<BTreeSet<String>>,
-    /// The verifications in flight, promoted when a pod change of their group arrives
-    /// (the change waits for them: one pass per group at a time).
+    /// The verifications in flight, stood down or promoted when a pod change of their
+    /// group arrives (the change waits for them: one pass per group at a time).
     promotions: Mutex<HashMap<String, crate::groups::Promotion>>,
     /// What happened, for the report.
     out: Mutex<Outcomes>,
@@ -513,8 +513,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
     }
 
-    /// Asks for a change pass of each group, with when its change was seen, and
-    /// promotes its verification in flight (the change waits for it).
+    /// Asks for a change pass of each group, with when its change was seen, and tells
+    /// its verification in flight (which the change waits for) to stand down or hurry.
     fn ask_changes<'a>(&self, changes: impl Iterator<Item = (&'a str, UnixMillis)> + Clone) {
         if changes.clone().next().is_none() {
             return;
@@ -528,7 +528,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         {
             let promotions = lock(&self.promotions);
             for p in changes.filter_map(|(arn, _)| promotions.get(arn)) {
-                p.promote();
+                p.change_arrived();
             }
         }
         self.wake.notify_one();
@@ -754,11 +754,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         let report = if want.verify && !want.changed {
             let promotion = crate::groups::Promotion::default();
             lock(&self.promotions).insert(arn.clone(), promotion.clone());
-            let report =
+            let looked =
                 crate::groups::in_background_until_promoted(promotion, self.pass(&bound, want))
                     .await;
             lock(&self.promotions).remove(&arn);
-            report
+            match looked {
+                Some(report) => report,
+                // A pod change arrived before it read anything: the change's pass, asked
+                // for, now also does the full diff's look (one health read, not two).
+                None => return (arn, want, Some(engine.clock.now())),
+            }
         } else {
             self.pass(&bound, want).await
         };

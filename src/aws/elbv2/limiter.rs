@@ -99,10 +99,7 @@ impl SlidingWindow {
         let by_count = (taken >= self.calls)
             .then(|| granted.get(taken - self.calls).map_or(now, |&at| at) + WINDOW);
         // ...and background work waits its spacing after the last grant.
-        let by_spacing = granted
-            .back()
-            .map(|&last| last + spacing)
-            .filter(|&at| at > now);
+        let by_spacing = granted.back().map(|&last| last + spacing);
         match by_count.max(by_spacing) {
             Some(at) if at > now => Some(at - now),
             _ => {

@@ -33,7 +33,8 @@ const FIRST_PENALTY_MS: u64 = 250;
 /// however many verifications are queued. Under a share's window, background work also
 /// leaves the window's last slot free, so a reaction's first call finds one at once.
 /// Background work that found a change ([`crate::groups::Promotion::found_change`])
-/// waits in a lane of its own, ahead of the rest of the background. Requests for reactions take their slots in arrival order.
+/// waits in a lane of its own, ahead of the rest of the background. Requests for
+/// reactions take their slots in arrival order.
 #[derive(Debug)]
 pub(crate) struct Pace {
     limiter: Option<Limiter>,
@@ -114,13 +115,17 @@ impl Pace {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(penalty / 2..=penalty))).await;
         }
         let Some(limiter) = &self.limiter else {
+            crate::groups::sending().await;
             return;
         };
         if let Some(promotion) = crate::groups::background()
             && self.background_slot(limiter, &promotion).await
         {
+            crate::groups::sending().await;
             return;
         }
+        // Background work that stands down stops before it takes a reaction's slot.
+        crate::groups::sending().await;
         let _waiting = Waiting::new(&self.urgent_waiting);
         // Without the turn, every waiter sleeps until the same next slot: all wake, one
         // takes it and the rest sleep again (N wake-ups per slot for N waiters).
@@ -131,7 +136,7 @@ impl Pace {
     /// A slot for background work: one background request of its lane waits at a time,
     /// and takes a slot only while no reaction waits for one (nor, in the lane of
     /// re-verifications, a request that found a change). `false` when the work is
-    /// promoted meanwhile: it then waits as a reaction does.
+    /// promoted (or stands down) meanwhile: it then waits as a reaction does.
     async fn background_slot(
         &self,
         limiter: &Limiter,
@@ -405,11 +410,13 @@ mod tests {
         let promotions: Vec<crate::groups::Promotion> = (0..4)
             .map(|_| crate::groups::Promotion::default())
             .collect();
-        let waits = promotions.iter().map(|p| {
+        let waits = promotions.iter().map(|p| async {
             crate::groups::in_background_until_promoted(p.clone(), async {
                 pace.slot().await;
                 start.elapsed()
             })
+            .await
+            .expect("promoted, not stood down")
         });
         let promote_last = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -424,6 +431,55 @@ mod tests {
             "the promoted request got its slot at {promoted:?}, the others at {done:?}"
         );
         assert!(promoted < Duration::from_millis(350), "{done:?}");
+    }
+
+    /// A pod change for the group of background work that has sent nothing yet makes
+    /// it stand down where it waits, taking no slot; work that has sent a call is
+    /// promoted instead and goes on.
+    #[tokio::test]
+    async fn work_that_has_sent_nothing_stands_down_when_its_groups_change_arrives() {
+        let pace = Pace::new(Some(MutationRate::new(5, Some(1)).expect("rate")));
+        let start = std::time::Instant::now();
+        let (sent, waiting) = (
+            crate::groups::Promotion::default(),
+            crate::groups::Promotion::default(),
+        );
+        let calls = AtomicUsize::new(0);
+        let work = |p: &crate::groups::Promotion, n: usize| {
+            let (pace, calls) = (&pace, &calls);
+            crate::groups::in_background_until_promoted(p.clone(), async move {
+                for _ in 0..n {
+                    pace.slot().await;
+                    calls.fetch_add(1, Ordering::SeqCst);
+                }
+                start.elapsed()
+            })
+        };
+        // The first work takes the slot there is and waits for a second; the other
+        // waits behind it for its first. 50 ms in, a change arrives for each.
+        let changes = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            sent.change_arrived();
+            waiting.change_arrived();
+            start.elapsed()
+        };
+        let (went_on, stood_down, changed) =
+            tokio::join!(work(&sent, 2), work(&waiting, 1), changes);
+        assert_eq!(stood_down, None, "the work that had sent nothing went on");
+        let went_on = went_on.expect("the work that had sent a call was dropped");
+        // One slot every 200 ms: the promoted work's second call takes the next one,
+        // and the work that stood down took none.
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(went_on < Duration::from_millis(300), "{went_on:?}");
+        let reaction = async {
+            pace.slot().await;
+            start.elapsed()
+        };
+        let reacted = reaction.await;
+        assert!(
+            reacted < Duration::from_millis(500),
+            "a slot was taken for the work that stood down: the next call went at {reacted:?} (change at {changed:?})"
+        );
     }
 
     /// Under a share's window (4 calls a second), queued verifications take three slots
@@ -482,11 +538,15 @@ mod tests {
                 promotion.found_change();
             }
             let pace = &pace;
-            crate::groups::in_background_until_promoted(promotion, async move {
-                tokio::time::sleep(Duration::from_millis(after)).await;
-                pace.slot().await;
-                start.elapsed()
-            })
+            async move {
+                crate::groups::in_background_until_promoted(promotion, async move {
+                    tokio::time::sleep(Duration::from_millis(after)).await;
+                    pace.slot().await;
+                    start.elapsed()
+                })
+                .await
+                .expect("never promoted")
+            }
         };
         // Five re-verifications queue first; 30 ms later a verification that found a
         // change, and 60 ms later a reaction.
