@@ -438,7 +438,7 @@ mod tests {
     /// promoted instead and goes on.
     #[tokio::test]
     async fn work_that_has_sent_nothing_stands_down_when_its_groups_change_arrives() {
-        let pace = Pace::new(Some(MutationRate::new(5, Some(1)).expect("rate")));
+        let pace = Pace::new(Some(MutationRate::new(2, Some(1)).expect("rate")));
         let start = std::time::Instant::now();
         let (sent, waiting) = (
             crate::groups::Promotion::default(),
@@ -467,17 +467,18 @@ mod tests {
             tokio::join!(work(&sent, 2), work(&waiting, 1), changes);
         assert_eq!(stood_down, None, "the work that had sent nothing went on");
         let went_on = went_on.expect("the work that had sent a call was dropped");
-        // One slot every 200 ms: the promoted work's second call takes the next one,
-        // and the work that stood down took none.
+        // One slot every 500 ms: the promoted work's second call takes the next one
+        // (500 ms), the next call after it the one after (1 s), and the work that stood
+        // down took none (it would have pushed that call to 1.5 s).
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-        assert!(went_on < Duration::from_millis(300), "{went_on:?}");
+        assert!(went_on < Duration::from_millis(750), "{went_on:?}");
         let reaction = async {
             pace.slot().await;
             start.elapsed()
         };
         let reacted = reaction.await;
         assert!(
-            reacted < Duration::from_millis(500),
+            reacted < Duration::from_millis(1_250),
             "a slot was taken for the work that stood down: the next call went at {reacted:?} (change at {changed:?})"
         );
     }
