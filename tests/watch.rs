@@ -294,6 +294,18 @@ fn registered_in(proxy: &chaos_proxy::ChaosProxy, arn: &str, ip: &str) -> Option
         .map(|r| r.at)
 }
 
+/// The DescribeTargetHealth requests the proxy forwarded from its `from`th record on:
+/// when each arrived, and its form body decoded (it names the group).
+fn health_reads(proxy: &chaos_proxy::ChaosProxy, from: usize) -> Vec<(Instant, String)> {
+    proxy
+        .records()
+        .into_iter()
+        .skip(from)
+        .filter(|r| r.operation == "DescribeTargetHealth")
+        .map(|r| (r.at, chaos_proxy::percent_decode(&r.body)))
+        .collect()
+}
+
 /// How long the slower of two listeners' groups keeps a new target `initial`.
 const SLOW_INITIAL: Duration = Duration::from_secs(12);
 
@@ -676,12 +688,7 @@ async fn a_just_bound_group_is_served_before_the_fleets_re_verifications() {
     let until = w.clock.now().plus(Duration::from_secs(6));
     let report = w.engine.run_scheduled(&scheduled(), until).await;
     let registered = registered_in(&proxy, &web, "10.0.1.1").expect("web-1 was registered");
-    let describes: Vec<(Instant, String)> = proxy
-        .records()
-        .into_iter()
-        .filter(|r| r.operation == "DescribeTargetHealth")
-        .map(|r| (r.at, chaos_proxy::percent_decode(&r.body)))
-        .collect();
+    let describes = health_reads(&proxy, 0);
     let re_verified = |before: bool| {
         describes
             .iter()
@@ -737,13 +744,6 @@ async fn a_change_during_its_groups_queued_verification_reads_health_once() {
     }
     let first = w.engine.resync(&RunOptions::default()).await;
     assert_eq!(first.totals.registered, GROUPS, "{first:#?}");
-    let health_reads = |from: usize| -> Vec<(Instant, String)> {
-        proxy.records()[from..]
-            .iter()
-            .filter(|r| r.operation == "DescribeTargetHealth")
-            .map(|r| (r.at, chaos_proxy::percent_decode(&r.body)))
-            .collect()
-    };
     let before = proxy.records().len();
     let until = w.clock.now().plus(Duration::from_secs(8));
     let opts = scheduled();
@@ -752,7 +752,7 @@ async fn a_change_during_its_groups_queued_verification_reads_health_once() {
         // Once the full diff has read two groups' health, a group it has not read yet.
         let started = Instant::now();
         let (i, arn) = loop {
-            let read = health_reads(before);
+            let read = health_reads(&proxy, before);
             if read.len() >= 2 {
                 let unread = arns
                     .iter()
@@ -773,7 +773,7 @@ async fn a_change_during_its_groups_queued_verification_reads_health_once() {
         (arn.clone(), changed_at)
     };
     let (report, (arn, changed_at)) = tokio::join!(watching, change);
-    let read = health_reads(before);
+    let read = health_reads(&proxy, before);
     let of_group: Vec<Instant> = read
         .iter()
         .filter(|(_, body)| body.contains(arn.as_str()))

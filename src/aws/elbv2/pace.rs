@@ -114,18 +114,19 @@ impl Pace {
         if penalty > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(penalty / 2..=penalty))).await;
         }
+        let granted = match (&self.limiter, crate::groups::background()) {
+            (Some(limiter), Some(promotion)) => self.background_slot(limiter, &promotion).await,
+            _ => false,
+        };
+        // Background work that stands down stops here: before its call, and before it
+        // would wait for a reaction's slot.
+        crate::groups::sending().await;
         let Some(limiter) = &self.limiter else {
-            crate::groups::sending().await;
             return;
         };
-        if let Some(promotion) = crate::groups::background()
-            && self.background_slot(limiter, &promotion).await
-        {
-            crate::groups::sending().await;
+        if granted {
             return;
         }
-        // Background work that stands down stops before it takes a reaction's slot.
-        crate::groups::sending().await;
         let _waiting = Waiting::new(&self.urgent_waiting);
         // Without the turn, every waiter sleeps until the same next slot: all wake, one
         // takes it and the rest sleep again (N wake-ups per slot for N waiters).
