@@ -13,7 +13,7 @@ use crate::core::{
     AdministrativeOverride, BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target,
     TargetHealth, UnixMillis,
 };
-use crate::groups::{ElbError, Fence, Refusal, Refused, TargetGroup, TargetGroupApi};
+use crate::groups::{ElbError, Fence, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::state::{
     Acquire, Change, Glance, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
@@ -418,6 +418,11 @@ impl FakeElb {
         lock(&self.groups).insert(group.arn.clone(), (group, BTreeMap::new()));
     }
 
+    /// Deletes a target group (an operator's `delete-target-group`).
+    pub fn delete_group(&self, arn: &str) {
+        lock(&self.groups).remove(arn);
+    }
+
     /// Registers a target by hand (a foreign target, or an operator's edit).
     pub fn add_target(&self, arn: &str, target: Target, state: HealthState) {
         if let Some((_, targets)) = lock(&self.groups).get_mut(arn) {
@@ -661,15 +666,17 @@ impl TargetGroupApi for FakeElb {
             .collect()
     }
 
-    async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
+    async fn tags_of(&self, arns: &[String]) -> Result<TagsByArn, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTags");
-        match lock(&self.groups).get(arn) {
-            Some((g, _)) => Ok(g.tags.clone()),
-            None => Err(ElbError::NotFound {
-                arn: arn.to_owned(),
-            }),
-        }
+        let groups = lock(&self.groups);
+        // ELBv2 answers for none of them when one does not exist.
+        arns.iter()
+            .map(|arn| match groups.get(arn) {
+                Some((g, _)) => Ok((arn.clone(), g.tags.clone())),
+                None => Err(ElbError::NotFound { arn: arn.clone() }),
+            })
+            .collect()
     }
 
     async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {

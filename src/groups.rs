@@ -2,7 +2,7 @@
 //! register or deregister targets — in this account, and in the accounts a deployment
 //! reaches through roles (see [`crate::aws::accounts`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
 use thiserror::Error;
@@ -190,6 +190,9 @@ pub fn background() -> Option<Promotion> {
         .filter(|p| !p.is_promoted())
 }
 
+/// Tags per target group ARN (a DescribeTags answer).
+pub type TagsByArn = HashMap<String, BTreeMap<String, String>>;
+
 /// ELBv2 operations tgsync needs. Implementations rate-limit the mutating calls and retry
 /// throttling and 5xx with backoff and jitter.
 pub trait TargetGroupApi: Send + Sync {
@@ -220,12 +223,28 @@ pub trait TargetGroupApi: Send + Sync {
         arns: &[String],
     ) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
 
-    /// The current tags of one group (DescribeTags): a pass that acts on a cached
-    /// binding re-reads them first.
+    /// The current tags of the named groups, at most 20 of one account: one
+    /// DescribeTags. A pass that acts on a cached binding re-reads its group's, and with
+    /// the same call those of the groups its container may serve next. `Err` with
+    /// [`ElbError::NotFound`] when any of them no longer exists (ELBv2 then answers for
+    /// none); a group missing from the answer was not found either.
+    fn tags_of(&self, arns: &[String]) -> impl Future<Output = Result<TagsByArn, ElbError>> + Send;
+
+    /// The current tags of one group (one DescribeTags).
     fn tags(
         &self,
         arn: &str,
-    ) -> impl Future<Output = Result<BTreeMap<String, String>, ElbError>> + Send;
+    ) -> impl Future<Output = Result<BTreeMap<String, String>, ElbError>> + Send {
+        async move {
+            let arns = [arn.to_owned()];
+            self.tags_of(&arns)
+                .await?
+                .remove(arn)
+                .ok_or_else(|| ElbError::NotFound {
+                    arn: arn.to_owned(),
+                })
+        }
+    }
 
     /// One DescribeTargetHealth of the whole group (never filtered by target, so never
     /// by a zone ELBv2 may have recorded differently): every registered target with its

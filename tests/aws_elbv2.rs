@@ -205,7 +205,8 @@ async fn ipv6_targets_round_trip() {
 }
 
 /// The groups a cold container reads ahead of discovery: only those named, with their
-/// tags; a deleted one among them fails the read (discovery decides then).
+/// tags (and the tags alone, of several groups in one call); a deleted one among them
+/// fails the read (discovery decides then).
 #[tokio::test]
 async fn describes_the_named_groups_with_their_tags() {
     let client = client().await;
@@ -240,6 +241,18 @@ async fn describes_the_named_groups_with_their_tags() {
         (calls["DescribeTargetGroups"], calls["DescribeTags"]),
         (1, 1)
     );
+    // A pass's tag re-read names several groups in one DescribeTags.
+    let tags = elb.tags_of(&named).await.expect("tags");
+    let which: Vec<Option<&str>> = named
+        .iter()
+        .map(|arn| {
+            tags.get(arn)
+                .and_then(|t| t.get("which"))
+                .map(String::as_str)
+        })
+        .collect();
+    assert_eq!(which, [Some("named-a"), Some("named-b")]);
+    assert_eq!(elb.api_calls()["DescribeTags"], 2);
 
     client
         .delete_target_group()

@@ -32,7 +32,8 @@ use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentials
 use super::Elbv2TargetGroups;
 use crate::core::{Target, TargetHealth};
 use crate::groups::{
-    AccountError, Discovery, ElbError, Fence, Refused, TargetGroup, TargetGroupApi, arn_account,
+    AccountError, Discovery, ElbError, Fence, Refused, TagsByArn, TargetGroup, TargetGroupApi,
+    arn_account,
 };
 
 /// STS limits a role session name to 64 characters.
@@ -315,8 +316,18 @@ impl TargetGroupApi for Accounts {
         Ok(groups)
     }
 
-    async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
-        self.route(arn)?.tags(arn).await
+    /// The first group's account's client, for the named groups it serves.
+    async fn tags_of(&self, arns: &[String]) -> Result<TagsByArn, ElbError> {
+        let Some(first) = arns.first() else {
+            return Ok(TagsByArn::new());
+        };
+        let elb = self.route(first)?;
+        let same: Vec<String> = arns
+            .iter()
+            .filter(|a| self.route(a).is_ok_and(|e| std::ptr::eq(e, elb)))
+            .cloned()
+            .collect();
+        elb.tags_of(&same).await
     }
 
     async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {

@@ -13,7 +13,7 @@ mod pace;
 mod rate;
 mod zones;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use super::calls::ApiCalls;
 use super::{credentials_failure, error_summary, is_access_denied_code, is_throttling_code};
 use crate::core::{MAX_TARGETS_PER_CALL, Target, TargetHealth};
-use crate::groups::{ElbError, Fence, Refusal, Refused, TargetGroup, TargetGroupApi};
+use crate::groups::{ElbError, Fence, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi};
 
 use pace::{Pace, Stopped};
 pub use rate::{MutationRate, RateError};
@@ -518,9 +518,6 @@ impl Mutation {
     }
 }
 
-/// Tags per target group ARN.
-type TagsByArn = HashMap<String, BTreeMap<String, String>>;
-
 /// ELBv2's error code for a target group that does not exist.
 const NOT_FOUND: &str = "TargetGroupNotFound";
 
@@ -589,15 +586,11 @@ impl TargetGroupApi for Elbv2TargetGroups {
         self.with_tags(groups).await
     }
 
-    async fn tags(&self, arn: &str) -> Result<BTreeMap<String, String>, ElbError> {
-        let arns = [arn.to_owned()];
-        let mut found = self
-            .describe_tags(&arns)
+    async fn tags_of(&self, arns: &[String]) -> Result<TagsByArn, ElbError> {
+        let named = arns.first().map(String::as_str);
+        self.describe_tags(arns)
             .await
-            .map_err(|e| elb_error(DESCRIBE_TAGS, Some(arn), e))?;
-        found.remove(arn).ok_or_else(|| ElbError::NotFound {
-            arn: arn.to_owned(),
-        })
+            .map_err(|e| elb_error(DESCRIBE_TAGS, named, e))
     }
 
     async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {

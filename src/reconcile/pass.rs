@@ -503,7 +503,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 return Ok(false);
             }
         }
-        let tags = match self.groups.tags(&bound.group.arn).await {
+        let tags = match self.read_tags(bound, now, max_age).await {
             Ok(tags) => tags,
             Err(e) => {
                 self.tag_reads.forget(&bound.group.arn);

@@ -17,9 +17,14 @@ const OTHER: &str =
     "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/api/1123456789abcdef";
 
 fn engine() -> TestEngine {
+    fake_engine(FakePods::default(), engine_groups(), 3).0
+}
+
+/// The web group and the api group ([`OTHER`]) of one account.
+fn engine_groups() -> crate::fakes::FakeElb {
     let elb = web_group();
     elb.add_group(bound_group(OTHER, "demo", "shop", "app=api", 8080));
-    fake_engine(FakePods::default(), elb, 3).0
+    elb
 }
 
 /// An exporter event about `name`, shaped like `events/pod-started.json`.
@@ -363,34 +368,96 @@ fn churn_with_both_functions_running_ends_exact() {
     }
 }
 
+/// Pod `name` (label `app=<app>`, IP `ip`) started and its event handled: the
+/// DescribeTags calls the handling made, and its report.
+async fn started(e: &TestEngine, app: &str, name: &str, ip: &str) -> (u64, crate::report::Report) {
+    let reads = || e.groups.calls().get("DescribeTags").copied().unwrap_or(0);
+    let pod = PodBuilder::new("shop", name).label("app", app).ip(ip);
+    e.pods.put(pod.build());
+    let before = reads();
+    let report = handle(e, &exporter_event(name, "Started", json!({"app": app}))).await;
+    (reads() - before, report)
+}
+
 /// A pass that re-read a group's tags (its cached binding was older than
 /// `binding_max_age`) leaves that read for the events after it: one event's pass costs
 /// no Describe call for tags that were read a second ago.
 #[tokio::test]
 async fn a_tag_read_made_for_one_event_serves_the_next() {
     let (e, clock) = super::tests::fake_engine(FakePods::default(), web_group(), 3);
-    let tag_reads = || e.groups.calls().get("DescribeTags").copied().unwrap_or(0);
-    let started = |name: &str| exporter_event(name, "Started", json!({"app": "web"}));
-    e.pods.put(web("web-1", "10.0.1.1").build());
-    handle(&e, &started("web-1")).await;
+    started(&e, "web", "web-1", "10.0.1.1").await;
     clock.advance(6_000);
-    e.pods.put(web("web-2", "10.0.1.2").build());
-    let before = tag_reads();
-    handle(&e, &started("web-2")).await;
     assert_eq!(
-        tag_reads() - before,
+        started(&e, "web", "web-2", "10.0.1.2").await.0,
         1,
         "the discovery is 6 s old: the pass re-reads the tags before it changes the group"
     );
     clock.advance(1_000);
-    e.pods.put(web("web-3", "10.0.1.3").build());
-    let before = tag_reads();
-    handle(&e, &started("web-3")).await;
     assert_eq!(
-        tag_reads() - before,
+        started(&e, "web", "web-3", "10.0.1.3").await.0,
         0,
         "the previous event's read is 1 s old and stands in for this pass's"
     );
+    assert_eq!(
+        live(&e, TG),
+        ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
+    );
+}
+
+/// A re-read of one group's tags names the container's other bound groups of its
+/// account in the same DescribeTags: a pass of another group a second later finds their
+/// read fresh and acts without a Describe of its own; a group whose tags changed
+/// meanwhile is never served from that read.
+#[tokio::test]
+async fn a_tag_read_for_one_group_serves_the_other_groups_of_its_account() {
+    let elb = engine_groups();
+    let third = OTHER.replace("api/1", "db/2");
+    elb.add_group(bound_group(&third, "demo", "shop", "app=db", 8080));
+    let (e, clock) = super::tests::fake_engine(FakePods::default(), elb, 3);
+    started(&e, "web", "web-1", "10.0.1.1").await;
+    clock.advance(6_000);
+    // The third group is unbound by hand after discovery.
+    e.groups.set_tag(&third, "tgsync/cluster", None);
+    assert_eq!(
+        started(&e, "web", "web-2", "10.0.1.2").await.0,
+        1,
+        "one DescribeTags for the three groups"
+    );
+    clock.advance(1_000);
+    assert_eq!(
+        started(&e, "api", "api-1", "10.0.2.1").await.0,
+        0,
+        "the web group's re-read a second ago read the api group's tags too"
+    );
+    assert_eq!(live(&e, OTHER), ["10.0.2.1:8080"]);
+    let (reads, report) = started(&e, "db", "db-1", "10.0.3.1").await;
+    assert_eq!(
+        reads, 1,
+        "a group whose tags no longer bind it reads them itself"
+    );
+    assert!(live(&e, &third).is_empty(), "the unbound group was changed");
+    let db_report = report.groups.iter().find(|g| g.target_group_arn == third);
+    assert_eq!(
+        db_report.map(|g| g.outcome),
+        Some(Outcome::BindingError),
+        "{report:?}"
+    );
+}
+
+/// One deleted group fails a DescribeTags that names it: the re-read asks for its own
+/// group alone, and leaves the groups it named out of later re-reads, so the deleted
+/// group costs one extra call, not one per re-read until discovery drops it.
+#[tokio::test]
+async fn a_deleted_group_costs_a_re_read_one_extra_call() {
+    let (e, clock) = super::tests::fake_engine(FakePods::default(), engine_groups(), 3);
+    started(&e, "web", "web-1", "10.0.1.1").await;
+    e.groups.delete_group(OTHER);
+    for (i, want) in [(2, 2), (3, 1)] {
+        clock.advance(6_000);
+        let (name, ip) = (format!("web-{i}"), format!("10.0.1.{i}"));
+        let reads = started(&e, "web", &name, &ip).await.0;
+        assert_eq!(reads, want, "DescribeTags for {name}'s pass");
+    }
     assert_eq!(
         live(&e, TG),
         ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
