@@ -181,6 +181,8 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(400
 /// On SIGTERM (Lambda shutting the container down, also at an invocation's timeout) or
 /// SIGINT: every pass in flight stops before its next change and gives its lease back
 /// with a request for another pass, within [`SHUTDOWN_GRACE`]; then the process exits.
+/// (A pass whose call in flight outlasts the grace has handed its lease over at the
+/// signal: see `Lease::hand_over`.)
 /// Lambda sends SIGTERM only to a runtime with an extension registered, so a no-op
 /// internal extension is registered first (before the runtime loop starts, as Lambda
 /// requires); where no Extensions API answers (local runs), the signal handler still

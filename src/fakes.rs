@@ -1047,6 +1047,29 @@ impl StateStore for FakeState {
         }
     }
 
+    async fn hand_over(
+        &self,
+        group: &str,
+        owner: &str,
+        until: UnixMillis,
+    ) -> Result<bool, StateError> {
+        self.check("UpdateItem").await?;
+        let mut groups = lock(&self.groups);
+        match groups
+            .get_mut(group)
+            .filter(|s| s.lease.as_ref().is_some_and(|l| l.owner == owner))
+        {
+            Some(state) => {
+                if let Some(l) = state.lease.as_mut() {
+                    l.until = until;
+                }
+                state.dirty = true;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     async fn write(
         &self,
         group: &str,

@@ -193,6 +193,17 @@ pub fn background() -> Option<Promotion> {
 /// Tags per target group ARN (a DescribeTags answer).
 pub type TagsByArn = HashMap<String, BTreeMap<String, String>>;
 
+/// Takes `arn`'s tags out of a DescribeTags answer: a group the answer leaves out was not
+/// found (moto answers an unknown ARN so; ELBv2 fails the whole call instead).
+pub(crate) fn take_tags(
+    read: &mut TagsByArn,
+    arn: &str,
+) -> Result<BTreeMap<String, String>, ElbError> {
+    read.remove(arn).ok_or_else(|| ElbError::NotFound {
+        arn: arn.to_owned(),
+    })
+}
+
 /// ELBv2 operations tgsync needs. Implementations rate-limit the mutating calls and retry
 /// throttling and 5xx with backoff and jitter.
 pub trait TargetGroupApi: Send + Sync {
@@ -237,12 +248,7 @@ pub trait TargetGroupApi: Send + Sync {
     ) -> impl Future<Output = Result<BTreeMap<String, String>, ElbError>> + Send {
         async move {
             let arns = [arn.to_owned()];
-            self.tags_of(&arns)
-                .await?
-                .remove(arn)
-                .ok_or_else(|| ElbError::NotFound {
-                    arn: arn.to_owned(),
-                })
+            take_tags(&mut self.tags_of(&arns).await?, arn)
         }
     }
 

@@ -122,6 +122,8 @@ pub struct Lease<'a, S> {
     timings: Timings,
     until: AtomicU64,
     lost: AtomicBool,
+    /// Set by [`Lease::hand_over`] (the process is shutting down).
+    handed_over: AtomicBool,
     /// Signalled by the heartbeat on every renewal (or loss), for [`Lease::ready`].
     renewed: tokio::sync::Notify,
     /// Signalled by [`Lease::ready`] to have the heartbeat renew at once.
@@ -169,6 +171,7 @@ pub async fn take<'a, S: StateStore>(
                     timings,
                     until: AtomicU64::new(until.0),
                     lost: AtomicBool::new(false),
+                    handed_over: AtomicBool::new(false),
                     renewed: tokio::sync::Notify::new(),
                     renew_now: tokio::sync::Notify::new(),
                 };
@@ -267,6 +270,11 @@ impl<S: StateStore> Lease<'_, S> {
             if self.lost.load(Ordering::SeqCst) {
                 return Err(lost());
             }
+            if self.handed_over.load(Ordering::SeqCst) {
+                return Err(StateError::HandedOver {
+                    group: self.group.clone(),
+                });
+            }
             if self.fresh() {
                 return Ok(());
             }
@@ -299,6 +307,8 @@ impl<S: StateStore> Lease<'_, S> {
     /// most `max_passes` run; `more_time` is asked before each pass and before each
     /// release (with no time left the lease is given back instead of released, so a
     /// request for another pass is never cleared by a holder that would not serve it).
+    /// When `shutdown` completes (the process is shutting down) the lease is handed over
+    /// at once ([`Lease::hand_over`]) while the pass finishes its call in flight.
     ///
     /// A request for a pass (`dirty`) is cleared only by taking the lease or by a release
     /// that asks for another pass, and it is *owed* until a pass that started after it
@@ -309,8 +319,10 @@ impl<S: StateStore> Lease<'_, S> {
         first: GroupState,
         max_passes: u32,
         more_time: impl Fn() -> bool,
+        shutdown: impl Future<Output = ()>,
         mut pass: impl AsyncFnMut(GroupState, &Self) -> PassEnd,
     ) -> RunEnd {
+        let mut shutdown = std::pin::pin!(futures::FutureExt::fuse(shutdown));
         let mut state = first;
         let mut passes = 0u32;
         // Taking the lease cleared any pending request: our first pass owes it.
@@ -321,7 +333,7 @@ impl<S: StateStore> Lease<'_, S> {
                 return RunEnd::GivenUp;
             }
             passes += 1;
-            let end = self.hold(pass(state, &self)).await;
+            let end = self.hold(pass(state, &self), shutdown.as_mut()).await;
             let (change, next) = match end {
                 PassEnd::Abort => return RunEnd::Aborted,
                 PassEnd::Done(change) => {
@@ -390,13 +402,48 @@ impl<S: StateStore> Lease<'_, S> {
         }
     }
 
-    /// Drives `work` while the heartbeat renews the lease (see [`Lease::heartbeat`]).
-    async fn hold<F: Future>(&self, work: F) -> F::Output {
-        let work = std::pin::pin!(work);
+    /// Drives `work` while the heartbeat renews the lease (see [`Lease::heartbeat`]),
+    /// until `shutdown` completes: then the lease is handed over while `work` finishes,
+    /// and not renewed again.
+    async fn hold<F: Future>(
+        &self,
+        work: F,
+        shutdown: std::pin::Pin<&mut impl futures::future::FusedFuture<Output = ()>>,
+    ) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        if self.handed_over.load(Ordering::SeqCst) {
+            return work.await;
+        }
         let heartbeat = std::pin::pin!(self.heartbeat());
-        match futures::future::select(work, heartbeat).await {
-            futures::future::Either::Left((out, _)) => out,
-            futures::future::Either::Right(((), work)) => work.await,
+        tokio::select! {
+            out = &mut work => out,
+            () = heartbeat => work.await,
+            () = shutdown => futures::join!(work, self.hand_over()).0,
+        }
+    }
+
+    /// The process is shutting down (Lambda kills it 500 ms after SIGTERM): shortens
+    /// the lease to one write margin from now and asks for another pass, at once, while
+    /// the pass waits for its call in flight. If the pass cannot give the lease back
+    /// before the process ends, the next holder waits one write margin (the time a call
+    /// already sent may take to land) instead of up to a lease duration, and runs a
+    /// pass. From here on no write starts under the lease ([`Lease::ready`]) and the
+    /// heartbeat no longer renews it.
+    async fn hand_over(&self) {
+        self.handed_over.store(true, Ordering::SeqCst);
+        let until = self.clock.now().plus(self.timings.write_margin);
+        self.until.fetch_min(until.0, Ordering::SeqCst);
+        // A pass waiting in `ready` for a renewal stops waiting.
+        self.renewed.notify_waiters();
+        match self.store.hand_over(&self.group, &self.owner, until).await {
+            Ok(true) => {
+                tracing::info!(target_group = %self.group, until = until.0, "shutting down: the lease ends within the write margin unless given back first; another pass is asked for");
+            }
+            // Given back or lost meanwhile: nothing to hand over.
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(target_group = %self.group, error = %e, "handing the lease over at shutdown failed; unless given back it expires on its own");
+            }
         }
     }
 

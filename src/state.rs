@@ -232,6 +232,17 @@ pub trait StateStore: Send + Sync {
         until: UnixMillis,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
 
+    /// Shortens `owner`'s lease to `until` and sets `dirty`, while the lease is still
+    /// `owner`'s: what a holder that is shutting down writes at once, so that if it dies
+    /// before it gives the lease back, its group waits only until `until` and the next
+    /// holder runs a pass. `Ok(false)` when another holder has it or it was given up.
+    fn hand_over(
+        &self,
+        group: &str,
+        owner: &str,
+        until: UnixMillis,
+    ) -> impl Future<Output = Result<bool, StateError>> + Send;
+
     /// Applies `change` if `owner` still holds an unexpired lease at `now`
     /// ([`StateError::LeaseLost`] otherwise: the fencing check).
     fn write(
@@ -344,6 +355,15 @@ pub enum StateError {
         "the lease of {group} was lost (expired or taken over); this reconcile stopped before changing anything more"
     )]
     LeaseLost {
+        /// The group.
+        group: String,
+    },
+    /// The process is shutting down and handed the lease over (see
+    /// [`StateStore::hand_over`]): no write starts under it any more.
+    #[error(
+        "the process is shutting down: the lease of {group} was handed over (it ends within the write margin) with a request for another pass"
+    )]
+    HandedOver {
         /// The group.
         group: String,
     },

@@ -287,6 +287,13 @@ async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
         .expect_err("a's write with a lagging clock");
     assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
     assert!(!state.renew(GROUP, "a", at(36)).await.expect("renew"));
+    assert!(
+        !state
+            .hand_over(GROUP, "a", at(25))
+            .await
+            .expect("hand over"),
+        "a hands over a lease b holds"
+    );
     assert_eq!(
         state
             .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)))
@@ -348,6 +355,27 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     );
     assert!(matches!(
         take(&state, "b", at(6)).await,
+        Acquire::Acquired(_)
+    ));
+}
+
+/// A holder shutting down hands its lease over: shortened (to the write margin) with a
+/// request for another pass, so its group's next holder takes it when it ends and serves
+/// the request, even if the holder never gives it back.
+#[tokio::test]
+async fn a_handed_over_lease_ends_early_with_a_request_for_another_pass() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert!(state.hand_over(GROUP, "a", at(4)).await.expect("hand over"));
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.lease.as_ref().map(|l| l.until), Some(at(4)), "{s:?}");
+    assert!(s.dirty, "{s:?}");
+    assert!(matches!(
+        take(&state, "b", at(3)).await,
+        Acquire::HeldElsewhere { .. }
+    ));
+    assert!(matches!(
+        take(&state, "b", at(5)).await,
         Acquire::Acquired(_)
     ));
 }

@@ -21,16 +21,17 @@ fn timings() -> Timings {
     }
 }
 
-/// A waiter asks for a pass while the holder's pass runs, and that pass ends past the
-/// run's cut-off: the holder gives the lease up without another pass, so the request
-/// must stay set.
-#[tokio::test]
-async fn a_request_made_during_a_pass_that_ends_past_the_cut_off_stays_set() {
-    let store = FakeState::default();
-    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+/// The free lease of [`GROUP`], taken by `resync@demo#1`, and the group's state.
+async fn held<'a>(
+    store: &'a FakeState,
+    clock: &'a ManualClock,
+) -> (
+    Box<tgsync::lease::Lease<'a, FakeState>>,
+    tgsync::state::GroupState,
+) {
     let Ok(Taken::Held(lease, state)) = take(
-        &store,
-        &clock,
+        store,
+        clock,
         GROUP,
         "resync@demo#1".into(),
         timings(),
@@ -41,6 +42,17 @@ async fn a_request_made_during_a_pass_that_ends_past_the_cut_off_stays_set() {
     else {
         panic!("the lease is free");
     };
+    (lease, state)
+}
+
+/// A waiter asks for a pass while the holder's pass runs, and that pass ends past the
+/// run's cut-off: the holder gives the lease up without another pass, so the request
+/// must stay set.
+#[tokio::test]
+async fn a_request_made_during_a_pass_that_ends_past_the_cut_off_stays_set() {
+    let store = FakeState::default();
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let (lease, state) = held(&store, &clock).await;
     let out_of_time = AtomicBool::new(false);
     let asked = AtomicBool::new(false);
     let end = lease
@@ -48,6 +60,7 @@ async fn a_request_made_during_a_pass_that_ends_past_the_cut_off_stays_set() {
             state,
             5,
             || !out_of_time.load(Ordering::SeqCst),
+            std::future::pending(),
             async |_, _| {
                 // A pod event's reconcile finds the lease held and asks for a pass.
                 let now = clock.now();
@@ -128,6 +141,7 @@ async fn a_waiter_that_takes_over_with_no_time_left_leaves_its_request_set() {
             state,
             5,
             || false,
+            std::future::pending(),
             async |_, _| {
                 passes.store(true, Ordering::SeqCst);
                 PassEnd::Done(Change::default())
@@ -141,4 +155,70 @@ async fn a_waiter_that_takes_over_with_no_time_left_leaves_its_request_set() {
         stored.dirty,
         "the request the waiter took over is lost: {end:?}, {stored:?}"
     );
+}
+
+/// The process is told to shut down while a pass waits for a call in flight (Lambda
+/// kills it 500 ms after SIGTERM, and the call may outlast that): the lease is handed
+/// over at once, before the pass ends — shortened to one write margin, with a request
+/// for another pass — and no write starts under it; when the pass ends in time, the
+/// lease is given back with the request left set.
+#[tokio::test]
+async fn shutting_down_mid_pass_hands_the_lease_over_before_the_pass_ends() {
+    let store = FakeState::default();
+    let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+    let (lease, state) = held(&store, &clock).await;
+    let signalled = clock.now();
+    let (signal, shutdown) = tokio::sync::oneshot::channel::<()>();
+    let signal = std::sync::Mutex::new(Some(signal));
+    let shutting_down = AtomicBool::new(false);
+    let mut during = None;
+    let end = lease
+        .run(
+            state,
+            5,
+            || !shutting_down.load(Ordering::SeqCst),
+            async {
+                let _ = shutdown.await;
+            },
+            async |_, lease| {
+                // SIGTERM while the pass's call is in flight.
+                shutting_down.store(true, Ordering::SeqCst);
+                if let Some(s) = signal.lock().expect("signal").take() {
+                    let _ = s.send(());
+                }
+                // The call takes its time; the pass looks at the table meanwhile.
+                for _ in 0..200 {
+                    let stored = store.stored(GROUP);
+                    if stored.dirty {
+                        let ready = tokio::time::timeout(Duration::from_secs(1), lease.ready())
+                            .await
+                            .expect("ready answers at once");
+                        during = Some((stored, lease.check().is_err(), ready));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                PassEnd::Cut(Change::default())
+            },
+        )
+        .await;
+    let Some((during, fenced, ready)) = during else {
+        panic!("nothing was written while the pass's call was in flight: {end:?}");
+    };
+    let held = during.lease.expect("still held during the pass");
+    assert_eq!(held.owner, "resync@demo#1");
+    assert_eq!(
+        held.until,
+        signalled.plus(timings().write_margin),
+        "the lease ends one write margin after the signal, not a lease duration"
+    );
+    assert!(fenced, "no ELBv2 call may start under a handed-over lease");
+    assert!(
+        matches!(ready, Err(tgsync::state::StateError::HandedOver { .. })),
+        "no write waits for a renewal that will not come: {ready:?}"
+    );
+    assert_eq!(end, tgsync::lease::RunEnd::Cut);
+    let stored = store.stored(GROUP);
+    assert!(stored.lease.is_none(), "given back: {stored:?}");
+    assert!(stored.dirty, "another pass is asked for: {stored:?}");
 }

@@ -403,6 +403,25 @@ impl StateStore for DynamoState {
         Ok(self.update(group, renew, false).await?.is_ok())
     }
 
+    async fn hand_over(
+        &self,
+        group: &str,
+        owner: &str,
+        until: UnixMillis,
+    ) -> Result<bool, StateError> {
+        let hand_over = Update::default()
+            .set("#u = :until")
+            .set("#d = :true")
+            .condition("#o = :me")
+            .value(":until", items::n(until.0))
+            .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true))
+            .value(
+                ":me",
+                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+            );
+        Ok(self.update(group, hand_over, false).await?.is_ok())
+    }
+
     async fn write(
         &self,
         group: &str,

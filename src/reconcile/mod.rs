@@ -602,6 +602,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         self.shutdown.notified()
     }
 
+    /// Completes when the process starts shutting down (at once if it has): what a
+    /// lease holder waits on to hand its lease over.
+    pub(crate) async fn shutting_down(&self) {
+        let notified = self.shutdown.notified();
+        if self.is_shutting_down() {
+            return;
+        }
+        notified.await;
+    }
+
     /// Whether passes must stop now: the process is shutting down, or the run's
     /// `cut_at` has come.
     pub(crate) fn cut_due(&self, opts: &RunOptions) -> bool {

@@ -205,6 +205,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 state,
                 self.settings.max_passes,
                 || !self.past_start_deadline(opts) && !self.cut_due(opts),
+                self.shutting_down(),
                 async |state, lease| {
                     // Only the first pass may reuse the observation's health read.
                     let prior = prior.take();

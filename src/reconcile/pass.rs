@@ -87,6 +87,17 @@ enum Stop {
     Aborted,
 }
 
+impl Stop {
+    /// A pass that may not write under its lease any more: cut when the process is
+    /// shutting down and handed the lease over, otherwise the lease is lost.
+    fn from_lease(e: StateError) -> Self {
+        match e {
+            StateError::HandedOver { .. } => Stop::Cut,
+            _ => Stop::LeaseLost,
+        }
+    }
+}
+
 impl From<FaultPoint> for Stop {
     fn from(_: FaultPoint) -> Self {
         Self::Aborted
@@ -444,7 +455,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         kind: Mutation,
     ) -> Result<Result<(), ElbError>, Stop> {
         loop {
-            lease.ready().await.map_err(|_| Stop::LeaseLost)?;
+            lease.ready().await.map_err(Stop::from_lease)?;
             let result = match kind {
                 Mutation::Register => self.groups.register(arn, chunk, lease).await,
                 Mutation::Deregister => self.groups.deregister(arn, chunk, lease).await,
@@ -474,7 +485,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         };
         match ctx.lease.write(&change).await {
             Ok(()) => Ok(()),
-            Err(StateError::LeaseLost { .. }) => Err(Stop::LeaseLost),
+            Err(e @ (StateError::LeaseLost { .. } | StateError::HandedOver { .. })) => {
+                Err(Stop::from_lease(e))
+            }
             Err(e) => Err(Stop::Failed(format!(
                 "ledger write failed, not registered: {e}"
             ))),

@@ -102,6 +102,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let sent = match lease.ready().await {
             Ok(()) => self.groups.register_in_zones(arn, &in_zones, lease).await,
+            // Shutting down: the pass is cut at its next step, and another asked for.
+            Err(crate::state::StateError::HandedOver { .. }) => return settled,
             Err(e) => Err(ElbError::Fenced {
                 operation: "RegisterTargets",
                 reason: e.to_string(),

@@ -103,6 +103,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 state,
                 self.settings.max_passes,
                 || !self.past_start_deadline(opts) && !self.cut_due(opts),
+                self.shutting_down(),
                 async |state, lease| self.release_pass(arn, state, lease, &mut report).await,
             )
             .await;
@@ -182,10 +183,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let mut ledger = state.ledger.clone();
         let mut failures = 0usize;
         for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
-            if lease.ready().await.is_err() {
+            if let Err(e) = lease.ready().await {
                 report.outcome = Outcome::Failed;
-                report.error =
-                    Some("the lease was lost during the release; invoke the release again".into());
+                report.error = Some(format!("{e}; invoke the release again"));
                 return PassEnd::Cut(Change::default());
             }
             match self.groups.deregister(arn, chunk, lease).await {

@@ -60,8 +60,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 None => self.tag_reads.forget(&other.group.arn),
             }
         }
-        read.remove(arn)
-            .ok_or_else(|| ElbError::NotFound { arn: arn.clone() })
+        crate::groups::take_tags(&mut read, arn)
     }
 }
 
