@@ -780,6 +780,9 @@ fn fenced(operation: &'static str, fence: &dyn Fence) -> Result<(), ElbError> {
         .map_err(|reason| ElbError::Fenced { operation, reason })
 }
 
+/// A row of [`FakeState`]'s index: the namespace, selector, and name and facts recorded.
+type IndexRow = (String, Selector, Option<(String, crate::core::GroupFacts)>);
+
 /// A fake state table: one record per group with DynamoDB's conditional-write
 /// semantics (the lease, fencing, the version check of unleased writes).
 #[derive(Debug, Default)]
@@ -787,9 +790,8 @@ pub struct FakeState {
     /// Scheduling noise for race tests.
     pub chaos: Chaos,
     groups: Mutex<HashMap<String, GroupState>>,
-    /// `(cluster, group)` pairs of the orphan index, with the namespace and selector
-    /// recorded.
-    index: Mutex<BTreeMap<(String, String), (String, Selector)>>,
+    /// `(cluster, group)` pairs of the orphan index, with what each row records.
+    index: Mutex<BTreeMap<(String, String), IndexRow>>,
     fail: AtomicBool,
     fail_renewals: AtomicBool,
     slow_read: Delay,
@@ -1177,11 +1179,14 @@ impl StateStore for FakeState {
         Ok(lock(&self.index)
             .iter()
             .filter(|((c, _), _)| c == cluster)
-            .map(|((_, group), (ns, sel))| crate::state::IndexedGroup {
-                group: group.clone(),
-                namespace: ns.clone(),
-                selector: Some(sel.clone()),
-            })
+            .map(
+                |((_, group), (ns, sel, described))| crate::state::IndexedGroup {
+                    group: group.clone(),
+                    namespace: ns.clone(),
+                    selector: Some(sel.clone()),
+                    described: described.clone(),
+                },
+            )
             .collect())
     }
 
@@ -1190,11 +1195,16 @@ impl StateStore for FakeState {
         group: &str,
         cluster: &str,
         binding: &crate::core::Binding,
+        (name, facts): (&str, &crate::core::GroupFacts),
     ) -> Result<(), StateError> {
         self.check("PutItem").await?;
         lock(&self.index).insert(
             (cluster.to_owned(), group.to_owned()),
-            (binding.namespace.clone(), binding.selector.clone()),
+            (
+                binding.namespace.clone(),
+                binding.selector.clone(),
+                Some((name.to_owned(), facts.clone())),
+            ),
         );
         Ok(())
     }

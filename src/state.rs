@@ -15,7 +15,9 @@ use std::future::Future;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::core::{BackoffState, Binding, Checkpoint, PodRef, Selector, Target, UnixMillis};
+use crate::core::{
+    BackoffState, Binding, Checkpoint, GroupFacts, PodRef, Selector, Target, UnixMillis,
+};
 
 /// A row of a cluster's index as a cold container uses it: a group, and the namespace
 /// and selector of the binding that last filled its ledger (possibly stale: the
@@ -28,6 +30,11 @@ pub struct IndexedGroup {
     pub namespace: String,
     /// Its binding's selector (`None` when the recorded one no longer parses).
     pub selector: Option<Selector>,
+    /// The group's name and facts as recorded with the row: ELBv2 never changes them
+    /// (target type, port, protocol and address type are fixed at creation), so a cold
+    /// container reads only the group's tags ahead of discovery. `None` for rows
+    /// written before they were recorded.
+    pub described: Option<(String, GroupFacts)>,
 }
 
 /// One target a tgsync deployment registered or adopted, and for which pod.
@@ -307,14 +314,16 @@ pub trait StateStore: Send + Sync {
         cluster: &str,
     ) -> impl Future<Output = Result<Vec<IndexedGroup>, StateError>> + Send;
 
-    /// Adds `group` to `cluster`'s index with its binding's namespace and selector
-    /// (idempotent). Called before the first entry of `cluster` goes into the group's
-    /// ledger, so the index stays a superset.
+    /// Adds `group` to `cluster`'s index with its binding's namespace and selector and
+    /// the group's name and facts (`described`), idempotently. Called before the first
+    /// entry of `cluster` goes into the group's ledger, so the index stays a superset
+    /// (and to record `described` on rows written before it was).
     fn index(
         &self,
         group: &str,
         cluster: &str,
         binding: &Binding,
+        described: (&str, &GroupFacts),
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Takes `group` out of `cluster`'s index, only if the group's state is still

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, TimeToLiveStatus};
 use tgsync::aws::{DynamoState, create_table};
-use tgsync::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
+use tgsync::core::{
+    AddressFamily, BackoffState, Checkpoint, GroupFacts, PodRef, Target, UnixMillis,
+};
 use tgsync::state::{Acquire, Change, LedgerEntry, Release, StateError, StateStore};
 
 const GROUP: &str =
@@ -586,20 +588,56 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
     let other = GROUP.replace("/web/", "/api/");
     let web = tgsync::testkit::binding("c1", "shop", "app=web tier=fe", 8080);
     let api = tgsync::testkit::binding("c1", "api", "app=api", 8080);
-    state.index(GROUP, "c1", &web).await.expect("index");
-    state.index(GROUP, "c1", &web).await.expect("idempotent");
-    state.index(&other, "c1", &api).await.expect("index");
+    let web_facts = GroupFacts {
+        target_type: "ip".into(),
+        port: Some(8080),
+        family: AddressFamily::Ipv4,
+        quic: false,
+    };
+    // A QUIC group of IPv6 targets with no port of its own.
+    let api_facts = GroupFacts {
+        target_type: "ip".into(),
+        port: None,
+        family: AddressFamily::Ipv6,
+        quic: true,
+    };
+    let web_row = ("web", &web_facts);
     state
-        .index(GROUP, "c2", &web)
+        .index(GROUP, "c1", &web, web_row)
+        .await
+        .expect("index");
+    state
+        .index(GROUP, "c1", &web, web_row)
+        .await
+        .expect("idempotent");
+    state
+        .index(&other, "c1", &api, ("api", &api_facts))
+        .await
+        .expect("index");
+    state
+        .index(GROUP, "c2", &web, web_row)
         .await
         .expect("another cluster's index");
+    // A row of the earlier layout: namespace and selector, no name or facts.
+    let old = GROUP.replace("/web/", "/old/");
+    client
+        .put_item()
+        .table_name(state.table_name())
+        .item("pk", AttributeValue::S("owners#c1".into()))
+        .item("sk", AttributeValue::S(old.clone()))
+        .item("ns", AttributeValue::S("bank".into()))
+        .item("sel", AttributeValue::S("app=old".into()))
+        .send()
+        .await
+        .expect("put a row of the earlier layout");
     let c1 = state.indexed_groups("c1").await.expect("query");
     assert_eq!(
         c1.into_iter().collect::<Vec<_>>(),
-        [other.clone(), GROUP.to_owned()]
+        [other.clone(), old.clone(), GROUP.to_owned()]
     );
-    // Each row records its binding's namespace and selector: what a cold container
-    // watches before discovery.
+    // Each row records its binding's namespace and selector (what a cold container
+    // watches before discovery) and the group's name and facts (so it reads only the
+    // group's tags ahead of discovery).
     let mut selections = state.indexed_selections("c1").await.expect("query");
     selections.sort_by(|a, b| a.namespace.cmp(&b.namespace));
     assert_eq!(
@@ -609,11 +647,19 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
                 group: other.clone(),
                 namespace: "api".to_owned(),
                 selector: Some(api.selector.clone()),
+                described: Some(("api".into(), api_facts)),
+            },
+            tgsync::state::IndexedGroup {
+                group: old,
+                namespace: "bank".to_owned(),
+                selector: tgsync::core::Selector::parse("app=old").ok(),
+                described: None,
             },
             tgsync::state::IndexedGroup {
                 group: GROUP.to_owned(),
                 namespace: "shop".to_owned(),
                 selector: Some(web.selector.clone()),
+                described: Some(("web".into(), web_facts)),
             },
         ]
     );

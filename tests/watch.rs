@@ -889,14 +889,18 @@ struct ColdChange {
     records: Vec<chaos_proxy::Record>,
     /// web's group ARN.
     group: String,
+    /// web's group's row in the cluster's index after the run.
+    row: Option<tgsync::state::IndexedGroup>,
 }
 
 /// 12 idle groups and web's in `shop`; a first container registers web-1 (and records
-/// web's group in the cluster's index); then a fresh engine (a cold container) runs
-/// through the proxy, one pass at a time, with each DescribeTargetHealth taking 0.3 s
-/// and the delays `delays(web's, idle0's ARN suffix)` gives, and web-1 turns NotReady
-/// once its watch is up.
+/// web's group in the cluster's index, with its name and facts unless `earlier_row`:
+/// then the row is left as the earlier layout wrote it); then a fresh engine (a cold
+/// container) runs through the proxy, one pass at a time, with each DescribeTargetHealth
+/// taking 0.3 s and the delays `delays(web's, idle0's ARN suffix)` gives, and web-1
+/// turns NotReady once its watch is up.
 async fn cold_change(
+    earlier_row: bool,
     delays: impl FnOnce(&str, &str) -> Vec<(String, String, Duration)>,
 ) -> ColdChange {
     let settings = tgsync::reconcile::EngineSettings {
@@ -913,6 +917,23 @@ async fn cold_change(
     let until = w.clock.now().plus(Duration::from_secs(3));
     w.engine.run_scheduled(&scheduled(), until).await;
     assert_eq!(w.targets(&group).await, ["10.0.1.1:8080"]);
+    if earlier_row {
+        use aws_sdk_dynamodb::types::AttributeValue::S;
+        w.ddb
+            .update_item()
+            .table_name(&w.table)
+            .key("pk", S(format!("owners#{}", w.cluster)))
+            .key("sk", S(group.clone()))
+            .update_expression("REMOVE #n, #t, #p, #i, #q")
+            .expression_attribute_names("#n", "tgName")
+            .expression_attribute_names("#t", "targetType")
+            .expression_attribute_names("#p", "port")
+            .expression_attribute_names("#i", "ipType")
+            .expression_attribute_names("#q", "quic")
+            .send()
+            .await
+            .expect("the row as the earlier layout wrote it");
+    }
 
     let suffix = |arn: &str| arn.rsplit('/').next().expect("an ARN").to_owned();
     let mut rules = delays(&suffix(&group), &suffix(&idle[0]));
@@ -980,6 +1001,11 @@ async fn cold_change(
     );
     // The race these tests are about: the change came while discovery was reading tags.
     assert!(changed_at < discovered, "the change came after discovery");
+    let row = tgsync::state::StateStore::indexed_selections(&w.engine.state, &w.cluster)
+        .await
+        .expect("the cluster's index")
+        .into_iter()
+        .find(|r| r.group == group);
     ColdChange {
         report,
         changed_at,
@@ -987,6 +1013,7 @@ async fn cold_change(
         left,
         records,
         group,
+        row,
     }
 }
 
@@ -995,10 +1022,12 @@ async fn cold_change(
 /// to its group (at 1,000 groups discovery takes 10 s and more, and the full diff's
 /// looks as long again: such changes waited 14–27 s, and some were not applied within
 /// the invocation). Here each DescribeTags naming web's group takes 1.5 s and reading
-/// the group ahead of discovery stalls, so the change waits for discovery to bind it.
+/// the group ahead of discovery stalls (its index row is of the earlier layout, so that
+/// read describes the group, and the proxy holds that call), so the change waits for
+/// discovery to bind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
-    let c = cold_change(|web, _| {
+    let c = cold_change(true, |web, _| {
         vec![
             // Only the calls naming web's group: the table is shared with other tests.
             (
@@ -1036,18 +1065,70 @@ async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
 }
 
 /// A cold container reads the groups its index says a pod change concerns ahead of
-/// discovery (one DescribeTargetGroups and one DescribeTags naming them) and acts on
-/// the change then: here discovery's tags take 3 s, and web-1 leaves well before.
+/// discovery and acts on the change then: here discovery's tags take 3 s, and web-1
+/// leaves well before. The index row records the group's name and facts, so reading it
+/// is one DescribeTags naming it (in a container's first second, one call of its
+/// Describe window instead of two).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_reads_ahead_of_discovery_the_groups_a_change_names() {
-    let c = cold_change(|_, idle| {
-        vec![(
-            "DescribeTags".into(),
-            idle.to_owned(),
-            Duration::from_secs(3),
-        )]
-    })
-    .await;
+    let c = cold_change(false, slow_discovery).await;
+    let suffix = c.group.rsplit('/').next().expect("an ARN");
+    let described: Vec<_> = c
+        .records
+        .iter()
+        .filter(|r| r.operation == "DescribeTargetGroups" && r.body.contains(suffix))
+        .collect();
+    assert!(
+        described.is_empty(),
+        "web's group was described though its index row records its facts"
+    );
+    let read_ahead = c
+        .records
+        .iter()
+        .find(|r| {
+            r.operation == "DescribeTags"
+                && r.body.contains(suffix)
+                && r.body.matches("ResourceArns.member.").count() == 1
+        })
+        .expect("web's group's tags were read ahead of discovery");
+    read_ahead_acted(&c, read_ahead);
+}
+
+/// Discovery's tags take 3 s (those of the calls naming idle0's group).
+fn slow_discovery(_: &str, idle: &str) -> Vec<(String, String, Duration)> {
+    vec![(
+        "DescribeTags".into(),
+        idle.to_owned(),
+        Duration::from_secs(3),
+    )]
+}
+
+/// A cold container whose index row is of the earlier layout (no name or facts) reads
+/// the group ahead of discovery as discovery does (one DescribeTargetGroups and one
+/// DescribeTags naming it), and records its name and facts in the row, so that the
+/// next cold container reads it with DescribeTags alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_container_records_the_facts_an_earlier_index_row_lacks() {
+    let c = cold_change(true, slow_discovery).await;
+    let suffix = c.group.rsplit('/').next().expect("an ARN");
+    let read_ahead = c
+        .records
+        .iter()
+        .find(|r| r.operation == "DescribeTargetGroups" && r.body.contains(suffix))
+        .expect("web's group was read ahead of discovery");
+    read_ahead_acted(&c, read_ahead);
+    let row = c.row.as_ref().expect("web's group's index row");
+    let (name, facts) = row.described.as_ref().expect("the row records the facts");
+    assert!(c.group.contains(&format!("/{name}/")), "{row:?}");
+    assert_eq!(
+        (facts.target_type.as_str(), facts.port, facts.quic),
+        ("ip", Some(8080), false)
+    );
+}
+
+/// web-1 left before discovery ended, soon after the change, and `read_ahead` (the
+/// read of web's group ahead of discovery) came between the change and discovery's end.
+fn read_ahead_acted(c: &ColdChange, read_ahead: &chaos_proxy::Record) {
     assert!(
         c.left < c.discovered,
         "web-1 left {:?} after discovery ended",
@@ -1058,18 +1139,12 @@ async fn a_cold_container_reads_ahead_of_discovery_the_groups_a_change_names() {
         "web-1 left {:?} after the change",
         c.left - c.changed_at
     );
-    let suffix = c.group.rsplit('/').next().expect("an ARN");
-    let read_ahead = c
-        .records
-        .iter()
-        .find(|r| r.operation == "DescribeTargetGroups" && r.body.contains(suffix))
-        .expect("web's group was read ahead of discovery");
     // The race this is about: web's group was read while discovery was reading tags.
     assert!(
         c.changed_at < read_ahead.at && read_ahead.at < c.discovered,
         "the read ahead came after discovery"
     );
-    let watch = c.report.watch.expect("a watch report");
+    let watch = c.report.watch.as_ref().expect("a watch report");
     assert_eq!(watch.deregistered, 1, "{watch:#?}");
     // Discovery bound the group as read ahead: the change is not asked for again.
     assert_eq!(watch.passes, 1, "{watch:#?}");

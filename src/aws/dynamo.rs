@@ -591,8 +591,9 @@ impl StateStore for DynamoState {
         group: &str,
         cluster: &str,
         binding: &crate::core::Binding,
+        described: (&str, &crate::core::GroupFacts),
     ) -> Result<(), StateError> {
-        self.add_to_index(group, cluster, binding).await
+        self.add_to_index(group, cluster, binding, described).await
     }
 
     async fn retire(

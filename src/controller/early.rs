@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::{Binding, PodFacts, Selector, UnixMillis, contribution};
+use crate::core::{Binding, GroupFacts, PodFacts, Selector, UnixMillis, contribution};
 use crate::reconcile::BoundGroup;
 use crate::state::IndexedGroup;
 
@@ -19,8 +19,9 @@ use crate::state::IndexedGroup;
 /// changes ask for a pass of each of its groups (a rollout at a cold start).
 pub const KEPT: usize = 5_000;
 
-/// At most this many groups are read ahead of discovery (5 call pairs of 20): past
-/// it, a rollout at a cold start waits for discovery rather than double its calls.
+/// At most this many groups are read ahead of discovery (5 DescribeTags of 20, and a
+/// DescribeTargetGroups each for rows of the earlier layout): past it, a rollout at a
+/// cold start waits for discovery rather than add to its calls.
 pub const READ_AHEAD: usize = 100;
 
 /// The pod changes and relists seen before discovery.
@@ -35,6 +36,8 @@ pub struct Early {
     index: BTreeMap<String, Vec<(String, Selector)>>,
     /// The indexed groups named to be read ahead of discovery.
     named: BTreeSet<String>,
+    /// The name and facts the index records for each group that has them.
+    described: BTreeMap<String, (String, GroupFacts)>,
 }
 
 impl Early {
@@ -42,6 +45,9 @@ impl Early {
     /// parses name nothing.
     pub fn index(&mut self, rows: &[IndexedGroup]) {
         for row in rows {
+            if let Some(described) = &row.described {
+                self.described.insert(row.group.clone(), described.clone());
+            }
             if let Some(selector) = &row.selector {
                 self.index
                     .entry(row.namespace.clone())
@@ -78,6 +84,11 @@ impl Early {
             self.anything(namespace, seen);
         }
         named
+    }
+
+    /// The name and facts `group`'s index row records, if it does.
+    pub fn described(&self, group: &str) -> Option<&(String, GroupFacts)> {
+        self.described.get(group)
     }
 
     /// Keeps that anything may have changed in `namespace`.
@@ -209,6 +220,7 @@ mod tests {
             group: group.to_owned(),
             namespace: namespace.to_owned(),
             selector: selector.and_then(|s| Selector::parse(s).ok()),
+            described: None,
         };
         let mut early = Early::default();
         early.index(&[

@@ -40,7 +40,7 @@ use futures::stream::FuturesUnordered;
 
 use crate::core::checkpoint::rank_order;
 use crate::core::{PodIndex, Selector, UnixMillis, contribution};
-use crate::groups::TargetGroupApi;
+use crate::groups::{TargetGroup, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
@@ -483,10 +483,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 continue;
             }
             let read_at = engine.clock.now();
-            let groups = match engine.groups.describe(&batch).await {
-                Ok(groups) => groups,
+            let (groups, undescribed) = match self.read_groups(batch).await {
+                Ok(read) => read,
                 Err(e) => {
-                    tracing::debug!(groups = batch.len(), error = %e, "reading groups ahead of discovery failed; discovery binds them");
+                    tracing::debug!(error = %e, "reading groups ahead of discovery failed; discovery binds them");
                     continue;
                 }
             };
@@ -510,7 +510,73 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 early.marks(&found, &BTreeMap::new())
             };
             self.ask_changes(marks.iter().map(|(arn, seen)| (arn.as_str(), *seen)));
+            // Rows of the earlier layout learn their groups' names and facts, so the
+            // next cold container reads these groups with DescribeTags alone.
+            for b in found
+                .values()
+                .filter(|b| undescribed.contains(&b.group.arn))
+            {
+                let described = (b.group.name.as_str(), &b.group.facts);
+                let recorded = engine
+                    .state
+                    .index(&b.group.arn, &engine.cluster, &b.binding, described)
+                    .await;
+                if let Err(e) = recorded {
+                    tracing::debug!(target_group = %b.group.arn, error = %e, "recording the group's facts in this cluster's index failed; the next cold start describes it again");
+                }
+            }
         }
+    }
+
+    /// The groups of `batch` as they are now, for [`Self::read_ahead`]: those whose
+    /// index rows record their names and facts (which ELBv2 never changes) from one
+    /// DescribeTags, the others described as discovery does (one DescribeTargetGroups
+    /// more); these are returned too.
+    async fn read_groups(
+        &self,
+        batch: Vec<String>,
+    ) -> Result<(Vec<TargetGroup>, BTreeSet<String>), crate::groups::ElbError> {
+        let engine = self.engine;
+        let mut described = Vec::new();
+        let mut undescribed = BTreeSet::new();
+        {
+            let early = lock(&self.early);
+            for arn in batch {
+                match early.as_ref().and_then(|e| e.described(&arn)) {
+                    Some((name, facts)) => described.push(TargetGroup {
+                        name: name.clone(),
+                        facts: facts.clone(),
+                        tags: BTreeMap::new(),
+                        arn,
+                    }),
+                    None => {
+                        undescribed.insert(arn);
+                    }
+                }
+            }
+        }
+        let mut groups = Vec::with_capacity(described.len() + undescribed.len());
+        if !described.is_empty() {
+            let arns: Vec<String> = described.iter().map(|g| g.arn.clone()).collect();
+            let mut tags = engine.groups.tags_of(&arns).await?;
+            for mut group in described {
+                match tags.remove(&group.arn) {
+                    Some(t) => {
+                        group.tags = t;
+                        groups.push(group);
+                    }
+                    // Another account's (one DescribeTags reads one account's groups).
+                    None => {
+                        undescribed.insert(group.arn);
+                    }
+                }
+            }
+        }
+        if !undescribed.is_empty() {
+            let arns: Vec<String> = undescribed.iter().cloned().collect();
+            groups.extend(engine.groups.describe(&arns).await?);
+        }
+        Ok((groups, undescribed))
     }
 
     /// Asks for a change pass of each group, with when its change was seen, and tells

@@ -189,6 +189,16 @@ impl AddressFamily {
     }
 }
 
+impl AddressFamily {
+    /// ELBv2's `IpAddressType` for this family.
+    pub fn ip_address_type(self) -> &'static str {
+        match self {
+            Self::Ipv4 => "ipv4",
+            Self::Ipv6 => "ipv6",
+        }
+    }
+}
+
 impl fmt::Display for AddressFamily {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

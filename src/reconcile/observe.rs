@@ -100,7 +100,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             && let Some(indexed) = scope.indexed
             && !indexed.contains(arn)
             && state.ledger.values().any(|e| e.cluster == self.cluster)
-            && let Err(e) = self.state.index(arn, &self.cluster, &bound.binding).await
+            && let Err(e) = self
+                .state
+                .index(
+                    arn,
+                    &self.cluster,
+                    &bound.binding,
+                    (&bound.group.name, &bound.group.facts),
+                )
+                .await
         {
             tracing::warn!(target_group = arn, error = %e, "adding the group to the state table's index failed; tried again next run");
         }

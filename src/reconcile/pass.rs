@@ -335,7 +335,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             // The group's first entry of this cluster: index it first, so a resync finds
             // the ledger if the group is ever unbound (the orphan report).
             self.state
-                .index(&arn, &self.cluster, &bound.binding)
+                .index(
+                    &arn,
+                    &self.cluster,
+                    &bound.binding,
+                    (&bound.group.name, &bound.group.facts),
+                )
                 .await
                 .map_err(|e| {
                     Stop::Failed(format!(

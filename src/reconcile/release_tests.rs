@@ -147,7 +147,11 @@ async fn a_ledger_older_than_the_index_is_indexed_and_then_reported_orphaned() {
 async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
     let (e, clock) = engine();
     let b = crate::testkit::binding("demo", "shop", "app=web", 8080);
-    e.state.index(TG, "demo", &b).await.unwrap();
+    let g = crate::testkit::bound_group(TG, "demo", "shop", "app=web", 8080);
+    e.state
+        .index(TG, "demo", &b, (&g.name, &g.facts))
+        .await
+        .unwrap();
     e.groups.set_tag(TG, "tgsync/cluster", None);
     let now = clock.now();
     e.state

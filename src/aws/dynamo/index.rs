@@ -9,7 +9,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::items::{self, NAMES};
 use super::{DynamoState, PUT_ITEM, QUERY, TRANSACT_WRITE_ITEMS, build_error};
-use crate::core::{Binding, Selector, UnixMillis};
+use crate::core::{AddressFamily, Binding, GroupFacts, Selector, UnixMillis};
 use crate::state::{IndexedGroup, StateError};
 
 /// One row of a cluster's index, as read.
@@ -17,6 +17,23 @@ struct IndexRow {
     group: String,
     namespace: Option<String>,
     selector: Option<String>,
+    described: Option<(String, GroupFacts)>,
+}
+
+/// The group's name and facts a row records, if it records them all.
+fn described(row: &items::Item) -> Option<(String, GroupFacts)> {
+    let text = |name| row.get(name).and_then(|v| v.as_s().ok());
+    let family = AddressFamily::from_ip_address_type(Some(text(items::INDEX_IP_TYPE)?))?;
+    let facts = GroupFacts {
+        target_type: text(items::INDEX_TARGET_TYPE)?.clone(),
+        port: row
+            .get(items::INDEX_PORT)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok()),
+        family,
+        quic: *row.get(items::INDEX_QUIC)?.as_bool().ok()?,
+    };
+    Some((text(items::INDEX_NAME)?.clone(), facts))
 }
 
 impl DynamoState {
@@ -29,9 +46,14 @@ impl DynamoState {
             .table_name(self.table.as_ref())
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", AttributeValue::S(items::index_partition(cluster)))
-            .projection_expression("sk, #ns, #sel")
+            .projection_expression("sk, #ns, #sel, #name, #tt, #port, #ipt, #quic")
             .expression_attribute_names("#ns", items::INDEX_NAMESPACE)
             .expression_attribute_names("#sel", items::INDEX_SELECTOR)
+            .expression_attribute_names("#name", items::INDEX_NAME)
+            .expression_attribute_names("#tt", items::INDEX_TARGET_TYPE)
+            .expression_attribute_names("#port", items::INDEX_PORT)
+            .expression_attribute_names("#ipt", items::INDEX_IP_TYPE)
+            .expression_attribute_names("#quic", items::INDEX_QUIC)
             .set_limit(self.query_page_limit)
             .into_paginator()
             .send();
@@ -45,6 +67,7 @@ impl DynamoState {
                     group: text(items::SK)?,
                     namespace: text(items::INDEX_NAMESPACE),
                     selector: text(items::INDEX_SELECTOR),
+                    described: described(row),
                 })
             }));
         }
@@ -75,18 +98,20 @@ impl DynamoState {
                     namespace: row.namespace?,
                     selector: row.selector.and_then(|s| Selector::parse(&s).ok()),
                     group: row.group,
+                    described: row.described,
                 })
             })
             .collect())
     }
 
     /// Puts `group`'s row in `cluster`'s index, with its binding's namespace and
-    /// selector.
+    /// selector and the group's name and facts.
     pub(super) async fn add_to_index(
         &self,
         group: &str,
         cluster: &str,
         binding: &Binding,
+        (name, facts): (&str, &GroupFacts),
     ) -> Result<(), StateError> {
         self.calls.count(PUT_ITEM);
         let mut row = items::index_key(cluster, group);
@@ -97,6 +122,23 @@ impl DynamoState {
         row.insert(
             items::INDEX_SELECTOR.to_owned(),
             AttributeValue::S(binding.selector.to_string()),
+        );
+        let text = |v: &str| AttributeValue::S(v.to_owned());
+        row.insert(items::INDEX_NAME.to_owned(), text(name));
+        row.insert(
+            items::INDEX_TARGET_TYPE.to_owned(),
+            text(&facts.target_type),
+        );
+        if let Some(port) = facts.port {
+            row.insert(items::INDEX_PORT.to_owned(), items::n(u64::from(port)));
+        }
+        row.insert(
+            items::INDEX_IP_TYPE.to_owned(),
+            text(facts.family.ip_address_type()),
+        );
+        row.insert(
+            items::INDEX_QUIC.to_owned(),
+            AttributeValue::Bool(facts.quic),
         );
         self.client
             .put_item()

@@ -37,6 +37,13 @@ pub(super) const EXPIRES_AT: &str = "expiresAt";
 pub(super) const INDEX_NAMESPACE: &str = "ns";
 /// Attribute of an index row: the selector (tag form) of the group's binding then.
 pub(super) const INDEX_SELECTOR: &str = "sel";
+/// Attributes of an index row: the group's name, target type, port (when it has one),
+/// `IpAddressType` and whether its protocol is QUIC, which ELBv2 never changes.
+pub(super) const INDEX_NAME: &str = "tgName";
+pub(super) const INDEX_TARGET_TYPE: &str = "targetType";
+pub(super) const INDEX_PORT: &str = "port";
+pub(super) const INDEX_IP_TYPE: &str = "ipType";
+pub(super) const INDEX_QUIC: &str = "quic";
 /// Sort key of a group's item.
 pub(super) const GROUP_SK: &str = "group";
 
