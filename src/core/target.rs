@@ -187,10 +187,8 @@ impl AddressFamily {
             Some(_) => None,
         }
     }
-}
 
-impl AddressFamily {
-    /// ELBv2's `IpAddressType` for this family.
+    /// ELBv2's `IpAddressType` for this family (the inverse of `from_ip_address_type`).
     pub fn ip_address_type(self) -> &'static str {
         match self {
             Self::Ipv4 => "ipv4",
