@@ -893,14 +893,24 @@ struct ColdChange {
     row: Option<tgsync::state::IndexedGroup>,
 }
 
+/// When web-1 turns NotReady in [`cold_change`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum When {
+    /// Once the cold container's watch is up: a watch event.
+    Watched,
+    /// Before the cold container starts: its first LIST holds the change.
+    BeforeList,
+}
+
 /// 12 idle groups and web's in `shop`; a first container registers web-1 (and records
 /// web's group in the cluster's index, with its name and facts unless `earlier_row`:
 /// then the row is left as the earlier layout wrote it); then a fresh engine (a cold
 /// container) runs through the proxy, one pass at a time, with each DescribeTargetHealth
 /// taking 0.3 s and the delays `delays(web's, idle0's ARN suffix)` gives, and web-1
-/// turns NotReady once its watch is up.
+/// turns NotReady `when` says.
 async fn cold_change(
     earlier_row: bool,
+    when: When,
     delays: impl FnOnce(&str, &str) -> Vec<(String, String, Duration)>,
 ) -> ColdChange {
     let settings = tgsync::reconcile::EngineSettings {
@@ -957,19 +967,26 @@ async fn cold_change(
             .filter(|r| r.query_param("watch").is_some())
             .count()
     };
+    let make_change = || {
+        let store = w.emulator.store();
+        store.update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
+        Instant::now()
+    };
+    let unwatched = (when == When::BeforeList).then(make_change);
     let (watched, before) = (watches(), proxy.records().len());
     let (opts, until) = (scheduled(), w.clock.now().plus(Duration::from_secs(8)));
     let run = cold.run_scheduled(&opts, until);
     let change = async {
+        if let Some(at) = unwatched {
+            return at;
+        }
         // The cold container watches the index's namespaces from its start.
         let started = Instant::now();
         while watches() == watched {
             assert!(started.elapsed() < Duration::from_secs(5), "no watch");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let store = w.emulator.store();
-        store.update_pod("shop", "web-1", |p| set_condition(p, "Ready", false));
-        Instant::now()
+        make_change()
     };
     let (report, changed_at) = tokio::join!(run, change);
     let records = proxy.records()[before..].to_vec();
@@ -1027,7 +1044,7 @@ async fn cold_change(
 /// discovery to bind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
-    let c = cold_change(true, |web, _| {
+    let c = cold_change(true, When::Watched, |web, _| {
         vec![
             // Only the calls naming web's group: the table is shared with other tests.
             (
@@ -1071,7 +1088,7 @@ async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
 /// Describe window instead of two).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_reads_ahead_of_discovery_the_groups_a_change_names() {
-    let c = cold_change(false, slow_discovery).await;
+    let c = cold_change(false, When::Watched, slow_discovery).await;
     let suffix = c.group.rsplit('/').next().expect("an ARN");
     let described: Vec<_> = c
         .records
@@ -1094,6 +1111,41 @@ async fn a_cold_container_reads_ahead_of_discovery_the_groups_a_change_names() {
     read_ahead_acted(&c, read_ahead);
 }
 
+/// A pod that changed while no container watched (before a cold container's first
+/// LIST) is no watch event: the LIST holds it. The cold container compares that LIST
+/// with the ledgers of the groups its index names there and reads web's group ahead of
+/// discovery, as for a change its watch saw, so web-1 leaves before discovery ends
+/// (its tags take 3 s here). Without the comparison only the full diff, after
+/// discovery, acted on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_container_acts_on_a_change_made_before_its_first_list() {
+    let c = cold_change(false, When::BeforeList, slow_discovery).await;
+    let suffix = c.group.rsplit('/').next().expect("an ARN");
+    let alone = |r: &&chaos_proxy::Record| {
+        r.operation == "DescribeTags" && r.body.matches("ResourceArns.member.").count() == 1
+    };
+    let read_ahead: Vec<_> = c.records.iter().filter(alone).collect();
+    assert!(
+        read_ahead.len() == 1 && read_ahead[0].body.contains(suffix),
+        "only web's group is read ahead of discovery (the idle groups' empty ledgers match \
+         the LIST): {:?}",
+        read_ahead.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
+    assert!(
+        c.left < c.discovered,
+        "web-1 left {:?} after discovery ended",
+        c.left - c.discovered
+    );
+    // The race this is about: the group was read before discovery had bound it.
+    assert!(
+        read_ahead[0].at < c.discovered,
+        "the read ahead came after discovery"
+    );
+    let watch = c.report.watch.as_ref().expect("a watch report");
+    assert_eq!(watch.deregistered, 1, "{watch:#?}");
+    assert_eq!(watch.passes, 1, "{watch:#?}");
+}
+
 /// Discovery's tags take 3 s (those of the calls naming idle0's group).
 fn slow_discovery(_: &str, idle: &str) -> Vec<(String, String, Duration)> {
     vec![(
@@ -1109,7 +1161,7 @@ fn slow_discovery(_: &str, idle: &str) -> Vec<(String, String, Duration)> {
 /// next cold container reads it with DescribeTags alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_records_the_facts_an_earlier_index_row_lacks() {
-    let c = cold_change(true, slow_discovery).await;
+    let c = cold_change(true, When::Watched, slow_discovery).await;
     let suffix = c.group.rsplit('/').next().expect("an ARN");
     let read_ahead = c
         .records

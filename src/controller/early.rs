@@ -6,14 +6,20 @@
 //! A change seen meanwhile must not wait for the full diff to reach its group: it is
 //! kept here, names the indexed groups whose recorded selector matches the pod (read
 //! at once, ahead of discovery), and asks for its groups' passes as soon as either
-//! binds them, with the time it was seen. Pure data: the controller feeds it and
-//! replays it.
+//! binds them, with the time it was seen. A change made before the container's first
+//! LIST of a namespace is no watch event: the LIST holds it. So each namespace's first
+//! LIST is compared with the ledgers of its indexed groups, by pod and address, and a
+//! group out of step with it is named as a change would name it. Pure data: the
+//! controller feeds it and replays it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::core::{Binding, GroupFacts, PodFacts, Selector, UnixMillis, contribution};
+use crate::core::{
+    AddressFamily, Binding, GroupFacts, PodFacts, PodIndex, Selector, Target, UnixMillis,
+    contribution, serving_ip,
+};
 use crate::reconcile::BoundGroup;
-use crate::state::IndexedGroup;
+use crate::state::{IndexedGroup, LedgerEntry};
 
 /// At most this many pod changes are kept one by one; past it, a namespace's later
 /// changes ask for a pass of each of its groups (a rollout at a cold start).
@@ -38,6 +44,11 @@ pub struct Early {
     named: BTreeSet<String>,
     /// The name and facts the index records for each group that has them.
     described: BTreeMap<String, (String, GroupFacts)>,
+    /// Groups a namespace's first LIST showed out of step with their ledgers, with
+    /// when that LIST was seen.
+    suspects: BTreeMap<String, UnixMillis>,
+    /// Namespaces whose first LIST was handed out for comparing.
+    compared: BTreeSet<String>,
 }
 
 impl Early {
@@ -86,6 +97,40 @@ impl Early {
         named
     }
 
+    /// The indexed groups of `namespace` to compare with its first LIST (only once per
+    /// namespace): each with its recorded selector and, when its row records it, its
+    /// address family.
+    pub fn first_list(
+        &mut self,
+        namespace: &str,
+    ) -> Vec<(String, Selector, Option<AddressFamily>)> {
+        if !self.compared.insert(namespace.to_owned()) {
+            return Vec::new();
+        }
+        self.index
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(|(arn, selector)| {
+                let family = self.described.get(arn).map(|(_, f)| f.family);
+                (arn.clone(), selector.clone(), family)
+            })
+            .collect()
+    }
+
+    /// Keeps `groups` as out of step with a first LIST seen at `seen`. Returns those
+    /// named for the first time, to be read ahead of discovery (see [`Early::pod`]).
+    pub fn suspect(&mut self, groups: Vec<String>, seen: UnixMillis) -> Vec<String> {
+        let mut named = Vec::new();
+        for arn in groups {
+            self.suspects.entry(arn.clone()).or_insert(seen);
+            if self.named.len() < READ_AHEAD && self.named.insert(arn.clone()) {
+                named.push(arn);
+            }
+        }
+        named
+    }
+
     /// The name and facts `group`'s index row records, if it does.
     pub fn described(&self, group: &str) -> Option<&(String, GroupFacts)> {
         self.described.get(group)
@@ -121,6 +166,9 @@ impl Early {
             if let Some(seen) = self.namespaces.get(ns) {
                 mark(&b.group.arn, *seen);
             }
+            if let Some(seen) = self.suspects.get(&b.group.arn) {
+                mark(&b.group.arn, *seen);
+            }
             for (_, before, after, seen) in self.pods.iter().filter(|(n, ..)| n == ns) {
                 if changes(&b.binding, before.as_ref(), after.as_ref()) {
                     mark(&b.group.arn, *seen);
@@ -138,6 +186,66 @@ pub fn watched(namespaces: &BTreeMap<String, Option<Selector>>, binding: &Bindin
     namespaces
         .get(&binding.namespace)
         .is_some_and(|s| s.as_ref().is_none_or(|s| s.covers(&binding.selector)))
+}
+
+/// A namespace's pods as listed: each by name, and a superset of those a selector
+/// selects (an index by label, so that comparing a hundred groups does not scan every
+/// pod a hundred times).
+pub struct ListedPods<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// Its pods by name.
+    pub by_name: HashMap<&'a str, &'a PodFacts>,
+    /// Its pods by label.
+    pub index: PodIndex<'a>,
+}
+
+impl<'a> ListedPods<'a> {
+    /// Indexes `pods`, all of `namespace`, where they are (a watch's store).
+    pub fn new(namespace: &'a str, pods: impl Iterator<Item = &'a PodFacts> + Clone) -> Self {
+        Self {
+            namespace,
+            by_name: pods.clone().map(|p| (p.pod.name.as_str(), p)).collect(),
+            index: PodIndex::of(pods),
+        }
+    }
+}
+
+/// Whether a namespace's pods as listed differ from what `ledger` holds for `cluster`,
+/// by pod and address, ports aside (the port comes from the group's tags): a pod the
+/// ledger holds that is gone, re-created, no longer selected or no longer serving, or a
+/// serving pod `selector` matches that the ledger lacks. Before any tag is read this
+/// is a hint, not a plan: the pass it asks for decides.
+pub fn out_of_step(
+    selector: &Selector,
+    family: Option<AddressFamily>,
+    pods: &ListedPods<'_>,
+    ledger: &BTreeMap<Target, LedgerEntry>,
+    cluster: &str,
+) -> bool {
+    let namespace = pods.namespace;
+    let mut held = HashSet::new();
+    let ours = ledger
+        .iter()
+        .filter(|(_, e)| e.cluster == cluster && e.pod.namespace == namespace);
+    for (target, entry) in ours {
+        let Some(pod) = pods.by_name.get(entry.pod.name.as_str()) else {
+            return true;
+        };
+        let serving = serving_ip(pod, target.family()) == Some(target.ip);
+        if pod.pod.uid != entry.pod.uid || !selector.matches(&pod.labels) || !serving {
+            return true;
+        }
+        held.insert(entry.pod.uid.as_str());
+    }
+    let family = family
+        .or_else(|| ledger.keys().next().map(Target::family))
+        .unwrap_or(AddressFamily::Ipv4);
+    pods.index.select(namespace, selector).any(|p| {
+        selector.matches(&p.labels)
+            && serving_ip(p, family).is_some()
+            && !held.contains(p.pod.uid.as_str())
+    })
 }
 
 /// Whether a pod's change from `before` to `after` can change `binding`'s targets (a
@@ -256,6 +364,123 @@ mod tests {
             READ_AHEAD
         );
         assert!(many.pod("shop", None, Some(&web), UnixMillis(2)).is_empty());
+    }
+
+    /// `shop`'s pods, each with its name, app, IP and readiness.
+    fn listed(pods: &[(&str, &str, &str, bool)]) -> Vec<PodFacts> {
+        pods.iter()
+            .map(|(name, app, ip, ready)| {
+                let pod = PodBuilder::new("shop", name)
+                    .label("app", app)
+                    .ip(ip)
+                    .ready(*ready);
+                PodFacts::from_pod(pod.build())
+            })
+            .collect()
+    }
+
+    /// A ledger holding `w1` at 10.0.0.1:8080 for `cluster`.
+    fn ledger_of(cluster: &str) -> BTreeMap<Target, LedgerEntry> {
+        let target = Target::new("10.0.0.1".parse().expect("an IP"), 8080);
+        let entry = LedgerEntry {
+            target,
+            pod: crate::core::PodRef {
+                namespace: "shop".into(),
+                name: "w1".into(),
+                uid: "uid-shop-w1".into(),
+            },
+            cluster: cluster.into(),
+            registered_at: UnixMillis(0),
+        };
+        BTreeMap::from([(target, entry)])
+    }
+
+    #[test]
+    fn a_first_list_is_out_of_step_with_a_ledger_by_pod_and_address() {
+        let web = Selector::parse("app=web").expect("a selector");
+        let ours = ledger_of("c");
+        let step = |pods: &[PodFacts], ledger: &BTreeMap<Target, LedgerEntry>| {
+            out_of_step(
+                &web,
+                None,
+                &ListedPods::new("shop", pods.iter()),
+                ledger,
+                "c",
+            )
+        };
+        let w1 = ("w1", "web", "10.0.0.1", true);
+        assert!(!step(&listed(&[w1]), &ours), "in step");
+        assert!(
+            !step(&listed(&[w1, ("a1", "api", "10.0.0.9", true)]), &ours),
+            "another group's pod"
+        );
+        assert!(
+            step(&listed(&[("w1", "web", "10.0.0.1", false)]), &ours),
+            "no longer ready"
+        );
+        assert!(step(&listed(&[]), &ours), "gone");
+        assert!(
+            step(&listed(&[("w1", "web", "10.0.0.7", true)]), &ours),
+            "another address"
+        );
+        assert!(
+            step(&listed(&[("w1", "api", "10.0.0.1", true)]), &ours),
+            "no longer selected"
+        );
+        assert!(
+            step(&listed(&[w1, ("w2", "web", "10.0.0.2", true)]), &ours),
+            "a ready pod the ledger lacks"
+        );
+        assert!(
+            !step(&listed(&[w1, ("w2", "web", "10.0.0.2", false)]), &ours),
+            "a pod not ready yet"
+        );
+        let mut recreated = listed(&[w1]);
+        for p in &mut recreated {
+            p.pod = std::sync::Arc::new(crate::core::PodRef {
+                uid: "uid-new".into(),
+                ..(*p.pod).clone()
+            });
+        }
+        assert!(step(&recreated, &ours), "re-created under the same name");
+        assert!(
+            !step(&listed(&[]), &ledger_of("other")),
+            "another cluster's entry is not ours to compare"
+        );
+    }
+
+    #[test]
+    fn a_first_list_names_out_of_step_groups_once_and_marks_them_when_bound() {
+        let row = |group: &str, namespace: &str| IndexedGroup {
+            group: group.to_owned(),
+            namespace: namespace.to_owned(),
+            selector: Selector::parse("app=web").ok(),
+            described: None,
+        };
+        let mut early = Early::default();
+        early.index(&[row("arn:web", "shop"), row("arn:other", "bank")]);
+        let groups: Vec<String> = early
+            .first_list("shop")
+            .into_iter()
+            .map(|(arn, ..)| arn)
+            .collect();
+        assert_eq!(groups, ["arn:web"]);
+        assert!(early.first_list("shop").is_empty(), "compared once");
+        assert_eq!(
+            early.suspect(vec!["arn:web".into()], UnixMillis(7)),
+            ["arn:web"]
+        );
+        assert!(
+            early
+                .suspect(vec!["arn:web".into()], UnixMillis(9))
+                .is_empty(),
+            "named once"
+        );
+        let marks = early.marks(&bound(), &BTreeMap::new());
+        assert_eq!(
+            marks,
+            BTreeMap::from([("arn:web".to_owned(), UnixMillis(7))])
+        );
     }
 
     #[test]

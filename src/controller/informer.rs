@@ -137,6 +137,18 @@ impl Informer {
         Some((pods, store.version.clone()))
     }
 
+    /// `f` of `namespace`'s pods by name, while its store is listed and live (`None`
+    /// otherwise): read in place, since a namespace can hold tens of thousands.
+    pub(crate) fn with_pods<R>(
+        &self,
+        namespace: &str,
+        f: impl FnOnce(&BTreeMap<String, PodFacts>) -> R,
+    ) -> Option<R> {
+        let stores = lock(&self.stores);
+        let store = stores.get(namespace).filter(|s| s.listed && s.live)?;
+        Some(f(&store.pods))
+    }
+
     /// Whether `namespace`'s store is listed and live.
     pub(crate) fn is_live(&self, namespace: &str) -> bool {
         lock(&self.stores)

@@ -20,8 +20,10 @@
 //! beside them; every bound group is then enqueued for the full diff (verified against
 //! ELBv2 within the Describe budget), and every pod change for the groups it can
 //! change (a change seen before discovery has bound its groups, as soon as the groups
-//! the index names for it are read ahead of discovery, or discovery binds them: see
-//! `early`). A group's pass knows nothing of watches: it gets pods the store holds (or
+//! the index names for it are read ahead of discovery, or discovery binds them; a
+//! change made before a cold container's first LIST, likewise, once that LIST is
+//! compared with the indexed groups' ledgers: see `early`). A group's pass knows
+//! nothing of watches: it gets pods the store holds (or
 //! reads them afresh when the store is behind the group's last pass) and runs under
 //! the group's lease like any other pass. A pass that waits — for a lease another
 //! process holds, for its backoff — gives its turn back to the queue with a time to
@@ -39,7 +41,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
 use crate::core::checkpoint::rank_order;
-use crate::core::{PodIndex, Selector, UnixMillis, contribution};
+use crate::core::{AddressFamily, PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::{TargetGroup, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
@@ -70,6 +72,21 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// How long a job waits for its namespace's store to be listed before it reads the
 /// group's pods itself.
 const STORE_WAIT: Duration = Duration::from_secs(30);
+
+/// Groups whose ledgers one comparison with a first LIST reads at a time (BatchGetItem's
+/// limit; at ~120 bytes a target, about 1.2 MB at 100 targets a group).
+const COMPARE_BATCH: usize = 100;
+
+/// A namespace's first LIST in a cold container, to compare with the ledgers of the
+/// groups its index rows name (see `early`).
+#[derive(Debug)]
+struct FirstList {
+    namespace: String,
+    /// Each indexed group with its recorded selector and, if recorded, address family.
+    groups: Vec<(String, Selector, Option<AddressFamily>)>,
+    /// When the LIST was seen.
+    seen: UnixMillis,
+}
 
 /// A group whose lease another process holds is looked at again this long after the
 /// holder's lease would expire (it is asked to serve our change meanwhile).
@@ -115,6 +132,8 @@ struct Run<'e, P, G, S> {
     /// Indexed groups a pod change named before discovery, to read ahead of it
     /// (`read_ahead`).
     to_read: Mutex<Vec<String>>,
+    /// First LISTs of a cold container to compare with the ledgers (`read_ahead`).
+    to_compare: Mutex<Vec<FirstList>>,
     /// Signalled when `to_read` gets a group, and when discovery is done.
     read_wake: tokio::sync::Notify,
     /// The full diff's verification plan, once discovery is done.
@@ -184,6 +203,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             namespaces: tokio::sync::watch::Sender::new(BTreeMap::new()),
             early: Mutex::new(Some(Early::default())),
             to_read: Mutex::new(Vec::new()),
+            to_compare: Mutex::new(Vec::new()),
             read_wake: tokio::sync::Notify::new(),
             verify: Mutex::new(Verify::default()),
             verified: tokio::sync::Notify::new(),
@@ -463,7 +483,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// for a pass if a change kept so far can change it: a cold container's first
     /// changes are acted on without waiting for discovery's every page. Discovery's
     /// bindings replace these when it is done. A read that fails leaves its groups to
-    /// discovery.
+    /// discovery. First LISTs are compared with the ledgers before (`to_compare`).
     async fn read_ahead(&self) {
         let engine = self.engine;
         loop {
@@ -472,6 +492,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             woken.as_mut().enable();
             if lock(&self.early).is_none() {
                 return;
+            }
+            let first = lock(&self.to_compare).pop();
+            if let Some(first) = first {
+                self.compare_first_list(&first).await;
+                continue;
             }
             let batch: Vec<String> = {
                 let mut to_read = lock(&self.to_read);
@@ -525,6 +550,75 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     tracing::debug!(target_group = %b.group.arn, error = %e, "recording the group's facts in this cluster's index failed; the next cold start describes it again");
                 }
             }
+        }
+    }
+
+    /// Compares a cold container's first LIST of a namespace with the ledgers of the
+    /// groups its index names there (read in batches; no ELBv2 call), and names those
+    /// out of step to be read ahead of discovery, as a change its watch saw would: a
+    /// pod that changed while no container watched is then acted on without waiting
+    /// for the full diff. A group already bound is asked for at once. A read that
+    /// fails leaves the namespace to the full diff.
+    async fn compare_first_list(&self, first: &FirstList) {
+        let engine = self.engine;
+        for chunk in first.groups.chunks(COMPARE_BATCH) {
+            if lock(&self.early).is_none() {
+                return;
+            }
+            let arns: Vec<String> = chunk.iter().map(|(arn, ..)| arn.clone()).collect();
+            let states = match engine.state.load_many(&arns).await {
+                Ok(states) => states,
+                Err(e) => {
+                    tracing::debug!(namespace = %first.namespace, error = %e, "reading ledgers to compare with a first LIST failed; the full diff compares them");
+                    return;
+                }
+            };
+            let ledgers: HashMap<&str, &crate::state::GroupState> =
+                states.iter().map(|(arn, s)| (arn.as_str(), s)).collect();
+            // In place, under the store's lock: a namespace may hold tens of thousands.
+            let stepped = engine
+                .controller
+                .informer
+                .with_pods(&first.namespace, |pods| {
+                    let listed = early::ListedPods::new(&first.namespace, pods.values());
+                    chunk
+                        .iter()
+                        .filter(|(arn, selector, family)| {
+                            ledgers.get(arn.as_str()).is_some_and(|s| {
+                                let ledger = &s.ledger;
+                                early::out_of_step(
+                                    selector,
+                                    *family,
+                                    &listed,
+                                    ledger,
+                                    &engine.cluster,
+                                )
+                            })
+                        })
+                        .map(|(arn, ..)| arn.clone())
+                        .collect::<Vec<_>>()
+                });
+            let Some(stepped) = stepped.filter(|s| !s.is_empty()) else {
+                continue;
+            };
+            tracing::debug!(namespace = %first.namespace, groups = stepped.len(), "a first LIST differs from these groups' ledgers; reading them ahead of discovery");
+            let bound: Vec<String> = {
+                let bound = lock(&self.bound);
+                stepped
+                    .iter()
+                    .filter(|arn| bound.contains_key(*arn))
+                    .cloned()
+                    .collect()
+            };
+            let named = {
+                let mut early = lock(&self.early);
+                let Some(early) = early.as_mut() else {
+                    return;
+                };
+                early.suspect(stepped, first.seen)
+            };
+            lock(&self.to_read).extend(named);
+            self.ask_changes(bound.iter().map(|arn| (arn.as_str(), first.seen)));
         }
     }
 
@@ -686,6 +780,21 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                         again: true,
                         ..
                     } => early.anything(namespace, self.engine.clock.now()),
+                    StoreEvent::Listed {
+                        namespace,
+                        again: false,
+                        ..
+                    } => {
+                        let groups = early.first_list(namespace);
+                        if !groups.is_empty() {
+                            lock(&self.to_compare).push(FirstList {
+                                namespace: (*namespace).to_owned(),
+                                groups,
+                                seen: self.engine.clock.now(),
+                            });
+                            self.read_wake.notify_one();
+                        }
+                    }
                     StoreEvent::Pod {
                         namespace,
                         before,

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -214,8 +215,17 @@ pub fn contribution(pod: &PodFacts, binding: &Binding) -> Option<(Target, Option
     target_of(pod, binding).ok().map(|t| (t, pod.gate))
 }
 
-/// The design's readiness rules, in the order an operator would want them reported.
-fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
+/// The address a pod serves on in a group of `family`, by every readiness rule but the
+/// port's (which the group's tags give): `None` when it yields no target whatever the
+/// port. A cold container compares a LIST with the groups' ledgers by it before it
+/// has read any tags.
+pub fn serving_ip(pod: &PodFacts, family: AddressFamily) -> Option<IpAddr> {
+    serving(pod, family).ok()
+}
+
+/// The design's readiness rules up to the port, in the order an operator would want
+/// them reported.
+fn serving(pod: &PodFacts, family: AddressFamily) -> Result<IpAddr, SkipReason> {
     if pod.excluded {
         return Err(SkipReason::Excluded);
     }
@@ -227,15 +237,17 @@ fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
             phase: pod.phase.clone(),
         });
     }
-    let ip = pod.ip(binding.family).ok_or(SkipReason::NoAddress {
-        family: binding.family,
-    })?;
+    let ip = pod.ip(family).ok_or(SkipReason::NoAddress { family })?;
     match pod.gate {
-        Some(_) if !pod.containers_ready => return Err(SkipReason::ContainersNotReady),
-        Some(_) => {}
-        None if !pod.ready => return Err(SkipReason::NotReady),
-        None => {}
+        Some(_) if !pod.containers_ready => Err(SkipReason::ContainersNotReady),
+        None if !pod.ready => Err(SkipReason::NotReady),
+        Some(_) | None => Ok(ip),
     }
+}
+
+/// The design's readiness rules, in the order an operator would want them reported.
+fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
+    let ip = serving(pod, binding.family)?;
     let port = match &binding.port {
         PortSpec::Number(n) => *n,
         PortSpec::Name(name) => pod

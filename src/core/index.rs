@@ -5,7 +5,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::binding::Binding;
 use super::pod::PodFacts;
-use super::selector::Term;
+use super::selector::{Selector, Term};
 
 /// Pods grouped by namespace and by `(namespace, label key, label value)`.
 ///
@@ -14,7 +14,7 @@ use super::selector::Term;
 /// input that would call for DoS-resistant hashing.)
 #[derive(Debug)]
 pub struct PodIndex<'a> {
-    pods: &'a [PodFacts],
+    pods: Vec<&'a PodFacts>,
     by_namespace: HashMap<&'a str, Vec<u32>>,
     by_label: HashMap<(&'a str, &'a str, &'a str), Vec<u32>>,
 }
@@ -22,9 +22,15 @@ pub struct PodIndex<'a> {
 impl<'a> PodIndex<'a> {
     /// Indexes `pods` (at most `u32::MAX` of them; more are ignored).
     pub fn new(pods: &'a [PodFacts]) -> Self {
+        Self::of(pods.iter())
+    }
+
+    /// Indexes pods held elsewhere (a watch's store, read in place).
+    pub fn of(pods: impl Iterator<Item = &'a PodFacts>) -> Self {
+        let pods: Vec<&'a PodFacts> = pods.take(u32::MAX as usize).collect();
         let mut by_namespace: HashMap<&str, Vec<u32>> = HashMap::default();
         let mut by_label: HashMap<(&str, &str, &str), Vec<u32>> = HashMap::default();
-        for (i, pod) in pods.iter().enumerate().take(u32::MAX as usize) {
+        for (i, pod) in pods.iter().copied().enumerate() {
             let i = i as u32;
             let ns = pod.pod.namespace.as_str();
             by_namespace.entry(ns).or_default().push(i);
@@ -45,10 +51,20 @@ impl<'a> PodIndex<'a> {
         &'s self,
         binding: &'s Binding,
     ) -> impl Iterator<Item = &'a PodFacts> + use<'s, 'a> {
-        let ns = binding.namespace.as_str();
+        self.select(&binding.namespace, &binding.selector)
+    }
+
+    /// As [`PodIndex::candidates`], for a selector in `namespace` without a binding (a
+    /// cold container's index rows record only the selector).
+    pub fn select<'s>(
+        &'s self,
+        namespace: &'s str,
+        selector: &'s Selector,
+    ) -> impl Iterator<Item = &'a PodFacts> + use<'s, 'a> {
+        let ns = namespace;
         let mut best: Option<&'s Vec<u32>> = None;
         let mut empty = false;
-        for term in binding.selector.terms() {
+        for term in selector.terms() {
             if let Term::Equals { key, value } = term {
                 match self.by_label.get(&(ns, key.as_str(), value.as_str())) {
                     Some(list) if best.is_none_or(|b| list.len() < b.len()) => best = Some(list),
@@ -64,8 +80,8 @@ impl<'a> PodIndex<'a> {
                 .map(Vec::as_slice)
                 .unwrap_or(&[])
         };
-        let pods = self.pods;
-        list.iter().map(move |&i| &pods[i as usize])
+        let pods = &self.pods;
+        list.iter().map(move |&i| pods[i as usize])
     }
 
     /// Namespaces that hold at least one pod.
