@@ -60,13 +60,9 @@ fn container(
             ca_pem: w.emulator.ca_pem().map(|p| p.as_bytes().to_vec()),
         },
     );
-    let budget = |n| {
-        MutationRate::new(n, None)
-            .expect("rate")
-            .share(share, containers)
-    };
-    let groups = Elbv2TargetGroups::from_sdk_config(sdk, budget(MUTATIONS))
-        .with_describe_rate(budget(DESCRIBES));
+    let (mutations, describes) =
+        MutationRate::container_shares(MUTATIONS, DESCRIBES, share, containers).expect("rates");
+    let groups = Elbv2TargetGroups::from_sdk_config(sdk, mutations).with_describe_rate(describes);
     Engine::new(
         w.cluster.as_str(),
         KubePods::new(Arc::new(access)),

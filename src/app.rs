@@ -78,13 +78,13 @@ impl App {
         let access = ClusterAccess::from_sdk_config(&settings.cluster_name, sdk, overrides)?;
         let pods = KubePods::new(Arc::new(access)).with_page_size(settings.page_size);
         // The budgets are the deployment's: this container's share of them.
-        let share = |budget: u32| {
-            MutationRate::new(budget, None)
-                .map(|r| r.share(settings.budget_share, settings.max_containers))
-                .map_err(|e| AppError::Rate(e.to_string()))
-        };
-        let rate = share(settings.mutations_per_second)?;
-        let describes = share(settings.describes_per_second)?;
+        let (rate, describes) = MutationRate::container_shares(
+            settings.mutations_per_second,
+            settings.describes_per_second,
+            settings.budget_share,
+            settings.max_containers,
+        )
+        .map_err(|e| AppError::Rate(e.to_string()))?;
         let smaller = settings
             .mutations_per_second
             .min(settings.describes_per_second);

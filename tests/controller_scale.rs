@@ -89,12 +89,9 @@ async fn at_a_thousand_groups_a_pod_turning_not_ready_leaves_within_3_s() {
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
     // The engine as the template deploys the resync: 50 % of the default budgets (8
     // Describe and 5 Register/Deregister calls per second), one container.
-    let share = |per_second| {
-        MutationRate::new(per_second, None)
-            .expect("rate")
-            .share(0.5, 1)
-    };
-    let groups = Elbv2TargetGroups::from_sdk_config(&w.sdk, share(5)).with_describe_rate(share(8));
+    let (mutations, describes) = MutationRate::container_shares(5, 8, 0.5, 1).expect("rates");
+    let groups =
+        Elbv2TargetGroups::from_sdk_config(&w.sdk, mutations).with_describe_rate(describes);
     let engine = w.engine_over(groups);
     // The container's first invocation: it discovers the fleet, lists the namespaces
     // and verifies every group it can in its time (a cold full diff of 1,000 groups is

@@ -2108,8 +2108,9 @@ const BUDGETED: [&str; 3] = ["ResyncFunction", "PodEventsFunction", "ManualFunct
 /// The ELBv2 budgets are the deployment's: each function has reserved concurrency, and
 /// its containers are told how many there can be and which share they get, so that with
 /// every container of every function busy (the watching resync, pod-events, a manual
-/// run) the calls in any second stay within the budgets (the per-container pacing is
-/// `MutationRate::share`). Checked for every budget the parameters allow, with as many
+/// run) the calls stay within the budgets over every window (the per-container pacing
+/// is `MutationRate::container_shares`: mutations in any second, Describes in any 2 s).
+/// Checked for every budget the parameters allow, with as many
 /// pod-events containers as the documented rule admits (30 % of the smaller budget,
 /// rounded to the nearest whole number).
 #[test]
@@ -2170,12 +2171,16 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
             shares <= 1.0 + 1e-9,
             "the shares add up to at most the whole: {shares}"
         );
-        for budget in [
+        for (kind, budget) in [
             "TGSYNC_ELB_MUTATIONS_PER_SECOND",
             "TGSYNC_ELB_DESCRIBES_PER_SECOND",
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let mut worst = 0;
             let mut total = 0;
+            let mut seconds = 0;
             for function in BUDGETED {
                 let containers = reserved(function);
                 assert_eq!(
@@ -2187,14 +2192,16 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                 );
                 let share: f64 = env(function, "TGSYNC_BUDGET_SHARE").parse().unwrap();
                 total = env(function, budget).parse::<u32>().unwrap();
-                let rate = tgsync::aws::MutationRate::new(total, None)
-                    .unwrap()
-                    .share(share, containers);
+                let rates =
+                    tgsync::aws::MutationRate::container_shares(total, total, share, containers)
+                        .unwrap();
+                let rate = if kind == 0 { rates.0 } else { rates.1 };
                 worst += containers * rate.per_window();
+                seconds = rate.window_seconds();
             }
             assert!(
-                worst <= total,
-                "{budget} {given:?}: {worst} calls in one second > {total}"
+                worst <= total * seconds,
+                "{budget} {given:?}: {worst} calls in {seconds} s > {total} a second"
             );
         }
     }
@@ -2209,10 +2216,12 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
     .unwrap()
     .parse()
     .unwrap();
-    let describes = tgsync::aws::MutationRate::new(8, None)
-        .unwrap()
-        .share(share, 1);
-    assert_eq!(describes.per_window(), 4, "4 Describe calls a second");
+    let (_, describes) = tgsync::aws::MutationRate::container_shares(5, 8, share, 1).unwrap();
+    assert_eq!(
+        (describes.per_window(), describes.window_seconds()),
+        (8, 2),
+        "8 Describe calls in any 2 s"
+    );
 }
 
 // ------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ use crate::core::{MAX_TARGETS_PER_CALL, Target, TargetHealth};
 use crate::groups::{ElbError, Fence, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi};
 
 use pace::{Pace, Stopped};
-pub use rate::{MutationRate, RateError};
+pub use rate::{DESCRIBE_WINDOW_SECONDS, MutationRate, RateError};
 
 /// DescribeTargetGroups page size: the API's maximum, so discovery of many groups costs
 /// as few Describe tokens as possible.

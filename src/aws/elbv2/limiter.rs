@@ -2,12 +2,13 @@
 //!
 //! A rate set outright (`per_second`, `burst`) is a token bucket (governor's GCRA). A
 //! container's share of the deployment's budget ([`super::MutationRate::share`]) is a
-//! sliding window instead: at most `calls` in any 1-s window, and back to back while the
-//! window has room. Both keep the deployment within its budget in every second; the
-//! window does it without spacing a container's calls evenly, so a reaction's two
-//! Describe calls (target health, then tags) go out together instead of a period apart.
-//! Background work keeps an even pace under the window (`calls - 1` a second, as the
-//! even pace allowed) and leaves the last slot to reactions.
+//! sliding window instead: at most `calls` in any window (1 s, or 2 s for Describes:
+//! [`super::DESCRIBE_WINDOW_SECONDS`]), and back to back while the window has room.
+//! Both keep the deployment within its budget; the window does it without spacing a
+//! container's calls evenly, so a reaction's two Describe calls (target health, then
+//! tags) go out together instead of a period apart. Background work keeps an even pace
+//! under the window and leaves the last slot of each second to reactions: `calls - 1`
+//! a 1-s window, `calls - 2` a 2-s one, so a reaction's two Describes both find one.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -17,9 +18,12 @@ use governor::DefaultDirectRateLimiter;
 
 use crate::sync::lock;
 
-/// The window of a share, with 10 ms to spare: a closed 1-s window then holds at most
-/// `calls`, also with a few milliseconds of difference between the calls' transit times.
-pub(crate) const WINDOW: Duration = Duration::from_millis(1010);
+/// The window of a share of `seconds`, with 10 ms to spare: a closed window of that
+/// length then holds at most `calls`, also with a few milliseconds of difference
+/// between the calls' transit times.
+pub(crate) fn window(seconds: u32) -> Duration {
+    Duration::from_secs(u64::from(seconds)) + Duration::from_millis(10)
+}
 
 /// What one kind of ELBv2 call waits on.
 #[derive(Debug)]
@@ -60,36 +64,50 @@ impl Limiter {
     }
 }
 
-/// At most `calls` calls in any [`WINDOW`]: the times of the last `calls` granted.
+/// At most `calls` calls in any [`window`]: the times of the last `calls` granted.
 #[derive(Debug)]
 pub(crate) struct SlidingWindow {
     calls: usize,
+    span: Duration,
+    /// Slots background work leaves free for reactions: one a second while the
+    /// window holds two calls a second, else one while it holds more than one.
+    keep: usize,
     granted: Mutex<VecDeque<tokio::time::Instant>>,
 }
 
 impl SlidingWindow {
-    /// A window of `calls` (at least one).
-    pub(crate) fn new(calls: u32) -> Self {
+    /// A window of `calls` (at least one) in `seconds` (at least one).
+    pub(crate) fn new(calls: u32, seconds: u32) -> Self {
         let calls = usize::try_from(calls).unwrap_or(usize::MAX).max(1);
+        let seconds = seconds.max(1);
+        let per_second = usize::try_from(seconds).unwrap_or(usize::MAX);
+        let keep = match calls {
+            1 => 0,
+            calls if calls >= 2 * per_second => per_second,
+            _ => 1,
+        };
         Self {
             calls,
+            span: window(seconds),
+            keep,
             granted: Mutex::new(VecDeque::with_capacity(calls)),
         }
     }
 
     /// [`Limiter::check`] at `now`.
     fn check(&self, background: bool, now: tokio::time::Instant) -> Option<Duration> {
-        let (keep, spacing) = match self.calls {
-            calls if background && calls > 1 => {
-                let spaced = u32::try_from(calls - 1).unwrap_or(u32::MAX);
-                (1, WINDOW / spaced)
+        let (keep, spacing) = match self.keep {
+            keep if background && keep > 0 => {
+                let spaced = u32::try_from(self.calls - keep).unwrap_or(u32::MAX);
+                (keep, self.span / spaced)
             }
             _ => (0, Duration::ZERO),
         };
+        let window = self.span;
         let mut granted = lock(&self.granted);
         while granted
             .front()
-            .is_some_and(|&at| now.saturating_duration_since(at) >= WINDOW)
+            .is_some_and(|&at| now.saturating_duration_since(at) >= window)
         {
             granted.pop_front();
         }
@@ -97,7 +115,7 @@ impl SlidingWindow {
         // below `calls`, so that grant is in the window)...
         let taken = granted.len() + keep;
         let by_count = (taken >= self.calls)
-            .then(|| granted.get(taken - self.calls).map_or(now, |&at| at) + WINDOW);
+            .then(|| granted.get(taken - self.calls).map_or(now, |&at| at) + window);
         // ...and background work waits its spacing after the last grant.
         let by_spacing = granted.back().map(|&last| last + spacing);
         match by_count.max(by_spacing) {
@@ -118,9 +136,11 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    const WINDOW: Duration = Duration::from_millis(1010);
+
     #[test]
     fn a_window_lets_its_calls_go_back_to_back_then_waits_for_the_oldest() {
-        let w = SlidingWindow::new(3);
+        let w = SlidingWindow::new(3, 1);
         let t0 = tokio::time::Instant::now();
         assert_eq!(w.check(false, t0), None);
         assert_eq!(w.check(false, t0 + ms(10)), None);
@@ -133,7 +153,7 @@ mod tests {
 
     #[test]
     fn background_leaves_a_reaction_its_slot_and_spaces_its_calls() {
-        let w = SlidingWindow::new(3);
+        let w = SlidingWindow::new(3, 1);
         let t0 = tokio::time::Instant::now();
         assert_eq!(w.check(true, t0), None);
         // Background calls are spaced half a window apart (two of the three slots).
@@ -146,16 +166,57 @@ mod tests {
         assert_eq!(w.check(false, t0 + WINDOW / 2), None);
         assert_eq!(w.check(false, t0 + ms(600)), Some(WINDOW - ms(600)));
         // A window of one keeps nothing back (background would never get a slot).
-        let one = SlidingWindow::new(1);
+        let one = SlidingWindow::new(1, 1);
         assert_eq!(one.check(true, t0), None);
         assert_eq!(one.check(true, t0 + ms(1)), Some(WINDOW - ms(1)));
     }
 
-    /// Whatever the callers ask, no closed 1-s window holds more than `calls` grants.
+    /// Under a 2-s window of 8 (the template's resync share of the Describe budget),
+    /// background work keeps its pace of 3 a second and leaves two slots: a reaction's
+    /// two calls both go at once. A reaction's second call under the 1-s window of 4
+    /// waits for the oldest background grant to leave.
     #[test]
-    fn no_second_holds_more_than_the_window() {
-        for calls in 1..=6u32 {
-            let w = SlidingWindow::new(calls);
+    fn a_two_second_window_leaves_a_reaction_both_its_calls() {
+        let t0 = tokio::time::Instant::now();
+        let saturate = |w: &SlidingWindow| {
+            let mut at = Duration::ZERO;
+            let mut grants = Vec::new();
+            while at < ms(3000) {
+                match w.check(true, t0 + at) {
+                    None => grants.push(at),
+                    Some(wait) => at += wait,
+                }
+            }
+            grants
+        };
+        let two = SlidingWindow::new(8, 2);
+        let grants = saturate(&two);
+        // Evenly spaced, 6 a window of 2.01 s: as many a second as the 1-s window's 3.
+        assert_eq!(grants.len(), 9, "{grants:?}");
+        assert_eq!(grants[1], window(2) / 6);
+        let reaction = t0 + ms(3000);
+        assert_eq!(two.check(false, reaction), None);
+        assert_eq!(two.check(false, reaction + ms(5)), None);
+        // Background then waits for room again.
+        assert!(two.check(true, reaction + ms(10)).is_some());
+
+        let one = SlidingWindow::new(4, 1);
+        let grants = saturate(&one);
+        assert_eq!(grants.len(), 9, "{grants:?}");
+        assert_eq!(one.check(false, reaction), None);
+        let second = one.check(false, reaction + ms(5));
+        assert!(
+            second.is_some_and(|wait| wait > Duration::ZERO && wait <= WINDOW / 3),
+            "{second:?}"
+        );
+    }
+
+    /// Whatever the callers ask, no closed window holds more than `calls` grants.
+    #[test]
+    fn no_window_holds_more_than_its_calls() {
+        for (calls, seconds) in (1..=6u32).flat_map(|c| [(c, 1), (c, 2), (2 * c, 2)]) {
+            let w = SlidingWindow::new(calls, seconds);
+            let span = Duration::from_secs(u64::from(seconds));
             let t0 = tokio::time::Instant::now();
             let mut grants = Vec::new();
             let mut rng = fastrand::Rng::with_seed(u64::from(calls));
@@ -164,7 +225,7 @@ mod tests {
                 match w.check(rng.bool(), t0 + at) {
                     None => grants.push(at),
                     Some(wait) => {
-                        assert!(wait > Duration::ZERO && wait <= WINDOW, "{wait:?}");
+                        assert!(wait > Duration::ZERO && wait <= window(seconds), "{wait:?}");
                         // Callers come back when told, or sooner.
                         at += if rng.bool() { wait } else { wait / 2 };
                         continue;
@@ -177,14 +238,14 @@ mod tests {
                 .map(|&from| {
                     grants
                         .iter()
-                        .filter(|&&g| g >= from && g <= from + Duration::from_secs(1))
+                        .filter(|&&g| g >= from && g <= from + span)
                         .count()
                 })
                 .max()
                 .unwrap_or(0);
             assert_eq!(
                 most, calls as usize,
-                "{calls} a window: {most} in one second"
+                "{calls} a window of {seconds} s: {most} in one"
             );
         }
     }

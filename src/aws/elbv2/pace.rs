@@ -484,13 +484,18 @@ mod tests {
         );
     }
 
-    /// Under a share's window (4 calls a second), queued verifications take three slots
-    /// a window, evenly spaced, and leave the fourth: a reaction's first call goes out
-    /// at once, though verifications were still waiting, and its second soon after.
+    /// Under the template's resync share of the Describe budget (8 calls in 2 s),
+    /// queued verifications take three slots a second, evenly spaced, and leave two a
+    /// window: a reaction's two calls (health, then tags) go out at once, though
+    /// verifications were still waiting.
     #[tokio::test]
-    async fn under_a_share_verifications_leave_a_reaction_its_slot() {
-        let rate = MutationRate::new(8, None).expect("rate").share(0.5, 1);
-        assert_eq!(rate.per_window(), 4);
+    async fn under_a_share_verifications_leave_a_reaction_its_slots() {
+        let rate = MutationRate::new(8, None).expect("rate").share_over(
+            0.5,
+            1,
+            super::super::DESCRIBE_WINDOW_SECONDS,
+        );
+        assert_eq!(rate.per_window(), 8);
         let pace = Pace::new(Some(rate));
         let start = std::time::Instant::now();
         let verifications = futures::future::join_all((0..12).map(|_| {
@@ -500,7 +505,9 @@ mod tests {
             })
         }));
         let reaction = async {
-            tokio::time::sleep(Duration::from_millis(1300)).await;
+            // Just after a verification took its slot: under a 1-s window of 4, the
+            // second call would wait ~300 ms for the oldest of them to leave.
+            tokio::time::sleep(Duration::from_millis(1030)).await;
             let asked = start.elapsed();
             pace.slot().await;
             let first = start.elapsed();
@@ -519,10 +526,8 @@ mod tests {
             "the reaction waited {:?} for its first call; verifications at {verified:?}",
             first - asked
         );
-        // The second call waits for the window's next free slot, ahead of the queue:
-        // at most one verification's spacing (a third of a window).
         assert!(
-            second - first < Duration::from_millis(400),
+            second - first < Duration::from_millis(50),
             "the reaction's second call waited {:?}; verifications at {verified:?}",
             second - first
         );

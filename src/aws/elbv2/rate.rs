@@ -21,10 +21,23 @@ pub struct MutationRate {
     burst: NonZeroU32,
     /// Time per call: `1 s / per_second`.
     period: Duration,
-    /// A [`MutationRate::share`]: at most this many calls in any 1-s window, back to
-    /// back while it has room (`None`: the token bucket of `period` and `burst`).
+    /// A [`MutationRate::share`]: at most this many calls in any window of
+    /// `window_seconds`, back to back while it has room (`None`: the token bucket of
+    /// `period` and `burst`).
     window: Option<NonZeroU32>,
+    /// How long a share's window is, in seconds (1 for a bucket).
+    window_seconds: NonZeroU32,
 }
+
+/// The window of a container's share of the Describe budget, in seconds: two, so a
+/// reaction's two Describes (the plan's health read and the tag re-read) both find a
+/// slot while background work keeps the pace of a 1-s window that holds one back. A
+/// container then sends at most its 2-s share within one second, so the deployment at
+/// most twice its budget, and the budget on average over any 2 s: ELBv2's Describe
+/// bucket holds 40 tokens and refills 10 a second (the ELB guide's request throttling
+/// page), so a burst of twice the default budget of 8 stays well inside it. Mutations
+/// keep 1-s windows: a reaction makes one (per direction).
+pub const DESCRIBE_WINDOW_SECONDS: u32 = 2;
 
 /// Five calls per second, burst five: well under ELBv2's documented mutation rate, so
 /// other tools in the account keep their share.
@@ -37,6 +50,7 @@ impl Default for MutationRate {
             burst: DEFAULT_PER_SECOND,
             period: Duration::from_secs(1) / DEFAULT_PER_SECOND.get(),
             window: None,
+            window_seconds: NonZeroU32::MIN,
         }
     }
 }
@@ -70,6 +84,7 @@ impl MutationRate {
             burst,
             period: Duration::from_secs(1) / per_second.get(),
             window: None,
+            window_seconds: NonZeroU32::MIN,
         })
     }
 
@@ -80,18 +95,50 @@ impl MutationRate {
     /// stay within the budget in every 1-s window, however many run at once, and a
     /// container that has been quiet sends its next few calls without waiting.
     pub fn share(self, fraction: f64, containers: u32) -> Self {
+        self.share_over(fraction, containers, 1)
+    }
+
+    /// [`MutationRate::share`] over a window of `seconds` (at least one): at most
+    /// `⌊budget × fraction / containers × seconds⌋` calls (at least one) in any window
+    /// of that length, so the budget holds on average over it, and a container can
+    /// send the whole window's calls back to back (see [`DESCRIBE_WINDOW_SECONDS`]).
+    pub fn share_over(self, fraction: f64, containers: u32, seconds: u32) -> Self {
+        let seconds = NonZeroU32::new(seconds).unwrap_or(NonZeroU32::MIN);
         let per_window = f64::from(self.per_second.get()) * fraction.clamp(0.0, 1.0)
-            / f64::from(containers.max(1));
+            / f64::from(containers.max(1))
+            * f64::from(seconds.get());
         let per_window = NonZeroU32::new(per_window.floor() as u32).unwrap_or(NonZeroU32::MIN);
         Self {
             per_second: self.per_second,
             burst: per_window,
-            period: super::limiter::WINDOW / per_window.get(),
+            period: super::limiter::window(seconds.get()) / per_window.get(),
             window: Some(per_window),
+            window_seconds: seconds,
         }
     }
 
-    /// The most calls this rate lets out in any 1-s window (both ends included).
+    /// One container's shares of the deployment's two budgets (calls per second), as
+    /// the functions take them: `(mutations, describes)`, the mutations over 1-s
+    /// windows, the Describes over [`DESCRIBE_WINDOW_SECONDS`].
+    pub fn container_shares(
+        mutations: u32,
+        describes: u32,
+        fraction: f64,
+        containers: u32,
+    ) -> Result<(Self, Self), RateError> {
+        Ok((
+            Self::new(mutations, None)?.share(fraction, containers),
+            Self::new(describes, None)?.share_over(fraction, containers, DESCRIBE_WINDOW_SECONDS),
+        ))
+    }
+
+    /// How long the window of [`MutationRate::per_window`] is, in seconds.
+    pub fn window_seconds(&self) -> u32 {
+        self.window_seconds.get()
+    }
+
+    /// The most calls this rate lets out in any window of
+    /// [`MutationRate::window_seconds`] (both ends included).
     pub fn per_window(&self) -> u32 {
         if let Some(calls) = self.window {
             return calls.get();
@@ -118,7 +165,7 @@ impl MutationRate {
     /// The limiter all calls of its kind of one adapter (and its clones) wait on.
     pub(crate) fn limiter(&self) -> Limiter {
         if let Some(calls) = self.window {
-            return Limiter::Window(SlidingWindow::new(calls.get()));
+            return Limiter::Window(SlidingWindow::new(calls.get(), self.window_seconds.get()));
         }
         let quota = Quota::with_period(self.period)
             .unwrap_or_else(|| Quota::per_second(self.per_second))
@@ -163,6 +210,29 @@ mod tests {
         assert_eq!(five.share(0.3, 2).per_window(), 1);
         assert_eq!(five.share(0.2, 1).per_window(), 1);
         assert_eq!(MutationRate::new(8, Some(1)).unwrap().per_window(), 9);
+    }
+
+    #[test]
+    fn a_share_over_two_seconds_holds_two_seconds_of_calls() {
+        for budget in [5, 8, 20, 100] {
+            let whole = MutationRate::new(budget, None).unwrap();
+            let over = |fraction, containers| {
+                whole.share_over(fraction, containers, DESCRIBE_WINDOW_SECONDS)
+            };
+            let (resync, pod_events, manual) = (over(0.5, 1), over(0.3, 2), over(0.2, 1));
+            let worst = resync.per_window() + 2 * pod_events.per_window() + manual.per_window();
+            assert!(worst <= 2 * budget, "{budget}: {worst} in two seconds");
+            assert_eq!(resync.window_seconds(), 2);
+        }
+        let eight = MutationRate::new(8, None).unwrap();
+        assert_eq!(eight.share_over(0.5, 1, 2).per_window(), 8);
+        assert_eq!(eight.share_over(0.3, 2, 2).per_window(), 2);
+        assert_eq!(eight.share_over(0.2, 1, 2).per_window(), 3);
+        assert_eq!(
+            eight.share_over(0.5, 1, 0).per_window(),
+            4,
+            "at least one second"
+        );
     }
 
     #[tokio::test]
