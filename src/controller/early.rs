@@ -78,16 +78,18 @@ impl Early {
         after: Option<&PodFacts>,
         seen: UnixMillis,
     ) -> Vec<String> {
-        let mut named = Vec::new();
-        for (arn, selector) in self.index.get(namespace).into_iter().flatten() {
-            if self.named.len() >= READ_AHEAD {
-                break;
-            }
-            let selects = |p: Option<&PodFacts>| p.is_some_and(|p| selector.matches(&p.labels));
-            if (selects(before) || selects(after)) && self.named.insert(arn.clone()) {
-                named.push(arn.clone());
-            }
-        }
+        let selecting: Vec<String> = self
+            .index
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter(|(_, selector)| {
+                let selects = |p: Option<&PodFacts>| p.is_some_and(|p| selector.matches(&p.labels));
+                selects(before) || selects(after)
+            })
+            .map(|(arn, _)| arn.clone())
+            .collect();
+        let named = self.name(selecting);
         if self.pods.len() < KEPT {
             self.pods
                 .push((namespace.to_owned(), before.cloned(), after.cloned(), seen));
@@ -97,20 +99,27 @@ impl Early {
         named
     }
 
-    /// The indexed groups of `namespace` to compare with its first LIST (only once per
-    /// namespace): each with its recorded selector and, when its row records it, its
-    /// address family.
-    pub fn first_list(
-        &mut self,
+    /// Whether `namespace`'s first LIST is to be compared with its indexed groups'
+    /// ledgers: once per namespace, and only where the index names a group.
+    pub fn first_list(&mut self, namespace: &str) -> bool {
+        self.index.contains_key(namespace) && self.compared.insert(namespace.to_owned())
+    }
+
+    /// Up to `n` of `namespace`'s indexed groups from the `from`-th on, for comparing
+    /// with its first LIST: each with its recorded selector and, when its row records
+    /// it, its address family.
+    pub fn indexed(
+        &self,
         namespace: &str,
+        from: usize,
+        n: usize,
     ) -> Vec<(String, Selector, Option<AddressFamily>)> {
-        if !self.compared.insert(namespace.to_owned()) {
-            return Vec::new();
-        }
         self.index
             .get(namespace)
             .into_iter()
             .flatten()
+            .skip(from)
+            .take(n)
             .map(|(arn, selector)| {
                 let family = self.described.get(arn).map(|(_, f)| f.family);
                 (arn.clone(), selector.clone(), family)
@@ -121,10 +130,21 @@ impl Early {
     /// Keeps `groups` as out of step with a first LIST seen at `seen`. Returns those
     /// named for the first time, to be read ahead of discovery (see [`Early::pod`]).
     pub fn suspect(&mut self, groups: Vec<String>, seen: UnixMillis) -> Vec<String> {
+        for arn in &groups {
+            self.suspects.entry(arn.clone()).or_insert(seen);
+        }
+        self.name(groups)
+    }
+
+    /// Those of `groups` named for the first time, to be read ahead of discovery: at
+    /// most [`READ_AHEAD`] in all.
+    fn name(&mut self, groups: Vec<String>) -> Vec<String> {
         let mut named = Vec::new();
         for arn in groups {
-            self.suspects.entry(arn.clone()).or_insert(seen);
-            if self.named.len() < READ_AHEAD && self.named.insert(arn.clone()) {
+            if self.named.len() >= READ_AHEAD {
+                break;
+            }
+            if self.named.insert(arn.clone()) {
                 named.push(arn);
             }
         }
@@ -459,13 +479,16 @@ mod tests {
         };
         let mut early = Early::default();
         early.index(&[row("arn:web", "shop"), row("arn:other", "bank")]);
+        assert!(early.first_list("shop"));
         let groups: Vec<String> = early
-            .first_list("shop")
+            .indexed("shop", 0, 10)
             .into_iter()
             .map(|(arn, ..)| arn)
             .collect();
         assert_eq!(groups, ["arn:web"]);
-        assert!(early.first_list("shop").is_empty(), "compared once");
+        assert!(early.indexed("shop", 1, 10).is_empty());
+        assert!(!early.first_list("shop"), "compared once");
+        assert!(!early.first_list("hr"), "no group indexed there");
         assert_eq!(
             early.suspect(vec!["arn:web".into()], UnixMillis(7)),
             ["arn:web"]

@@ -41,7 +41,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
 use crate::core::checkpoint::rank_order;
-use crate::core::{AddressFamily, PodIndex, Selector, UnixMillis, contribution};
+use crate::core::{PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::{TargetGroup, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
@@ -82,8 +82,6 @@ const COMPARE_BATCH: usize = 100;
 #[derive(Debug)]
 struct FirstList {
     namespace: String,
-    /// Each indexed group with its recorded selector and, if recorded, address family.
-    groups: Vec<(String, Selector, Option<AddressFamily>)>,
     /// When the LIST was seen.
     seen: UnixMillis,
 }
@@ -561,8 +559,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// fails leaves the namespace to the full diff.
     async fn compare_first_list(&self, first: &FirstList) {
         let engine = self.engine;
-        for chunk in first.groups.chunks(COMPARE_BATCH) {
-            if lock(&self.early).is_none() {
+        for from in (0..).step_by(COMPARE_BATCH) {
+            // Looked up batch by batch: `early`'s lock is not held across the reads.
+            let chunk = match lock(&self.early).as_ref() {
+                Some(early) => early.indexed(&first.namespace, from, COMPARE_BATCH),
+                None => return,
+            };
+            if chunk.is_empty() {
                 return;
             }
             let arns: Vec<String> = chunk.iter().map(|(arn, ..)| arn.clone()).collect();
@@ -784,16 +787,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                         namespace,
                         again: false,
                         ..
-                    } => {
-                        let groups = early.first_list(namespace);
-                        if !groups.is_empty() {
-                            lock(&self.to_compare).push(FirstList {
-                                namespace: (*namespace).to_owned(),
-                                groups,
-                                seen: self.engine.clock.now(),
-                            });
-                            self.read_wake.notify_one();
-                        }
+                    } if early.first_list(namespace) => {
+                        lock(&self.to_compare).push(FirstList {
+                            namespace: (*namespace).to_owned(),
+                            seen: self.engine.clock.now(),
+                        });
+                        self.read_wake.notify_one();
                     }
                     StoreEvent::Pod {
                         namespace,
