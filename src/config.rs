@@ -35,7 +35,8 @@ pub struct Settings {
     pub ready_wait: Duration,
     /// `TGSYNC_ELB_DESCRIBES_PER_SECOND` (default 8): the deployment's budget of ELBv2
     /// Describe calls per second, bursts and retries included (ELBv2's Describe token
-    /// bucket is shared per account), shared like the mutations.
+    /// bucket is shared per account), shared like the mutations but counted over 2-s
+    /// windows (`aws::DESCRIBE_WINDOW_SECONDS`).
     pub describes_per_second: u32,
     /// `TGSYNC_VERIFY_DESCRIBES_PER_SECOND` (default 2): the share of the account's ELBv2
     /// Describe budget the schedule spends on re-verifying groups nothing changed (the
