@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use tgsync::aws::MutationRate;
 use tgsync::config::Settings;
 use tgsync::input::pod_event::{Parsed, parse};
 
@@ -2171,13 +2172,14 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
             shares <= 1.0 + 1e-9,
             "the shares add up to at most the whole: {shares}"
         );
-        for (kind, budget) in [
-            "TGSYNC_ELB_MUTATIONS_PER_SECOND",
-            "TGSYNC_ELB_DESCRIBES_PER_SECOND",
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        // A container's two shares, mutations then Describes: each budget picks its own.
+        type Pick = fn((MutationRate, MutationRate)) -> MutationRate;
+        let mutations: Pick = |(m, _)| m;
+        let describes: Pick = |(_, d)| d;
+        for (budget, pick) in [
+            ("TGSYNC_ELB_MUTATIONS_PER_SECOND", mutations),
+            ("TGSYNC_ELB_DESCRIBES_PER_SECOND", describes),
+        ] {
             let mut worst = 0;
             let mut total = 0;
             let mut seconds = 0;
@@ -2192,10 +2194,8 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
                 );
                 let share: f64 = env(function, "TGSYNC_BUDGET_SHARE").parse().unwrap();
                 total = env(function, budget).parse::<u32>().unwrap();
-                let rates =
-                    tgsync::aws::MutationRate::container_shares(total, total, share, containers)
-                        .unwrap();
-                let rate = if kind == 0 { rates.0 } else { rates.1 };
+                let rate =
+                    pick(MutationRate::container_shares(total, total, share, containers).unwrap());
                 worst += containers * rate.per_window();
                 seconds = rate.window_seconds();
             }
@@ -2216,7 +2216,7 @@ fn elbv2_budgets_are_divided_by_the_reserved_concurrency() {
     .unwrap()
     .parse()
     .unwrap();
-    let (_, describes) = tgsync::aws::MutationRate::container_shares(5, 8, share, 1).unwrap();
+    let (_, describes) = MutationRate::container_shares(5, 8, share, 1).unwrap();
     assert_eq!(
         (describes.per_window(), describes.window_seconds()),
         (8, 2),

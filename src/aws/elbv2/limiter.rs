@@ -80,10 +80,10 @@ impl SlidingWindow {
     pub(crate) fn new(calls: u32, seconds: u32) -> Self {
         let calls = usize::try_from(calls).unwrap_or(usize::MAX).max(1);
         let seconds = seconds.max(1);
-        let per_second = usize::try_from(seconds).unwrap_or(usize::MAX);
+        let per_window = usize::try_from(seconds).unwrap_or(usize::MAX);
         let keep = match calls {
             1 => 0,
-            calls if calls >= 2 * per_second => per_second,
+            calls if calls >= 2 * per_window => per_window,
             _ => 1,
         };
         Self {
@@ -103,11 +103,11 @@ impl SlidingWindow {
             }
             _ => (0, Duration::ZERO),
         };
-        let window = self.span;
+        let span = self.span;
         let mut granted = lock(&self.granted);
         while granted
             .front()
-            .is_some_and(|&at| now.saturating_duration_since(at) >= window)
+            .is_some_and(|&at| now.saturating_duration_since(at) >= span)
         {
             granted.pop_front();
         }
@@ -115,7 +115,7 @@ impl SlidingWindow {
         // below `calls`, so that grant is in the window)...
         let taken = granted.len() + keep;
         let by_count = (taken >= self.calls)
-            .then(|| granted.get(taken - self.calls).map_or(now, |&at| at) + window);
+            .then(|| granted.get(taken - self.calls).map_or(now, |&at| at) + span);
         // ...and background work waits its spacing after the last grant.
         let by_spacing = granted.back().map(|&last| last + spacing);
         match by_count.max(by_spacing) {
