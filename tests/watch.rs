@@ -1146,6 +1146,46 @@ async fn a_cold_container_acts_on_a_change_made_before_its_first_list() {
     assert_eq!(watch.passes, 1, "{watch:#?}");
 }
 
+/// A namespace's first LIST is compared with its groups' ledgers beside the read-ahead
+/// of the changes the watch sees, not before it: here the comparison's read of the
+/// ledgers takes 3 s, and web-1's change, seen meanwhile, is read ahead and applied
+/// while that read still waits. (Taking turns, a fresh container at 1,000 groups × 100
+/// pods held its watched changes until discovery ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_first_list_comparison_does_not_hold_up_a_watched_change() {
+    let c = cold_change(false, When::Watched, |web, idle| {
+        let mut delays = slow_discovery(web, idle);
+        delays.push((
+            "BatchGetItem".into(),
+            web.to_owned(),
+            Duration::from_secs(3),
+        ));
+        delays
+    })
+    .await;
+    let suffix = c.group.rsplit('/').next().expect("an ARN");
+    let comparison = c
+        .records
+        .iter()
+        .find(|r| r.operation == "BatchGetItem" && r.body.contains(suffix))
+        .expect("the first LIST's comparison read web's ledger");
+    let compared = comparison.at + comparison.answered_after.expect("answered");
+    // The race this is about: the change came before the comparison's read was
+    // answered (the comparison was asked for when the LIST ended, before the watch).
+    assert!(
+        c.changed_at < compared,
+        "the change came {:?} after the comparison's read was answered",
+        c.changed_at - compared
+    );
+    assert!(
+        c.left < compared,
+        "web-1 left {:?} after the comparison's read was answered",
+        c.left - compared
+    );
+    let watch = c.report.watch.as_ref().expect("a watch report");
+    assert_eq!(watch.deregistered, 1, "{watch:#?}");
+}
+
 /// Discovery's tags take 3 s (those of the calls naming idle0's group).
 fn slow_discovery(_: &str, idle: &str) -> Vec<(String, String, Duration)> {
     vec![(

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::core::checkpoint::{Rotation, rank_order};
-use crate::core::{BackoffPolicy, Binding, BindingPolicy, UnixMillis};
+use crate::core::{BackoffPolicy, Binding, BindingPolicy, GroupFacts, UnixMillis};
 use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
 use crate::lease::{self, Timings};
@@ -196,7 +196,7 @@ pub struct Engine<P, G, S> {
     /// scheduled invocations a container serves.
     pub controller: crate::controller::Controller,
     rng: Mutex<fastrand::Rng>,
-    bindings_cache: tokio::sync::Mutex<Option<(UnixMillis, CachedBindings)>>,
+    bindings_cache: tokio::sync::Mutex<pod_event::BindingsCache>,
     /// Set when the process is told to stop (SIGTERM): passes stop before their next
     /// change and give their leases back.
     shutting_down: std::sync::atomic::AtomicBool,
@@ -241,7 +241,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             owner_prefix: "tgsync".into(),
             controller: crate::controller::Controller::default(),
             rng: Mutex::new(fastrand::Rng::new()),
-            bindings_cache: tokio::sync::Mutex::new(None),
+            bindings_cache: tokio::sync::Mutex::default(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown: tokio::sync::Notify::new(),
             leased: std::sync::atomic::AtomicUsize::new(0),
@@ -281,6 +281,23 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub(crate) fn know_bindings(&self, bound: Arc<Vec<BoundGroup>>) {
         if let Ok(mut known) = self.known.lock() {
             *known = bound;
+        }
+    }
+
+    /// Replaces what this engine knows of `namespace`'s bound groups with `bound`
+    /// (pod-events reads one namespace's groups at a time).
+    pub(crate) fn know_namespace(&self, namespace: &str, bound: &[BoundGroup]) {
+        if let Ok(mut known) = self.known.lock() {
+            let mut next: Vec<BoundGroup> = known
+                .iter()
+                .filter(|k| {
+                    k.binding.namespace != namespace
+                        && !bound.iter().any(|b| b.group.arn == k.group.arn)
+                })
+                .cloned()
+                .collect();
+            next.extend(bound.iter().cloned());
+            *known = Arc::new(next);
         }
     }
 
@@ -356,6 +373,54 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         self.know_bindings(Arc::new(out.bound.clone()));
         Ok(out)
+    }
+
+    /// The groups of `batch` (at most [`crate::aws::elbv2::TAGS_BATCH`]) as they are
+    /// now: those whose index rows record their names and facts (which ELBv2 never
+    /// changes) from one DescribeTags, the others described as discovery does (one
+    /// DescribeTargetGroups more); these are returned too. What reads a few groups
+    /// without discovering every group of the account.
+    pub(crate) async fn read_groups(
+        &self,
+        batch: Vec<(String, Option<(String, GroupFacts)>)>,
+    ) -> Result<(Vec<TargetGroup>, BTreeSet<String>), crate::groups::ElbError> {
+        let mut described = Vec::new();
+        let mut undescribed = BTreeSet::new();
+        for (arn, recorded) in batch {
+            match recorded {
+                Some((name, facts)) => described.push(TargetGroup {
+                    name,
+                    facts,
+                    tags: BTreeMap::new(),
+                    arn,
+                }),
+                None => {
+                    undescribed.insert(arn);
+                }
+            }
+        }
+        let mut groups = Vec::with_capacity(described.len() + undescribed.len());
+        if !described.is_empty() {
+            let arns: Vec<String> = described.iter().map(|g| g.arn.clone()).collect();
+            let mut tags = self.groups.tags_of(&arns).await?;
+            for mut group in described {
+                match tags.remove(&group.arn) {
+                    Some(t) => {
+                        group.tags = t;
+                        groups.push(group);
+                    }
+                    // Another account's (one DescribeTags reads one account's groups).
+                    None => {
+                        undescribed.insert(group.arn);
+                    }
+                }
+            }
+        }
+        if !undescribed.is_empty() {
+            let arns: Vec<String> = undescribed.iter().cloned().collect();
+            groups.extend(self.groups.describe(&arns).await?);
+        }
+        Ok((groups, undescribed))
     }
 
     /// `group` bound to this cluster under the deployment's binding policy, its tags

@@ -6,7 +6,7 @@
 //! is bound to is answered at once (with the namespaced RBAC the function could not even
 //! read the pod there).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use crate::core::{PodFacts, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
 use crate::report::{Outcome, Report};
-use crate::state::StateStore;
+use crate::state::{IndexedGroup, StateStore};
 
 /// How often a starting pod is read again while waiting for it to turn ready.
 const READY_POLL: Duration = Duration::from_millis(250);
@@ -70,19 +70,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     ) -> Result<Report, PodEventError> {
         let started = self.clock.now();
         let mut report = Report::new("pod-events", &self.cluster, opts.dry_run, started);
-        let (bound, accounts_failed) = self.cached_bindings().await?;
+        let (bound, accounts_failed) = self.bound_in(&event.namespace).await?;
         // An account that could not be read may hold groups this pod belongs in: say so
         // in every report until it can be read again.
         report.errors.extend(accounts_failed.iter().cloned());
-        let in_namespace: Vec<BoundGroup> = bound
-            .iter()
-            .filter(|b| b.binding.namespace == event.namespace)
-            .cloned()
-            .collect();
+        let in_namespace: Vec<BoundGroup> = bound.to_vec();
         if in_namespace.is_empty() {
             tracing::info!(namespace = %event.namespace, pod = %event.name, "no target group is bound to this namespace; ignored");
             report.notes.push(format!(
-                "ignored: no target group is bound to namespace `{}` for cluster `{}`",
+                "ignored: no target group is bound to namespace `{}` for cluster `{}` \
+                 (pod-events knows the groups holding this cluster's targets, and every \
+                 group at a discovery; the schedule fills a group's first targets)",
                 event.namespace, self.cluster
             ));
             return Ok(report.finish(self.clock.now()));
@@ -231,37 +229,137 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
     }
 
-    /// Bound groups, cached per container for `discovery_ttl`: pod events are frequent,
-    /// binding tags change rarely, and discovery costs ELBv2 Describe calls. (A pass
-    /// that changes a group re-reads its tags first; see `pass::refresh_binding`.)
-    /// The accounts whose discovery failed are cached with them (their errors are
-    /// reported by every event meanwhile; retrying a role that cannot be assumed on every
-    /// event would only spend STS and ELBv2 calls).
-    async fn cached_bindings(&self) -> Result<super::CachedBindings, crate::groups::ElbError> {
+    /// The groups bound in `namespace`, and the accounts a discovery could not read,
+    /// each cached per container for `discovery_ttl`: pod events are frequent, binding
+    /// tags change rarely, and discovery costs ELBv2 Describe calls (a pass that
+    /// changes a group re-reads its tags first; see `pass::refresh_binding`). Once the
+    /// state table's index names this cluster's groups, a namespace's groups are read
+    /// from their rows with one DescribeTags per 20, not by discovering every group of
+    /// the account (53 Describe calls at 1,000 groups, at a share of a Describe or two a
+    /// second). A group not in the index holds none of this cluster's targets yet: the
+    /// schedule fills it, and a discovery (when the index is empty or cannot be read)
+    /// finds it. The accounts whose discovery failed are cached with the groups (their
+    /// errors are reported by every event meanwhile; retrying a role that cannot be
+    /// assumed on every event would only spend STS and ELBv2 calls).
+    async fn bound_in(
+        &self,
+        namespace: &str,
+    ) -> Result<super::CachedBindings, crate::groups::ElbError> {
         let now = self.clock.now();
+        let ttl = self.settings.discovery_ttl;
+        let fresh = |at: UnixMillis| now < at.plus(ttl);
         let mut cache = self.bindings_cache.lock().await;
-        if let Some((at, cached)) = cache.as_ref()
-            && now < at.plus(self.settings.discovery_ttl)
+        if let Some((at, bound)) = cache.namespaces.get(namespace)
+            && fresh(*at)
         {
-            return Ok(cached.clone());
+            return Ok((bound.clone(), Arc::default()));
+        }
+        if let Some((at, (bound, failed))) = &cache.discovered
+            && fresh(*at)
+        {
+            return Ok((in_namespace(bound, namespace), failed.clone()));
+        }
+        let index = match &cache.index {
+            Some((at, index)) if fresh(*at) => Some(index.clone()),
+            _ => match self.state.indexed_selections(&self.cluster).await {
+                Ok(rows) if !rows.is_empty() => {
+                    let mut index = IndexByNamespace::new();
+                    for row in rows {
+                        index.entry(row.namespace.clone()).or_default().push(row);
+                    }
+                    let index = Arc::new(index);
+                    cache.index = Some((now, index.clone()));
+                    Some(index)
+                }
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading this cluster's index failed; discovering every group instead");
+                    None
+                }
+            },
+        };
+        if let Some(index) = index {
+            let rows = index.get(namespace).map(Vec::as_slice).unwrap_or_default();
+            match self.read_indexed(namespace, rows, now).await {
+                Ok(bound) => {
+                    let bound = Arc::new(bound);
+                    self.know_namespace(namespace, &bound);
+                    cache
+                        .namespaces
+                        .insert(namespace.to_owned(), (now, bound.clone()));
+                    return Ok((bound, Arc::default()));
+                }
+                Err(e) => {
+                    tracing::debug!(namespace, error = %e, "reading the namespace's indexed groups failed; discovering every group instead");
+                }
+            }
         }
         let bindings = self.bindings().await?;
-        let cached = (
-            Arc::new(bindings.bound),
-            Arc::new(
-                bindings
-                    .accounts_failed
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-            ),
+        let failed: Arc<Vec<String>> = Arc::new(
+            bindings
+                .accounts_failed
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         );
-        *cache = Some((now, cached.clone()));
-        Ok(cached)
+        let bound = Arc::new(bindings.bound);
+        let found = in_namespace(&bound, namespace);
+        cache.discovered = Some((now, (bound, failed.clone())));
+        Ok((found, failed))
+    }
+
+    /// The groups of `rows` (index rows of `namespace`) still bound there, their tags
+    /// read at `now`.
+    async fn read_indexed(
+        &self,
+        namespace: &str,
+        rows: &[IndexedGroup],
+        now: UnixMillis,
+    ) -> Result<Vec<BoundGroup>, crate::groups::ElbError> {
+        let mut bound = Vec::with_capacity(rows.len());
+        for chunk in rows.chunks(crate::aws::elbv2::TAGS_BATCH) {
+            let batch = chunk
+                .iter()
+                .map(|r| (r.group.clone(), r.described.clone()))
+                .collect();
+            let (groups, _) = self.read_groups(batch).await?;
+            bound.extend(
+                groups
+                    .into_iter()
+                    .filter_map(|g| self.bind(g, now)?.ok())
+                    .filter(|b| b.binding.namespace == namespace),
+            );
+        }
+        Ok(bound)
     }
 
     /// Drops the cached bindings (a group vanished or its tags changed).
     async fn forget_bindings(&self) {
-        *self.bindings_cache.lock().await = None;
+        *self.bindings_cache.lock().await = BindingsCache::default();
     }
+}
+
+/// The groups of `bound` bound in `namespace`.
+fn in_namespace(bound: &[BoundGroup], namespace: &str) -> Arc<Vec<BoundGroup>> {
+    Arc::new(
+        bound
+            .iter()
+            .filter(|b| b.binding.namespace == namespace)
+            .cloned()
+            .collect(),
+    )
+}
+
+/// This cluster's index rows, by namespace.
+type IndexByNamespace = BTreeMap<String, Vec<IndexedGroup>>;
+
+/// What pod-events reuses between events, each for `discovery_ttl`.
+#[derive(Default)]
+pub(super) struct BindingsCache {
+    /// This cluster's index rows by namespace (none while the index names no group).
+    index: Option<(UnixMillis, Arc<IndexByNamespace>)>,
+    /// Each namespace's groups, read from its index rows.
+    namespaces: HashMap<String, (UnixMillis, Arc<Vec<BoundGroup>>)>,
+    /// Every bound group, from a discovery, and the accounts it could not read.
+    discovered: Option<(UnixMillis, super::CachedBindings)>,
 }

@@ -463,3 +463,72 @@ async fn a_deleted_group_costs_a_re_read_one_extra_call() {
         ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
     );
 }
+
+/// Once the state table's index names this cluster's groups, an event after the
+/// discovery's time is up reads its namespace's groups from their index rows (one
+/// DescribeTags, which also stands in for the pass's tag re-read) instead of
+/// discovering every group of the account; an event from a namespace the index does
+/// not name costs no ELBv2 call at all.
+#[tokio::test]
+async fn past_the_discovery_ttl_an_event_reads_its_namespaces_groups_from_the_index() {
+    let elb = engine_groups();
+    for i in 0..60 {
+        let arn = OTHER.replace("api/1", &format!("other-{i}/2"));
+        elb.add_group(bound_group(&arn, "demo", &format!("ns-{i}"), "app=x", 8080));
+    }
+    let (e, clock) = super::tests::fake_engine(FakePods::default(), elb, 3);
+    let calls = |name| e.groups.calls().get(name).copied().unwrap_or(0);
+    // The index is empty: the first event discovers, and its registration indexes the
+    // web group.
+    started(&e, "web", "web-1", "10.0.1.1").await;
+    assert_eq!(calls("DescribeTargetGroups"), 1);
+    clock.advance(61_000);
+    let (tags, report) = started(&e, "web", "web-2", "10.0.1.2").await;
+    assert_eq!(report.group(TG).map(|g| g.outcome), Some(Outcome::Changed));
+    assert_eq!(
+        calls("DescribeTargetGroups"),
+        1,
+        "no second discovery: the index names the namespace's groups"
+    );
+    assert_eq!(tags, 1, "one DescribeTags read the web group's tags");
+    assert_eq!(live(&e, TG), ["10.0.1.1:8080", "10.0.1.2:8080"]);
+    let before = e.groups.calls();
+    let pod = PodBuilder::new("ns-7", "x-1")
+        .label("app", "x")
+        .ip("10.0.9.1");
+    e.pods.put(pod.build());
+    let mut ev = exporter_event("x-1", "Started", json!({"app": "x"}));
+    ev["detail"]["involvedObject"]["namespace"] = json!("ns-7");
+    let report = handle(&e, &ev).await;
+    assert!(report.groups.is_empty(), "{report:#?}");
+    assert!(
+        report.notes.iter().any(|n| n.starts_with("ignored:")),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(
+        e.groups.calls(),
+        before,
+        "a namespace whose groups hold none of this cluster's targets is left to the schedule"
+    );
+}
+
+/// A group deleted while still in the index fails its namespace's DescribeTags: the
+/// event is served by a discovery (which no longer finds it), not failed.
+#[tokio::test]
+async fn a_deleted_group_in_the_index_falls_back_to_discovery() {
+    let (e, clock) = super::tests::fake_engine(FakePods::default(), engine_groups(), 3);
+    let calls = |name| e.groups.calls().get(name).copied().unwrap_or(0);
+    started(&e, "web", "web-1", "10.0.1.1").await;
+    started(&e, "api", "api-1", "10.0.2.1").await;
+    e.groups.delete_group(OTHER);
+    clock.advance(61_000);
+    let (_, report) = started(&e, "web", "web-2", "10.0.1.2").await;
+    assert_eq!(
+        report.group(TG).map(|g| g.outcome),
+        Some(Outcome::Changed),
+        "{report:#?}"
+    );
+    assert_eq!(calls("DescribeTargetGroups"), 2, "the second discovery");
+    assert_eq!(live(&e, TG), ["10.0.1.1:8080", "10.0.1.2:8080"]);
+}
