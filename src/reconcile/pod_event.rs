@@ -74,8 +74,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // An account that could not be read may hold groups this pod belongs in: say so
         // in every report until it can be read again.
         report.errors.extend(accounts_failed.iter().cloned());
-        let in_namespace: Vec<BoundGroup> = bound.to_vec();
-        if in_namespace.is_empty() {
+        if bound.is_empty() {
             tracing::info!(namespace = %event.namespace, pod = %event.name, "no target group is bound to this namespace; ignored");
             report.notes.push(format!(
                 "ignored: no target group is bound to namespace `{}` for cluster `{}` \
@@ -106,13 +105,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             focus: Some(&focus),
             ..Scope::default()
         };
-        report.groups = self
-            .reconcile_scoped(in_namespace.clone(), opts, &scope)
-            .await;
+        report.groups = self.reconcile_scoped(bound.to_vec(), opts, &scope).await;
         if let Some(pod) = live.filter(|p| p.gate == Some(false))
             && !opts.dry_run
         {
-            self.open_gate_when_healthy(&pod, &in_namespace, &mut report, opts.deadline)
+            self.open_gate_when_healthy(&pod, &bound, &mut report, opts.deadline)
                 .await;
         }
         report.notes.push(format!(
