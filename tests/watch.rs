@@ -893,6 +893,16 @@ struct ColdChange {
     row: Option<tgsync::state::IndexedGroup>,
 }
 
+impl ColdChange {
+    /// The run's requests of `operation` that name web's group.
+    fn naming<'a>(&'a self, operation: &'a str) -> impl Iterator<Item = &'a chaos_proxy::Record> {
+        let suffix = self.group.rsplit('/').next().expect("an ARN");
+        self.records
+            .iter()
+            .filter(move |r| r.operation == operation && r.body.contains(suffix))
+    }
+}
+
 /// When web-1 turns NotReady in [`cold_change`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum When {
@@ -1089,24 +1099,13 @@ async fn a_cold_container_acts_on_a_change_seen_during_discovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_reads_ahead_of_discovery_the_groups_a_change_names() {
     let c = cold_change(false, When::Watched, slow_discovery).await;
-    let suffix = c.group.rsplit('/').next().expect("an ARN");
-    let described: Vec<_> = c
-        .records
-        .iter()
-        .filter(|r| r.operation == "DescribeTargetGroups" && r.body.contains(suffix))
-        .collect();
     assert!(
-        described.is_empty(),
+        c.naming("DescribeTargetGroups").next().is_none(),
         "web's group was described though its index row records its facts"
     );
     let read_ahead = c
-        .records
-        .iter()
-        .find(|r| {
-            r.operation == "DescribeTags"
-                && r.body.contains(suffix)
-                && r.body.matches("ResourceArns.member.").count() == 1
-        })
+        .naming("DescribeTags")
+        .find(|r| r.body.matches("ResourceArns.member.").count() == 1)
         .expect("web's group's tags were read ahead of discovery");
     read_ahead_acted(&c, read_ahead);
 }
@@ -1163,11 +1162,9 @@ async fn a_slow_first_list_comparison_does_not_hold_up_a_watched_change() {
         delays
     })
     .await;
-    let suffix = c.group.rsplit('/').next().expect("an ARN");
     let comparison = c
-        .records
-        .iter()
-        .find(|r| r.operation == "BatchGetItem" && r.body.contains(suffix))
+        .naming("BatchGetItem")
+        .next()
         .expect("the first LIST's comparison read web's ledger");
     let compared = comparison.at + comparison.answered_after.expect("answered");
     // The race this is about: the change came before the comparison's read was
@@ -1202,11 +1199,9 @@ fn slow_discovery(_: &str, idle: &str) -> Vec<(String, String, Duration)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_container_records_the_facts_an_earlier_index_row_lacks() {
     let c = cold_change(true, When::Watched, slow_discovery).await;
-    let suffix = c.group.rsplit('/').next().expect("an ARN");
     let read_ahead = c
-        .records
-        .iter()
-        .find(|r| r.operation == "DescribeTargetGroups" && r.body.contains(suffix))
+        .naming("DescribeTargetGroups")
+        .next()
         .expect("web's group was read ahead of discovery");
     read_ahead_acted(&c, read_ahead);
     let row = c.row.as_ref().expect("web's group's index row");
