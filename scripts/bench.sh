@@ -14,6 +14,7 @@
 #   scripts/bench.sh cpu-share   # the resync binary at Lambda's CPU share for 128/256/512 MB: reaction, CPU, cold start (root; ~10 min; not in all)
 #                                #   TGSYNC_CPU_SHARE_GROUPS=1000 TGSYNC_CPU_SHARE_PODS=100: at 100,000 pods (~10–15 min per size and run)
 #                                #   TGSYNC_CPU_SHARE_TRACE=1: every change's requests and their answer times
+#                                #   TGSYNC_MEMORY_LIMIT=1: memory capped at the size too, as Lambda caps it (the sizing table of BENCHMARKS.md)
 #   scripts/bench.sh cold-start  # release binaries: sizes, spawn -> first Runtime API request
 #   scripts/bench.sh cold-start-arm64  # the arm64 bootstraps under qemu-user (not in all; see BENCHMARKS.md)
 #   scripts/bench.sh all

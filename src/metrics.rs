@@ -84,9 +84,11 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
         ("ElbThrottles", json!(report.elb.throttles)),
         ("ElbRetries", json!(report.elb.retries)),
     ];
-    if report.watch.is_some() {
+    if let Some(watch) = &report.watch {
         // The controller watched during this run: its alarm sees a minute without.
         run.push(("WatchRunning", json!(1)));
+        // What the container's memory grows with, beside the sizes the README gives.
+        run.push(("WatchedPods", json!(watch.stored_pods)));
     }
     let mut lines = vec![line(
         report.function,
@@ -319,7 +321,7 @@ pub fn emit_gate(function: &str, cluster: &str, at: UnixMillis, latency: Duratio
 
 /// Every metric tgsync emits and its unit; a line declares those among its fields (each
 /// in the directives whose dimensions it is meant for, see [`per_group`]).
-const UNITS: [(&str, &str); 19] = [
+const UNITS: [(&str, &str); 20] = [
     ("DriftFound", "Count"),
     ("Registered", "Count"),
     ("Deregistered", "Count"),
@@ -336,6 +338,7 @@ const UNITS: [(&str, &str); 19] = [
     ("ElbThrottles", "Count"),
     ("ElbRetries", "Count"),
     ("WatchRunning", "Count"),
+    ("WatchedPods", "Count"),
     ("DesiredTargets", "Count"),
     ("RegisteredTargets", "Count"),
     ("HealthyTargets", "Count"),
@@ -493,12 +496,22 @@ mod tests {
         {
             assert!(run[m["Name"].as_str().unwrap()].is_number(), "{m}");
         }
+        assert!(run.get("WatchedPods").is_none(), "no stores in this run");
         let mut watching = report();
-        watching.watch = Some(Default::default());
-        assert_eq!(
-            parsed(emf_lines(&watching, LambdaLevel::Info))[0]["WatchRunning"],
-            1
-        );
+        watching.watch = Some(crate::report::WatchReport {
+            stored_pods: 12_345,
+            ..Default::default()
+        });
+        let run = &parsed(emf_lines(&watching, LambdaLevel::Info))[0];
+        assert_eq!(run["WatchRunning"], 1);
+        assert_eq!(run["WatchedPods"], 12_345, "the pods its stores hold");
+        let declared: Vec<&str> = run["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["Name"].as_str())
+            .collect();
+        assert!(declared.contains(&"WatchedPods"), "{declared:?}");
     }
 
     /// A pass that changed a group counts at the function level and, with the group's

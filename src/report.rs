@@ -360,6 +360,10 @@ pub struct WatchReport {
     pub relisted: u64,
     /// Pod objects those LISTs returned (0 when every store was warm).
     pub listed_pods: u64,
+    /// Pods held in the watch's stores when the run ended: the container's memory
+    /// grows with them.
+    #[serde(default)]
+    pub stored_pods: u64,
     /// Targets registered.
     pub registered: usize,
     /// Targets deregistered.

@@ -169,6 +169,14 @@ async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
         w.emulator.faults().requests()
     );
     assert_eq!(second["watch"]["listedPods"], 0, "{second:#}");
+    assert_eq!(
+        (
+            first["watch"]["storedPods"].as_u64(),
+            second["watch"]["storedPods"].as_u64()
+        ),
+        (Some(2), Some(2)),
+        "both of shop's pods held in the store, listed or not"
+    );
     assert!(
         second["watch"]["resumed"].as_u64().unwrap_or(0) >= 1,
         "{second:#}"

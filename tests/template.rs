@@ -1361,13 +1361,25 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
         ("ManualFunction", "functions/manual", "tgsync-manual", 300),
     ] {
         let f = t.resource(name);
+        let defaults = t.parameters(&[("ClusterName", "demo")]);
+        let refs = BTreeMap::new();
         let p = &f["Properties"];
         assert_eq!(p["Runtime"], "provided.al2023", "{name}");
         assert_eq!(p["Architectures"], json!(["arm64"]), "{name}");
         assert_eq!(p["Handler"], "bootstrap", "{name}");
         assert_eq!(p["Timeout"], timeout, "{name}");
-        let memory = p["MemorySize"].as_u64().expect("MemorySize");
-        assert!((128..=1024).contains(&memory), "{name}: {memory} MB");
+        // The two functions that list every watched pod take `ResyncMemorySize`
+        // (256 by default); pod-events lists one namespace.
+        let memory: u64 = scalar_string(&resolve(&p["MemorySize"], &defaults, &refs))
+            .as_str()
+            .and_then(|m| m.parse().ok())
+            .expect("MemorySize");
+        assert_eq!(memory, 256, "{name}: {memory} MB by default");
+        assert_eq!(
+            p["MemorySize"] == json!({"Ref": "ResyncMemorySize"}),
+            name != "PodEventsFunction",
+            "{name}: MemorySize"
+        );
         assert_eq!(p["CodeUri"], dir, "{name}: CodeUri is the function's crate");
         assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
         assert_eq!(f["Metadata"]["BuildProperties"]["Binary"], binary, "{name}");

@@ -59,6 +59,10 @@ pub fn under_share(mb: &str, cmd: &Command) -> Command {
         .arg(cmd.get_program())
         .args(cmd.get_args());
     copy_env(cmd, &mut c);
+    // The script's memory cap (`TGSYNC_MEMORY_LIMIT=1`), asked for by the bench's caller.
+    if let Ok(limit) = std::env::var("TGSYNC_MEMORY_LIMIT") {
+        c.env("TGSYNC_MEMORY_LIMIT", limit);
+    }
     c
 }
 

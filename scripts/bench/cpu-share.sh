@@ -7,6 +7,9 @@
 # (cpu.max); needs root. Only this command (and what it starts) is inside the quota.
 #   scripts/bench/cpu-share.sh MB --pid PID
 # puts a running process (every thread of it) inside the quota instead.
+# With TGSYNC_MEMORY_LIMIT=1 the cgroup also caps memory at MB MiB (v1
+# memory.limit_in_bytes, v2 memory.max), as Lambda caps a function at its memory size:
+# a process that needs more is killed by the kernel's OOM killer, as Lambda's would be.
 set -eu
 mb="$1"; shift
 period=100000
@@ -25,9 +28,26 @@ else
   echo "cpu-share: no cgroup CPU controller found (cgroup v1 cpu or v2 cpu.max)" >&2
   exit 2
 fi
+mem=""
+if [ "${TGSYNC_MEMORY_LIMIT:-0}" = 1 ]; then
+  if [ -d /sys/fs/cgroup/memory ]; then
+    mem="/sys/fs/cgroup/memory/tgsync-$mb"
+    mkdir -p "$mem"
+    echo $((mb * 1048576)) >"$mem/memory.limit_in_bytes"
+  else
+    echo +memory >/sys/fs/cgroup/cgroup.subtree_control
+    echo $((mb * 1048576)) >"$cg/memory.max"
+  fi
+fi
+pid="$$"
 if [ "${1:-}" = "--pid" ]; then
-  echo "$2" >"$cg/cgroup.procs"
+  pid="$2"
+fi
+echo "$pid" >"$cg/cgroup.procs"
+if [ -n "$mem" ]; then
+  echo "$pid" >"$mem/cgroup.procs"
+fi
+if [ "${1:-}" = "--pid" ]; then
   exit 0
 fi
-echo $$ >"$cg/cgroup.procs"
 exec "$@"

@@ -256,6 +256,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         } = run.out.into_inner().unwrap_or_else(|p| p.into_inner());
         watch.watched_ms = self.clock.now().0.saturating_sub(started.0);
         watch.namespaces = run.namespaces.borrow().len();
+        watch.stored_pods = self.controller.informer.pods_held() as u64;
         report.groups.extend(full.into_values());
         report.elb = pressure.since(self.groups.pressure());
         // Groups the full diff did not reach before the end: the next run does them.
