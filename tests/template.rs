@@ -1968,6 +1968,7 @@ fn dashboard_graphs_what_the_code_emits() {
         "ElbThrottles",
         "ElbRetries",
         "WatchRunning",
+        "WatchedPods",
         "DesiredTargets",
         "RegisteredTargets",
         "HealthyTargets",

@@ -7,9 +7,11 @@
 # (cpu.max); needs root. Only this command (and what it starts) is inside the quota.
 #   scripts/bench/cpu-share.sh MB --pid PID
 # puts a running process (every thread of it) inside the quota instead.
-# With TGSYNC_MEMORY_LIMIT=1 the cgroup also caps memory at MB MiB (v1
-# memory.limit_in_bytes, v2 memory.max), as Lambda caps a function at its memory size:
-# a process that needs more is killed by the kernel's OOM killer, as Lambda's would be.
+# With TGSYNC_MEMORY_LIMIT=1 the cgroup also caps memory at MB MiB, swap included (v1
+# memory.limit_in_bytes and memsw, v2 memory.max and memory.swap.max), as Lambda caps a
+# function at its memory size with no swap: a process that needs more is killed by the
+# kernel's OOM killer, as Lambda's would be. The v1 peak (memory.max_usage_in_bytes) is
+# reset. With --pid the cap holds for what the process allocates from then on only.
 set -eu
 mb="$1"; shift
 period=100000
@@ -29,15 +31,28 @@ else
   exit 2
 fi
 mem=""
+bytes=$((mb * 1048576))
 if [ "${TGSYNC_MEMORY_LIMIT:-0}" = 1 ]; then
   if [ -d /sys/fs/cgroup/memory ]; then
     mem="/sys/fs/cgroup/memory/tgsync-$mb"
     mkdir -p "$mem"
-    echo $((mb * 1048576)) >"$mem/memory.limit_in_bytes"
+    # memsw may not be below the limit: lower it after, raise it before.
+    if [ -e "$mem/memory.memsw.limit_in_bytes" ]; then
+      echo -1 >"$mem/memory.memsw.limit_in_bytes"
+      echo "$bytes" >"$mem/memory.limit_in_bytes"
+      echo "$bytes" >"$mem/memory.memsw.limit_in_bytes"
+    else
+      echo "$bytes" >"$mem/memory.limit_in_bytes"
+    fi
+    echo 0 >"$mem/memory.max_usage_in_bytes"
   else
     echo +memory >/sys/fs/cgroup/cgroup.subtree_control
-    echo $((mb * 1048576)) >"$cg/memory.max"
+    echo "$bytes" >"$cg/memory.max"
+    if [ -e "$cg/memory.swap.max" ]; then echo 0 >"$cg/memory.swap.max"; fi
   fi
+elif [ -e "$cg/memory.max" ]; then
+  # v2: the CPU cgroup is shared; an earlier capped run's cap must not linger.
+  echo max >"$cg/memory.max"
 fi
 pid="$$"
 if [ "${1:-}" = "--pid" ]; then
