@@ -505,13 +505,8 @@ mod tests {
         let run = &parsed(emf_lines(&watching, LambdaLevel::Info))[0];
         assert_eq!(run["WatchRunning"], 1);
         assert_eq!(run["WatchedPods"], 12_345, "the pods its stores hold");
-        let declared: Vec<&str> = run["_aws"]["CloudWatchMetrics"][0]["Metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|m| m["Name"].as_str())
-            .collect();
-        assert!(declared.contains(&"WatchedPods"), "{declared:?}");
+        let (_, metrics) = &declared(run)[0];
+        assert!(metrics.iter().any(|m| m == "WatchedPods"), "{metrics:?}");
     }
 
     /// A pass that changed a group counts at the function level and, with the group's

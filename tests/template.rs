@@ -1350,6 +1350,9 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
         functions.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
         ["ManualFunction", "PodEventsFunction", "ResyncFunction"]
     );
+    // The template's defaults, to resolve a `Ref` to a parameter.
+    let defaults = t.parameters(&[("ClusterName", "demo")]);
+    let refs = BTreeMap::new();
     for (name, dir, binary, timeout) in [
         ("ResyncFunction", "functions/resync", "tgsync-resync", 180),
         (
@@ -1361,8 +1364,6 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
         ("ManualFunction", "functions/manual", "tgsync-manual", 300),
     ] {
         let f = t.resource(name);
-        let defaults = t.parameters(&[("ClusterName", "demo")]);
-        let refs = BTreeMap::new();
         let p = &f["Properties"];
         assert_eq!(p["Runtime"], "provided.al2023", "{name}");
         assert_eq!(p["Architectures"], json!(["arm64"]), "{name}");
