@@ -244,3 +244,73 @@ async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
     assert_eq!(report["watch"]["registered"], 1, "{report:#}");
     assert!(!w.lease_recorded(&arn).await, "the lease was given back");
 }
+
+/// A lease another process holds parks the request and holds no slot: with 16 groups'
+/// leases held elsewhere (as pod-events holds them during a rollout) and a pod of each
+/// changing, a NotReady pod of a 17th group still leaves its group within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
+    let w = World::new().await;
+    let mut arns = Vec::new();
+    for i in 0..17 {
+        let app = format!("app{i}");
+        arns.push(w.group("shop", &format!("app={app}"), 8080, &[]).await);
+        w.put_pod(pod("shop", &app, &format!("{app}-1"), &format!("10.0.{i}.1")).build());
+    }
+    let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(12));
+    let changes = async {
+        for (i, arn) in arns.iter().enumerate() {
+            until_targets(
+                &w,
+                arn,
+                &[&format!("10.0.{i}.1:8080")],
+                Duration::from_secs(10),
+            )
+            .await;
+        }
+        // Another process takes 16 groups' leases (and would keep them 15 s).
+        use tgsync::state::{Acquire, StateStore as _};
+        let now = w.clock.now();
+        for (i, arn) in arns[..16].iter().enumerate() {
+            let holder = format!("pod-events@other#{i}");
+            let taken = w
+                .engine
+                .state
+                .acquire(arn, &holder, now, now.plus(Duration::from_secs(15)))
+                .await
+                .expect("acquire");
+            assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+        }
+        // Their pods turn NotReady: each of their passes needs a held lease.
+        let store = w.emulator.store();
+        for i in 0..16 {
+            store.update_pod("shop", &format!("app{i}-1"), |p| {
+                set_condition(p, "Ready", false)
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Then the 17th group's pod.
+        store.update_pod("shop", "app16-1", |p| set_condition(p, "Ready", false));
+        let left = until_targets(&w, &arns[16], &[], Duration::from_secs(20)).await;
+        eprintln!("the 17th group's target left {left:?} after its pod turned NotReady");
+        let mut asked = 0;
+        for (i, arn) in arns[..16].iter().enumerate() {
+            assert_eq!(w.targets(arn).await, [format!("10.0.{i}.1:8080")], "{arn}");
+            let dirty = w
+                .item(arn)
+                .await
+                .and_then(|item| item.get("dirty").and_then(|d| d.as_bool().ok()).copied());
+            asked += usize::from(dirty == Some(true));
+        }
+        (left, asked)
+    };
+    let (_, (left, asked)) = tokio::join!(invocation, changes);
+    assert_eq!(
+        asked, 16,
+        "the race was staged: every held group's pass met its lease and asked the holder"
+    );
+    assert!(
+        left <= Duration::from_secs(1),
+        "the 17th group's NotReady pod left after {left:?} (want within 1 s)"
+    );
+}

@@ -30,10 +30,7 @@ use crate::core::{Binding, PodFacts, Selector, UnixMillis};
 use crate::pods::{PodSource, PodsError, WatchEvent};
 use crate::sync::lock;
 
-/// First wait after a failed LIST or WATCH; it doubles per consecutive failure.
-const BACKOFF_FIRST: Duration = Duration::from_millis(800);
-/// Largest wait between attempts.
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
+use super::queue::watch_retry;
 
 /// One namespace's pods as the watch keeps them.
 #[derive(Debug, Default)]
@@ -246,7 +243,7 @@ impl Informer {
                             error: &e,
                         });
                         failures += 1;
-                        tokio::time::sleep(backoff(failures)).await;
+                        tokio::time::sleep(watch_retry(failures)).await;
                         continue;
                     }
                 }
@@ -274,7 +271,7 @@ impl Informer {
                         error: &e,
                     });
                     failures += 1;
-                    tokio::time::sleep(backoff(failures)).await;
+                    tokio::time::sleep(watch_retry(failures)).await;
                     continue;
                 }
             };
@@ -296,7 +293,7 @@ impl Informer {
                         tracing::warn!(namespace, code = status.code, message = %status.message, "the watch ended with an error; resuming after a backoff");
                         self.set_live(namespace, false);
                         failures += 1;
-                        tokio::time::sleep(backoff(failures)).await;
+                        tokio::time::sleep(watch_retry(failures)).await;
                         break;
                     }
                     Ok(event) => {
@@ -307,7 +304,7 @@ impl Informer {
                         tracing::info!(namespace, error = %e, "the watch stream broke off; resuming from the last version seen");
                         self.set_live(namespace, false);
                         failures += 1;
-                        tokio::time::sleep(backoff(failures)).await;
+                        tokio::time::sleep(watch_retry(failures)).await;
                         break;
                     }
                 }
@@ -416,33 +413,9 @@ fn differences(
     gone.chain(changed).collect()
 }
 
-/// The wait before attempt `failures + 1`: doubling from [`BACKOFF_FIRST`] up to
-/// [`BACKOFF_MAX`], with full jitter over its upper half (so many containers that lost
-/// the API server at once do not come back in step).
-fn backoff(failures: u32) -> Duration {
-    let ceiling = BACKOFF_FIRST
-        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(BACKOFF_MAX);
-    let ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(fastrand::u64(ms / 2..=ms))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_with_jitter_and_is_bounded() {
-        for failures in 1..40 {
-            let d = backoff(failures);
-            let ceiling = BACKOFF_FIRST
-                .saturating_mul(1u32 << (failures - 1).min(16))
-                .min(BACKOFF_MAX);
-            assert!(d <= ceiling && d >= ceiling / 2, "{failures}: {d:?}");
-        }
-        assert!(backoff(1) <= Duration::from_millis(800));
-        assert!(backoff(30) >= Duration::from_secs(15));
-    }
 
     #[test]
     fn a_relist_of_a_current_store_tells_each_pod_it_changed() {

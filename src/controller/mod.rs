@@ -44,16 +44,15 @@ use crate::core::checkpoint::rank_order;
 use crate::core::{PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
-use crate::reconcile::{BoundGroup, Engine, PodReads, RunOptions};
+use crate::reconcile::{Action, BoundGroup, Engine, PodReads, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
 use crate::state::StateStore;
 use crate::sync::lock;
 use early::Early;
 use informer::{Informer, ReflectorSettings, StoreEvent};
-use queue::{Queue, Room, Want};
+use queue::{Now, Queue, Room, Want};
 
-/// How often target health of groups with a gate waiting is read.
-pub const GATE_POLL: Duration = Duration::from_secs(1);
+pub use queue::GATE_POLL;
 
 /// How long one watch request asks the server to keep the stream open: under the
 /// client's 30 s read timeout, so a quiet namespace ends its stream cleanly and resumes.
@@ -85,10 +84,6 @@ struct FirstList {
     /// When the LIST was seen.
     seen: UnixMillis,
 }
-
-/// A group whose lease another process holds is looked at again this long after the
-/// holder's lease would expire (it is asked to serve our change meanwhile).
-const LEASE_RECHECK_SLACK: Duration = Duration::from_millis(500);
 
 /// What the controller keeps in the warm container between invocations.
 #[derive(Debug, Default)]
@@ -192,6 +187,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 only: None,
                 deadline: opts.deadline,
                 use_checkpoint: true,
+                park_on_lease: true,
                 cut_at: Some(match opts.deadline {
                     Some(d) if d > started => drain_end.min(UnixMillis(d.0.saturating_sub(3_000))),
                     _ => drain_end,
@@ -240,7 +236,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 run.reflectors(),
                 run.poll_gates(),
                 run.read_ahead(),
-                run.compare_lists()
+                run.compare_lists(),
+                run.watch_leases()
             );
         });
         // The one exit: the runner ends the invocation (at `until`, after draining);
@@ -866,7 +863,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             if tokio::time::Instant::now() >= until || engine.is_shutting_down() {
                 break;
             }
-            let now = engine.clock.now();
+            let now = tokio::time::Instant::now();
             loop {
                 let room = Room {
                     changes: changes < cap,
@@ -882,14 +879,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 }
                 in_flight.push(self.job(arn, want));
             }
-            let next = lock(&self.queue).next_wake().map(|at| {
-                tokio::time::Instant::now() + Duration::from_millis(at.0.saturating_sub(now.0))
-            });
+            let next = lock(&self.queue).next_wake();
             let sleep_until = next.map_or(until, |n| n.min(until));
             tokio::select! {
-                Some((arn, want, retry)) = in_flight.next(), if !in_flight.is_empty() => {
+                Some((arn, want, action)) = in_flight.next(), if !in_flight.is_empty() => {
                     if want.changed { changes -= 1 } else { verifications -= 1 }
-                    lock(&self.queue).done(&arn, retry.map(|at| (at, want)));
+                    lock(&self.queue).done(&arn, want, action, self.now());
                 }
                 () = &mut woken => {}
                 () = &mut shutdown => {}
@@ -897,21 +892,28 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             }
         }
         // The time is up: no new pass; those in flight finish or are cut cleanly.
-        while let Some((arn, _, _)) = in_flight.next().await {
-            lock(&self.queue).done(&arn, None);
+        while let Some((arn, want, _)) = in_flight.next().await {
+            lock(&self.queue).done(&arn, want, Action::Done, self.now());
+        }
+    }
+
+    /// Now, on the queue's two clocks.
+    fn now(&self) -> Now {
+        Now {
+            instant: tokio::time::Instant::now(),
+            wall: self.engine.clock.now(),
         }
     }
 
     /// One key's pass: observe the group from the store's pods, and under its lease
-    /// change what must change. Returns when to come back, if it must (a lease another
-    /// process holds, registrations backing off).
-    async fn job(&self, arn: String, want: Want) -> (String, Want, Option<UnixMillis>) {
-        let engine = self.engine;
+    /// change what must change. Returns what should happen next (the queue decides
+    /// when).
+    async fn job(&self, arn: String, want: Want) -> (String, Want, Action) {
         let Some(bound) = lock(&self.bound).get(&arn).cloned() else {
             self.finished(&arn, want, None);
-            return (arn, want, None);
+            return (arn, want, Action::Done);
         };
-        let report = if want.verify && !want.changed {
+        let (report, action) = if want.verify && !want.changed {
             let promotion = crate::groups::Promotion::default();
             lock(&self.promotions).insert(arn.clone(), promotion.clone());
             let looked =
@@ -922,20 +924,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 Some(report) => report,
                 // A pod change arrived before it read anything: the change's pass, asked
                 // for, now also does the full diff's look (one health read, not two).
-                None => return (arn, want, Some(engine.clock.now())),
+                None => return (arn, want, Action::Requeue),
             }
         } else {
             self.pass(&bound, want).await
         };
-        let retry = report
-            .as_ref()
-            .and_then(|r| retry_at(r, engine.clock.now()));
         self.finished(&arn, want, report);
-        (arn, want, retry)
+        (arn, want, action)
     }
 
-    /// Observe, and if something is to change, the leased pass.
-    async fn pass(&self, bound: &BoundGroup, want: Want) -> Option<GroupReport> {
+    /// Observe, and if something is to change, the leased pass; what should happen
+    /// next.
+    async fn pass(&self, bound: &BoundGroup, want: Want) -> (Option<GroupReport>, Action) {
         let engine = self.engine;
         let informer = &engine.controller.informer;
         let namespace = &bound.binding.namespace;
@@ -954,12 +954,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             {
                 Ok(listing) => (listing.pods, listing.resource_version),
                 Err(e) => {
-                    return Some(GroupReport::with_error(
+                    let report = GroupReport::with_error(
                         &bound.group.arn,
                         &bound.group.group_name(),
                         Outcome::Failed,
                         &e,
-                    ));
+                    );
+                    return (Some(report), Action::Failed);
                 }
             },
         };
@@ -994,16 +995,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         drop(index);
         drop(pods);
         match observed {
-            crate::reconcile::Observed::Done(report) => Some(report),
-            crate::reconcile::Observed::Irrelevant => None,
+            crate::reconcile::Observed::Done(report, action) => (Some(report), action),
+            crate::reconcile::Observed::Irrelevant => (None, Action::Done),
             crate::reconcile::Observed::Change(report, prior) => {
                 let view = |b: &crate::core::Binding| informer.view(b);
                 let reads = PodReads::Held(&view);
-                Some(
-                    engine
-                        .reconcile_leased(bound.clone(), report, &opts, &reads, Some(prior))
-                        .await,
-                )
+                let (report, action) = engine
+                    .reconcile_leased(bound.clone(), report, &opts, &reads, Some(prior))
+                    .await;
+                (Some(report), action)
             }
         }
     }
@@ -1070,6 +1070,35 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 pods.iter()
                     .any(|p| matches!(contribution(p, &b.binding), Some((_, Some(false)))))
             })
+    }
+
+    /// Every [`queue::LEASE_POLL`] while keys are parked on leases other processes
+    /// hold, reads those groups' items (one batched read) and tells the queue what each
+    /// lease is now: a lease given back or expired ends its keys' wait. A read that
+    /// fails leaves them parked until the leases they saw would expire.
+    async fn watch_leases(&self) {
+        loop {
+            tokio::time::sleep(queue::LEASE_POLL).await;
+            let parked = lock(&self.queue).parked();
+            if parked.is_empty() {
+                continue;
+            }
+            let glances = match self.engine.state.glance_many(&parked).await {
+                Ok(glances) => glances,
+                Err(e) => {
+                    tracing::debug!(error = %e, groups = parked.len(), "reading the leases that park requests failed; they wait until those leases would expire");
+                    continue;
+                }
+            };
+            let now = self.now();
+            {
+                let mut queue = lock(&self.queue);
+                for (arn, glance) in &glances {
+                    queue.lease_seen(arn, glance.lease.as_ref().map(|l| l.until), now);
+                }
+            }
+            self.wake.notify_one();
+        }
     }
 
     /// Every [`GATE_POLL`], settles the gates of the pods waiting on theirs in the groups
@@ -1173,71 +1202,5 @@ fn visit_order<'a>(
     order
 }
 
-/// When a group's key comes back after `report`: its lease holder's expiry (a live
-/// holder serves the change meanwhile; a dead one frees the group then), or the end of
-/// its registrations' backoff.
-fn retry_at(report: &GroupReport, now: UnixMillis) -> Option<UnixMillis> {
-    let slack = u64::try_from(LEASE_RECHECK_SLACK.as_millis()).unwrap_or(0);
-    match report.outcome {
-        Outcome::LeaseHeld => Some(
-            report
-                .lease_until
-                .map_or(now.plus(Duration::from_secs(1)), |u| {
-                    UnixMillis(u.0 + slack)
-                }),
-        ),
-        Outcome::BackingOff | Outcome::Failed => report.next_attempt_at,
-        _ => None,
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_full_diff_starts_with_the_groups_looked_at_longest_ago_new_first_due_last() {
-        let bound: Vec<String> = (0..50).map(|i| format!("g{i:02}")).collect();
-        // The last run (3) looked at g00–g39; run 2 at g40–g44; g45–g49 never.
-        let mut looked: HashMap<String, u64> = HashMap::new();
-        for (i, arn) in bound.iter().enumerate().take(45) {
-            looked.insert(arn.clone(), if i < 40 { 3 } else { 2 });
-        }
-        let indexed: BTreeSet<String> = bound
-            .iter()
-            .filter(|a| !["g47", "g48"].contains(&a.as_str()))
-            .cloned()
-            .collect();
-        let due: HashSet<String> = ["g03", "g43", "g49"].map(String::from).into();
-        let mut rng = fastrand::Rng::with_seed(7);
-        let order = visit_order(
-            bound.iter().map(String::as_str),
-            &looked,
-            &Priority {
-                indexed: Some(&indexed),
-                due: &due,
-            },
-            &mut rng,
-        );
-        let part = |r: std::ops::Range<usize>| {
-            let mut p: Vec<&str> = order[r].to_vec();
-            p.sort_unstable();
-            p
-        };
-        assert_eq!(part(0..2), ["g47", "g48"], "never looked at, not indexed");
-        assert_eq!(part(2..4), ["g45", "g46"], "never looked at");
-        assert_eq!(order[4], "g49", "never looked at, due");
-        assert_eq!(part(5..9), ["g40", "g41", "g42", "g44"], "run 2");
-        assert_eq!(order[9], "g43", "run 2, due");
-        assert_eq!(order[49], "g03", "run 3, due");
-        let mut all = order.clone();
-        all.sort_unstable();
-        assert_eq!(all, bound.iter().map(String::as_str).collect::<Vec<_>>());
-        // Ties are not in discovery order, so the groups a short run leaves differ from
-        // run to run even in a fresh container.
-        let rest: Vec<&str> = order[10..49].to_vec();
-        let mut sorted = rest.clone();
-        sorted.sort_unstable();
-        assert_ne!(rest, sorted);
-    }
-}
+mod tests;

@@ -1,18 +1,60 @@
 //! The work queue: one key per target group, as kube-runtime's scheduler and runner
-//! keep them. Pure data, no I/O: the runner asks it what to start and tells it what
-//! ended.
+//! keep them, and the one place that answers "when is this group tried again". Pure
+//! data, no I/O: the runner asks it what to start and tells it how each pass ended.
 //!
 //! - A key is in flight at most once; a key requested while its pass runs is run again
 //!   right after (the request waits, merged, until then).
 //! - Requests merge: a pod change and the schedule's full diff of the same group are one
 //!   pass that does both.
-//! - A key can wait until a time (its registrations back off, another process holds its
-//!   lease); a pod change never waits — nothing delays a deregistration.
 //! - Pod changes go before the full diff's verifications, oldest change first.
+//! - A pass ends with an [`Action`]; [`Queue::done`] turns it into a delay, by the
+//!   policy below. A pod change never waits for a delay of its key (its registrations'
+//!   backoff, a retry after a failure): nothing delays a deregistration. Only a lease
+//!   another process holds parks a key until the holder's lease ends or it is handed
+//!   back ([`Queue::unpark`]); a parked key holds no slot meanwhile.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use crate::core::UnixMillis;
+use tokio::time::Instant;
+
+use crate::core::{BackoffPolicy, UnixMillis};
+use crate::reconcile::Action;
+
+/// How soon a gated pod's group is looked at again while its gate waits for a healthy
+/// target.
+pub const GATE_POLL: Duration = Duration::from_secs(1);
+
+/// A key parked on a lease another process holds comes back this long after the
+/// holder's lease would expire (the holder is asked to serve the request meanwhile;
+/// a dead one frees the group then).
+pub const LEASE_RECHECK_SLACK: Duration = Duration::from_millis(500);
+
+/// How often the leases that park keys are looked at (one batched read of their
+/// groups' items): a lease given back ends its keys' wait within this.
+pub const LEASE_POLL: Duration = Duration::from_secs(1);
+
+/// Retries of a key whose pass failed before its lease (the state, target health or
+/// pods could not be read): from 1 s, doubling, with jitter, to 5 minutes; reset by a
+/// pass that gets further. (A failure under the lease is the group's stored backoff:
+/// [`Action::BackOff`].)
+pub const FAILED_RETRY: BackoffPolicy = BackoffPolicy {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(300),
+};
+
+/// Retries of a namespace's LIST or WATCH that failed: from 800 ms, doubling, with
+/// jitter over the upper half, to 30 s (never a tight loop against an API server in
+/// trouble; many containers that lost it at once do not come back in step).
+pub const WATCH_RETRY: BackoffPolicy = BackoffPolicy {
+    min: Duration::from_millis(800),
+    max: Duration::from_secs(30),
+};
+
+/// The wait before attempt `failures + 1` of a namespace's LIST or WATCH.
+pub fn watch_retry(failures: u32) -> Duration {
+    WATCH_RETRY.delay(failures.max(1), &mut fastrand::Rng::new())
+}
 
 /// What a group's next pass is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,16 +103,32 @@ impl Want {
 struct Slot {
     pending: Option<Want>,
     running: bool,
-    not_before: Option<UnixMillis>,
+    not_before: Option<Instant>,
+    /// Waits for a lease another process holds: a pod change does not end the wait
+    /// (the holder was asked to serve it), only [`Queue::unpark`] or the time.
+    parked: bool,
+    /// Consecutive passes that failed before the lease.
+    failures: u32,
     /// Order of arrival of the pending request (FIFO among equals).
     seq: u64,
 }
 
 /// The keys and what each waits for.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Queue {
     slots: HashMap<String, Slot>,
     seq: u64,
+    rng: fastrand::Rng,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self {
+            slots: HashMap::new(),
+            seq: 0,
+            rng: fastrand::Rng::new(),
+        }
+    }
 }
 
 /// Which passes the runner has room for.
@@ -82,8 +140,26 @@ pub struct Room {
     pub verifications: bool,
 }
 
+/// A moment on both clocks: the monotonic one the queue waits on, and the wall clock
+/// the state table's times (a lease's expiry, a backoff's end) are stored in.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// Monotonic.
+    pub instant: Instant,
+    /// Wall clock (the engine's clock).
+    pub wall: UnixMillis,
+}
+
+impl Now {
+    /// The monotonic instant of wall time `at` (now, if it has passed).
+    fn instant_of(self, at: UnixMillis) -> Instant {
+        self.instant + Duration::from_millis(at.0.saturating_sub(self.wall.0))
+    }
+}
+
 impl Queue {
-    /// Asks for a pass of `key`. A pod change clears any wait the key had.
+    /// Asks for a pass of `key`. A pod change ends any wait the key had but a parked
+    /// one's.
     pub fn request(&mut self, key: &str, want: Want) {
         self.seq += 1;
         let seq = self.seq;
@@ -95,7 +171,7 @@ impl Queue {
                 want
             }
         });
-        if want.changed {
+        if want.changed && !slot.parked {
             slot.not_before = None;
         }
     }
@@ -103,7 +179,7 @@ impl Queue {
     /// The next key to start at `now`, and what it is asked to do: a key with a
     /// request, not in flight and not waiting; pod changes first (oldest first), then
     /// verifications (in order of arrival). The key is in flight from now on.
-    pub fn pop(&mut self, now: UnixMillis, room: Room) -> Option<(String, Want)> {
+    pub fn pop(&mut self, now: Instant, room: Room) -> Option<(String, Want)> {
         let key = self
             .slots
             .iter()
@@ -121,30 +197,91 @@ impl Queue {
         let slot = self.slots.get_mut(&key)?;
         slot.running = true;
         slot.not_before = None;
+        slot.parked = false;
         slot.pending.take().map(|w| (key, w))
     }
 
-    /// `key`'s pass ended. With `retry`, the same request comes back at that time
-    /// (merged with any request made meanwhile, which does not wait unless it is only
-    /// a verification).
-    pub fn done(&mut self, key: &str, retry: Option<(UnixMillis, Want)>) {
+    /// `key`'s pass, asked to do `ran`, ended with `action` at `now`: the delay policy.
+    /// - [`Action::Done`]: nothing more (a request made meanwhile runs now).
+    /// - [`Action::Requeue`]: again now.
+    /// - [`Action::GatesPending`]: again after [`GATE_POLL`].
+    /// - [`Action::BackOff`]: again when the backoff ends; a pod change runs now.
+    /// - [`Action::Failed`]: again after [`FAILED_RETRY`]'s delay for the key's
+    ///   consecutive failures; a pod change runs now.
+    /// - [`Action::LeaseHeld`]: parked until [`LEASE_RECHECK_SLACK`] after the holder's
+    ///   lease expires, or until [`Queue::unpark`]; pod changes meanwhile wait with it.
+    pub fn done(&mut self, key: &str, ran: Want, action: Action, now: Now) {
+        let delay = match action {
+            Action::Done => None,
+            Action::Requeue => Some(now.instant),
+            Action::GatesPending => Some(now.instant + GATE_POLL),
+            Action::BackOff { until } => Some(now.instant_of(until)),
+            Action::LeaseHeld { until } => Some(
+                now.instant_of(until.plus(LEASE_RECHECK_SLACK))
+                    .max(now.instant),
+            ),
+            Action::Failed => None,
+        };
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
         slot.running = false;
-        if let Some((at, want)) = retry {
-            let waits = slot.pending.is_none_or(|p| !p.changed);
+        slot.failures = match action {
+            Action::Failed => slot.failures.saturating_add(1),
+            _ => 0,
+        };
+        let delay = match action {
+            Action::Failed => Some(now.instant + FAILED_RETRY.delay(slot.failures, &mut self.rng)),
+            _ => delay,
+        };
+        if let Some(at) = delay {
+            // A pod change asked for meanwhile does not wait, unless for a lease.
+            let parked = matches!(action, Action::LeaseHeld { .. });
+            let waits = parked || slot.pending.is_none_or(|p| !p.changed);
             slot.pending = Some(match slot.pending {
-                Some(p) => p.merge(want),
-                None => want,
+                Some(p) => p.merge(ran),
+                None => ran,
             });
             if waits {
                 slot.not_before = Some(at);
+                slot.parked = parked;
             }
         }
         if slot.pending.is_none() {
             self.slots.remove(key);
         }
+    }
+
+    /// Ends the wait of `key` parked on a lease (its holder gave it back, or it
+    /// expired).
+    pub fn unpark(&mut self, key: &str) {
+        if let Some(slot) = self.slots.get_mut(key).filter(|s| s.parked) {
+            slot.parked = false;
+            slot.not_before = None;
+        }
+    }
+
+    /// What a look at the lease parking `key` found: gone or expired (`None`): the wait
+    /// ends; held until `until` (renewed, or shortened by a holder shutting down): the
+    /// key comes back [`LEASE_RECHECK_SLACK`] after that.
+    pub fn lease_seen(&mut self, key: &str, until: Option<UnixMillis>, now: Now) {
+        match until.filter(|u| *u >= now.wall) {
+            None => self.unpark(key),
+            Some(until) => {
+                if let Some(slot) = self.slots.get_mut(key).filter(|s| s.parked) {
+                    slot.not_before = Some(now.instant_of(until.plus(LEASE_RECHECK_SLACK)));
+                }
+            }
+        }
+    }
+
+    /// Keys parked on a lease another process holds.
+    pub fn parked(&self) -> Vec<String> {
+        self.slots
+            .iter()
+            .filter(|(_, s)| s.parked && !s.running)
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Drops `key`'s request (its group is no longer bound), unless its pass is running.
@@ -155,7 +292,7 @@ impl Queue {
     }
 
     /// The earliest time a waiting key becomes ready (`None`: none waits).
-    pub fn next_wake(&self) -> Option<UnixMillis> {
+    pub fn next_wake(&self) -> Option<Instant> {
         self.slots
             .values()
             .filter(|s| !s.running && s.pending.is_some())
@@ -192,30 +329,53 @@ mod tests {
         UnixMillis(ms)
     }
 
+    /// The queue's clocks `ms` after a common origin.
+    struct Clocks(Instant);
+
+    impl Clocks {
+        fn new() -> Self {
+            Self(Instant::now())
+        }
+        fn now(&self, ms: u64) -> Now {
+            Now {
+                instant: self.0 + Duration::from_millis(ms),
+                wall: UnixMillis(1_000_000 + ms),
+            }
+        }
+        fn i(&self, ms: u64) -> Instant {
+            self.0 + Duration::from_millis(ms)
+        }
+        fn wall(&self, ms: u64) -> UnixMillis {
+            UnixMillis(1_000_000 + ms)
+        }
+    }
+
     #[test]
     fn one_pass_per_key_and_a_change_during_it_runs_it_again() {
+        let c = Clocks::new();
         let mut q = Queue::default();
         q.request("a", Want::change(at(1)));
-        let (k, w) = q.pop(at(1), ALL).unwrap();
+        let (k, w) = q.pop(c.i(1), ALL).unwrap();
         assert_eq!((k.as_str(), w.changed), ("a", true));
         // Changed again while in flight: not started twice.
         q.request("a", Want::change(at(2)));
-        assert_eq!(q.pop(at(2), ALL), None);
-        q.done("a", None);
-        let (k, w) = q.pop(at(3), ALL).unwrap();
+        assert_eq!(q.pop(c.i(2), ALL), None);
+        q.done("a", w, Action::Done, c.now(2));
+        let (k, w) = q.pop(c.i(3), ALL).unwrap();
         assert_eq!((k.as_str(), w.since), ("a", Some(at(2))));
-        q.done("a", None);
+        q.done("a", w, Action::Done, c.now(3));
         assert!(q.is_idle());
     }
 
     #[test]
     fn requests_merge_and_changes_go_first_oldest_first() {
+        let c = Clocks::new();
         let mut q = Queue::default();
         q.request("v", Want::verify());
         q.request("b", Want::change(at(5)));
         q.request("a", Want::change(at(3)));
         q.request("b", Want::verify());
-        let order: Vec<(String, Want)> = std::iter::from_fn(|| q.pop(at(9), ALL)).collect();
+        let order: Vec<(String, Want)> = std::iter::from_fn(|| q.pop(c.i(9), ALL)).collect();
         assert_eq!(order[0].0, "a");
         assert_eq!(order[1].0, "b");
         assert!(order[1].1.changed && order[1].1.verify, "merged");
@@ -223,33 +383,112 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_key_waits_but_a_pod_change_does_not() {
+    fn a_backing_off_key_waits_but_a_pod_change_does_not() {
+        let c = Clocks::new();
         let mut q = Queue::default();
         q.request("a", Want::verify());
-        let (_, w) = q.pop(at(0), ALL).unwrap();
+        let (_, w) = q.pop(c.i(0), ALL).unwrap();
         // Its registrations back off until 100.
-        q.done("a", Some((at(100), w)));
-        assert_eq!(q.pop(at(50), ALL), None);
-        assert_eq!(q.next_wake(), Some(at(100)));
-        assert!(q.pop(at(100), ALL).is_some());
-        q.done("a", Some((at(200), Want::verify())));
+        q.done("a", w, Action::BackOff { until: c.wall(100) }, c.now(0));
+        assert_eq!(q.pop(c.i(50), ALL), None);
+        assert_eq!(q.next_wake(), Some(c.i(100)));
+        let (_, w) = q.pop(c.i(100), ALL).unwrap();
+        q.done("a", w, Action::BackOff { until: c.wall(200) }, c.now(100));
         // A pod changes meanwhile (a deregistration may be due): now.
         q.request("a", Want::change(at(60)));
-        assert!(q.pop(at(61), ALL).is_some());
+        assert!(q.pop(c.i(101), ALL).is_some());
     }
 
     #[test]
     fn a_change_made_while_the_pass_runs_is_not_held_by_its_retry() {
+        let c = Clocks::new();
         let mut q = Queue::default();
         q.request("a", Want::change(at(1)));
-        let (_, w) = q.pop(at(1), ALL).unwrap();
+        let (_, w) = q.pop(c.i(1), ALL).unwrap();
         q.request("a", Want::change(at(2)));
-        q.done("a", Some((at(1_000), w)));
-        assert!(q.pop(at(3), ALL).is_some(), "the newer change runs now");
+        q.done(
+            "a",
+            w,
+            Action::BackOff {
+                until: c.wall(1_000),
+            },
+            c.now(1),
+        );
+        assert!(q.pop(c.i(3), ALL).is_some(), "the newer change runs now");
+    }
+
+    #[test]
+    fn a_failure_before_the_lease_is_retried_later_and_later() {
+        let c = Clocks::new();
+        let mut q = Queue::default();
+        q.request("a", Want::change(at(1)));
+        let mut last = Duration::ZERO;
+        let mut t = 0;
+        for failures in 1..=6u32 {
+            let (_, w) = q.pop(c.i(t), ALL).expect("the request is kept");
+            assert!(w.changed, "the same request comes back");
+            q.done("a", w, Action::Failed, c.now(t));
+            let wake = q.next_wake().expect("a retry time");
+            let delay = wake - c.i(t);
+            let ceiling = FAILED_RETRY.min * 2u32.pow(failures - 1);
+            assert!(
+                delay <= ceiling && delay >= ceiling / 2,
+                "{failures}: {delay:?}"
+            );
+            assert!(delay >= last / 2);
+            last = delay;
+            assert_eq!(q.pop(wake - Duration::from_millis(1), ALL), None);
+            t = u64::try_from((wake - c.0).as_millis()).unwrap();
+        }
+        // A pass that gets further resets the count.
+        let (_, w) = q.pop(c.i(t), ALL).unwrap();
+        q.done("a", w, Action::Done, c.now(t));
+        assert!(q.is_idle());
+    }
+
+    #[test]
+    fn a_key_parked_on_a_lease_holds_its_changes_until_the_lease_ends_or_is_handed_back() {
+        let c = Clocks::new();
+        let mut q = Queue::default();
+        q.request("a", Want::change(at(1)));
+        let (_, w) = q.pop(c.i(1), ALL).unwrap();
+        q.done(
+            "a",
+            w,
+            Action::LeaseHeld {
+                until: c.wall(5_000),
+            },
+            c.now(1),
+        );
+        assert_eq!(q.parked(), ["a"]);
+        // Another change: the holder was asked, it does not wake the key.
+        q.request("a", Want::change(at(2)));
+        assert_eq!(q.pop(c.i(10), ALL), None);
+        assert_eq!(q.next_wake(), Some(c.i(5_000) + LEASE_RECHECK_SLACK));
+        // The holder hands the lease back.
+        q.unpark("a");
+        let (_, w) = q.pop(c.i(11), ALL).unwrap();
+        assert_eq!(w.since, Some(at(1)), "both changes, merged");
+        assert!(q.parked().is_empty());
+    }
+
+    #[test]
+    fn gates_come_back_after_the_poll_and_a_cut_pass_at_once() {
+        let c = Clocks::new();
+        let mut q = Queue::default();
+        q.request("g", Want::verify());
+        let (_, w) = q.pop(c.i(0), ALL).unwrap();
+        q.done("g", w, Action::GatesPending, c.now(0));
+        assert_eq!(q.next_wake(), Some(c.i(0) + GATE_POLL));
+        q.request("c", Want::change(at(0)));
+        let (_, w) = q.pop(c.i(0), ALL).unwrap();
+        q.done("c", w, Action::Requeue, c.now(0));
+        assert_eq!(q.pop(c.i(0), ALL).unwrap().0, "c");
     }
 
     #[test]
     fn room_is_per_class() {
+        let c = Clocks::new();
         let mut q = Queue::default();
         q.request("v", Want::verify());
         q.request("c", Want::change(at(1)));
@@ -257,14 +496,28 @@ mod tests {
             changes: false,
             verifications: true,
         };
-        assert_eq!(q.pop(at(2), only_verify).unwrap().0, "v");
+        assert_eq!(q.pop(c.i(2), only_verify).unwrap().0, "v");
         let none = Room {
             changes: false,
             verifications: false,
         };
-        assert_eq!(q.pop(at(2), none), None);
+        assert_eq!(q.pop(c.i(2), none), None);
         assert_eq!(q.running(), 1);
         q.forget("c");
         assert!(!q.contains("c"));
+    }
+
+    #[test]
+    fn watch_retries_grow_with_jitter_and_are_bounded() {
+        for failures in 1..40 {
+            let d = watch_retry(failures);
+            let ceiling = WATCH_RETRY
+                .min
+                .saturating_mul(1u32 << (failures - 1).min(16))
+                .min(WATCH_RETRY.max);
+            assert!(d <= ceiling && d >= ceiling / 2, "{failures}: {d:?}");
+        }
+        assert!(watch_retry(1) <= Duration::from_millis(800));
+        assert!(watch_retry(30) >= Duration::from_secs(15));
     }
 }

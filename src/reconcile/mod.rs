@@ -8,6 +8,7 @@
 //! AWS and Kubernetes in Lambda, against moto and the emulator in integration tests, and
 //! against in-memory fakes in race and fault tests.
 
+mod action;
 mod gates;
 mod namespace;
 mod observe;
@@ -18,6 +19,7 @@ mod refusals;
 mod release;
 mod tag_reads;
 
+pub use action::Action;
 pub(crate) use gates::Settled;
 pub(crate) use namespace::DEFERRED;
 pub(crate) use observe::Observed;
@@ -123,6 +125,10 @@ pub struct RunOptions {
     /// Passes still running at this time stop before their next change, write what
     /// they did, give the lease back and ask for another pass (the controller's end).
     pub cut_at: Option<UnixMillis>,
+    /// A lease another process holds ends the pass at once ([`Action::LeaseHeld`]): the
+    /// controller's queue parks the request without holding a slot. Otherwise the pass
+    /// waits for the holder, up to [`EngineSettings::lease_wait`].
+    pub park_on_lease: bool,
 }
 
 /// No group pass starts with less than this left before the invocation's deadline.
@@ -704,7 +710,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             self.new_owner(),
             self.settings.lease,
             &self.cluster,
-            self.lease_wait_until(opts),
+            if opts.park_on_lease {
+                None
+            } else {
+                self.lease_wait_until(opts)
+            },
         )
         .await
     }

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use super::observe::Observed;
 use super::pass::{CUT, PodReads, PriorRead};
 use super::read_ahead::ReadAhead;
-use super::{BoundGroup, Engine, RunOptions, Scope};
+use super::{Action, BoundGroup, Engine, RunOptions, Scope};
 use crate::core::{PodIndex, Selector};
 use crate::groups::TargetGroupApi;
 use crate::lease::{self, Busy, RunEnd, Taken};
@@ -95,7 +95,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             async move {
                 let _permit = permits.acquire().await;
                 if self.past_start_deadline(opts) {
-                    return (Observed::Done(deferred(&bound)), bound);
+                    return (Observed::Done(deferred(&bound), Action::Requeue), bound);
                 }
                 (self.observe(&bound, index, opts, scope).await, bound)
             }
@@ -109,7 +109,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let mut changed = Vec::new();
         for (observed, bound) in observed {
             match observed {
-                Observed::Done(report) => {
+                Observed::Done(report, _) => {
                     self.pass_done(&report, opts.dry_run, None);
                     reports.push(report);
                 }
@@ -128,7 +128,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             let permits = permits.clone();
             async move {
                 let _permit = permits.acquire().await;
-                let report = self
+                let (report, _) = self
                     .reconcile_leased(bound, report, opts, &PodReads::Fresh, Some(prior))
                     .await;
                 self.pass_done(&report, opts.dry_run, None);
@@ -140,7 +140,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 
     /// Takes the group's lease (or leaves the change to its holder) and runs passes,
-    /// with pods from `reads` and, for the first pass, the observation's health read.
+    /// with pods from `reads` and, for the first pass, the observation's health read;
+    /// the report and what should happen next.
     pub(crate) async fn reconcile_leased(
         &self,
         bound: BoundGroup,
@@ -148,11 +149,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         opts: &RunOptions,
         reads: &PodReads<'_>,
         prior: Option<PriorRead>,
-    ) -> GroupReport {
+    ) -> (GroupReport, Action) {
         if self.past_start_deadline(opts) {
             report.outcome = Outcome::Deferred;
             report.error = Some(DEFERRED.into());
-            return report;
+            return (report, Action::Requeue);
         }
         let taken = self.take_lease(&bound.group.arn, opts).await;
         match taken {
@@ -170,20 +171,24 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                         "another reconcile held the lease and ran again after this change".into()
                     }
                 });
-                if let Busy::Asked { until, .. } = busy {
-                    report.lease_until = Some(until);
+                match busy {
+                    Busy::Asked { until, .. } => {
+                        report.lease_until = Some(until);
+                        (report, Action::LeaseHeld { until })
+                    }
+                    Busy::Served => (report, Action::Done),
                 }
-                report
             }
             Err(e) => {
                 report.outcome = Outcome::Failed;
                 report.error = Some(format!("taking the lease failed: {e}"));
-                report
+                (report, Action::Failed)
             }
         }
     }
 
-    /// Passes under a held lease until it is released (or given up), then the outcome.
+    /// Passes under a held lease until it is released (or given up), then the outcome
+    /// and what should happen next.
     #[allow(clippy::too_many_arguments)]
     async fn run_leased(
         &self,
@@ -194,7 +199,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         opts: &RunOptions,
         reads: &PodReads<'_>,
         prior: Option<PriorRead>,
-    ) -> GroupReport {
+    ) -> (GroupReport, Action) {
         let _holding = self.holding();
         // The observation's counts are redone by the passes.
         report.passes = 0;
@@ -222,11 +227,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 },
             )
             .await;
+        let mut action = Action::Done;
         match end {
             RunEnd::Aborted => {
                 report.outcome = Outcome::Aborted;
                 report.error = Some("aborted at an injected fault".into());
-                return report;
+                return (report, Action::Done);
             }
             RunEnd::Lost if report.error.is_none() => {
                 report.error = Some(
@@ -234,11 +240,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                         .into(),
                 );
             }
-            RunEnd::Cut if report.error.is_none() => report.error = Some(CUT.into()),
+            RunEnd::Cut => {
+                if report.error.is_none() {
+                    report.error = Some(CUT.into());
+                }
+                action = Action::Requeue;
+            }
             RunEnd::GivenUp if report.passes == 0 => {
                 report.outcome = Outcome::Deferred;
                 report.error = Some(DEFERRED.into());
-                return report;
+                return (report, Action::Requeue);
             }
             RunEnd::GivenUp
                 if report.passes >= self.settings.max_passes && report.error.is_none() =>
@@ -260,6 +271,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 Outcome::Changed
             };
         }
-        report
+        // Failed or backing off under the lease: the stored backoff says until when.
+        if action == Action::Done
+            && let (Outcome::BackingOff | Outcome::Failed, Some(until)) =
+                (report.outcome, report.next_attempt_at)
+        {
+            action = Action::BackOff { until };
+        }
+        (report, action)
     }
 }

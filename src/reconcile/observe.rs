@@ -3,6 +3,7 @@
 //! and only a group whose plan is not empty goes on to [`super::pass`], which takes the
 //! lease and reads everything afresh before acting.
 
+use super::Action;
 use super::read_ahead::Ahead;
 use super::{BoundGroup, Engine, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
@@ -17,8 +18,9 @@ use crate::state::StateStore;
 
 /// What looking at a group found.
 pub(crate) enum Observed {
-    /// Nothing to change (or nothing possible now); the report says which.
-    Done(GroupReport),
+    /// Nothing to change (or nothing possible now); the report says which, and what
+    /// should happen next.
+    Done(GroupReport, Action),
     /// Not the business of the pod event that asked (no report).
     Irrelevant,
     /// Something to change: take the lease. The report so far, and the health read
@@ -74,7 +76,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     ahead.settled(rest);
                     if rest {
                         report.verification_skipped = true;
-                        return Observed::Done(report);
+                        return Observed::Done(report, Action::Done);
                     }
                     wanted = Some((desired, fp));
                 }
@@ -93,7 +95,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             Err(e) => {
                 report.outcome = Outcome::Failed;
                 report.error = Some(format!("reading the state table failed: {e}"));
-                return Observed::Done(report);
+                return Observed::Done(report, Action::Failed);
             }
         };
         if !opts.dry_run
@@ -146,7 +148,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         if rest {
             report.verification_skipped = true;
-            return Observed::Done(report);
+            return Observed::Done(report, Action::Done);
         }
         if opts.use_checkpoint
             && state.checkpoint.as_ref().map(|c| c.desired) != Some(fp)
@@ -166,7 +168,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             // Only registrations are due, and they wait: no need to read health.
             report.outcome = Outcome::BackingOff;
             note_backoff(&mut report, until, state.backoff.as_ref());
-            return Observed::Done(report);
+            return Observed::Done(report, Action::BackOff { until });
         }
         let actual = match self.read_health(arn).await {
             Ok(a) => a,
@@ -174,7 +176,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 report.gone = matches!(e, ElbError::NotFound { .. });
                 report.outcome = Outcome::Failed;
                 report.error = Some(format!("reading target health failed: {e}"));
-                return Observed::Done(report);
+                return Observed::Done(report, Action::Failed);
             }
         };
         let plan = plan(
@@ -191,7 +193,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 note_backoff(&mut report, until, state.backoff.as_ref());
             }
             report.plan = Some(plan);
-            return Observed::Done(report);
+            return Observed::Done(report, Action::Done);
         }
         // Gates of pods registered here (the others wait for this group's pass).
         let registered = pods.candidates(&bound.binding).filter(|p| {
@@ -216,7 +218,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if let Gate::Wait { until } = gate {
             report.outcome = Outcome::BackingOff;
             note_backoff(&mut report, until, state.backoff.as_ref());
-            return Observed::Done(report);
+            return Observed::Done(report, Action::BackOff { until });
         }
         // Right as it is. A scheduled run remembers that when the desired set is new to
         // the checkpoint (a write only when something changed since the last one).
@@ -238,7 +240,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         {
             tracing::warn!(target_group = %arn, error = %e, "writing the checkpoint failed; the next run verifies again");
         }
-        Observed::Done(report)
+        Observed::Done(report, Action::Done)
     }
 }
 

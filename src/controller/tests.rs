@@ -1,0 +1,169 @@
+//! The controller against the in-memory fakes: what its queue and runner do with the
+//! ways a pass can end.
+
+use super::*;
+
+#[test]
+fn the_full_diff_starts_with_the_groups_looked_at_longest_ago_new_first_due_last() {
+    let bound: Vec<String> = (0..50).map(|i| format!("g{i:02}")).collect();
+    // The last run (3) looked at g00–g39; run 2 at g40–g44; g45–g49 never.
+    let mut looked: HashMap<String, u64> = HashMap::new();
+    for (i, arn) in bound.iter().enumerate().take(45) {
+        looked.insert(arn.clone(), if i < 40 { 3 } else { 2 });
+    }
+    let indexed: BTreeSet<String> = bound
+        .iter()
+        .filter(|a| !["g47", "g48"].contains(&a.as_str()))
+        .cloned()
+        .collect();
+    let due: HashSet<String> = ["g03", "g43", "g49"].map(String::from).into();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let order = visit_order(
+        bound.iter().map(String::as_str),
+        &looked,
+        &Priority {
+            indexed: Some(&indexed),
+            due: &due,
+        },
+        &mut rng,
+    );
+    let part = |r: std::ops::Range<usize>| {
+        let mut p: Vec<&str> = order[r].to_vec();
+        p.sort_unstable();
+        p
+    };
+    assert_eq!(part(0..2), ["g47", "g48"], "never looked at, not indexed");
+    assert_eq!(part(2..4), ["g45", "g46"], "never looked at");
+    assert_eq!(order[4], "g49", "never looked at, due");
+    assert_eq!(part(5..9), ["g40", "g41", "g42", "g44"], "run 2");
+    assert_eq!(order[9], "g43", "run 2, due");
+    assert_eq!(order[49], "g03", "run 3, due");
+    let mut all = order.clone();
+    all.sort_unstable();
+    assert_eq!(all, bound.iter().map(String::as_str).collect::<Vec<_>>());
+    // Ties are not in discovery order, so the groups a short run leaves differ from
+    // run to run even in a fresh container.
+    let rest: Vec<&str> = order[10..49].to_vec();
+    let mut sorted = rest.clone();
+    sorted.sort_unstable();
+    assert_ne!(rest, sorted);
+}
+
+mod fakes {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::clock::{Clock as _, ManualClock};
+    use crate::core::UnixMillis;
+    use crate::fakes::{FakeElb, FakePods, FakeState};
+    use crate::reconcile::{Engine, EngineSettings, RunOptions};
+    use crate::report::Report;
+    use crate::testkit::{PodBuilder, bound_group, set_condition};
+
+    pub(super) const TG: &str =
+        "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
+
+    pub(super) type TestEngine = Engine<FakePods, FakeElb, FakeState>;
+
+    /// An engine of cluster `demo` on the fakes and a manual clock, with one group,
+    /// [`TG`], bound to `app=web` pods of `shop` on port 8080.
+    pub(super) fn engine() -> (TestEngine, ManualClock) {
+        let elb = FakeElb::default();
+        elb.add_group(bound_group(TG, "demo", "shop", "app=web", 8080));
+        let clock = ManualClock::new(UnixMillis(1_800_000_000_000));
+        let e = Engine::new(
+            "demo",
+            FakePods::default(),
+            elb,
+            FakeState::default(),
+            Arc::new(clock.clone()),
+        )
+        .with_settings(EngineSettings::default())
+        .with_seed(3);
+        (e, clock)
+    }
+
+    pub(super) fn web(name: &str, ip: &str) -> PodBuilder {
+        PodBuilder::new("shop", name).label("app", "web").ip(ip)
+    }
+
+    pub(super) fn live(e: &TestEngine) -> Vec<String> {
+        e.groups
+            .live_targets(TG)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// A scheduled invocation that watches for `watch` (real time).
+    pub(super) async fn watching(e: &TestEngine, clock: &ManualClock, watch: Duration) -> Report {
+        let opts = RunOptions {
+            use_checkpoint: true,
+            ..RunOptions::default()
+        };
+        e.run_scheduled(&opts, clock.now().plus(watch)).await
+    }
+
+    /// Waits (real time, up to `limit`) until the group holds `want`; how long it took.
+    pub(super) async fn until_live(e: &TestEngine, want: &[&str], limit: Duration) -> Duration {
+        let started = tokio::time::Instant::now();
+        loop {
+            if live(e) == want {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "targets {:?}, waited {limit:?} for {want:?}",
+                live(e)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Turns `name`'s Ready condition to `ready`.
+    pub(super) fn set_ready(e: &TestEngine, name: &str, ready: bool) {
+        e.pods
+            .update("shop", name, |p| set_condition(p, "Ready", ready));
+    }
+}
+
+/// A change whose pass cannot read the group's state (the table throttled) is not
+/// forgotten: the queue tries it again after a backoff, and the NotReady pod leaves its
+/// group once the table answers, within the same invocation.
+#[tokio::test]
+async fn a_change_whose_state_read_fails_before_the_lease_is_retried() {
+    use std::time::Duration;
+
+    use fakes::*;
+
+    let (e, clock) = engine();
+    e.pods.put(web("web-1", "10.0.1.1").build());
+    e.pods.put(web("web-2", "10.0.1.2").build());
+    let staged = async {
+        until_live(
+            &e,
+            &["10.0.1.1:8080", "10.0.1.2:8080"],
+            Duration::from_secs(5),
+        )
+        .await;
+        let (_, reads) = e.state.calls();
+        e.state.set_failing(true);
+        set_ready(&e, "web-1", false);
+        // The change's pass reads the group's state, and fails.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (_, failed_reads) = e.state.calls();
+        assert!(
+            failed_reads > reads,
+            "the change's pass read the state while it failed"
+        );
+        assert_eq!(
+            live(&e),
+            ["10.0.1.1:8080", "10.0.1.2:8080"],
+            "nothing changed blind"
+        );
+        e.state.set_failing(false);
+        until_live(&e, &["10.0.1.2:8080"], Duration::from_secs(4)).await
+    };
+    let (_, recovered) = tokio::join!(watching(&e, &clock, Duration::from_secs(8)), staged);
+    eprintln!("deregistered {recovered:?} after the table answered again");
+}
