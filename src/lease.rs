@@ -28,8 +28,6 @@ pub struct Timings {
     /// A holder stops writing when its lease has less than this left (an ELBv2 call
     /// started then could land after another holder took over).
     pub write_margin: Duration,
-    /// How often a waiter looks at a held lease.
-    pub poll: Duration,
     /// The longest (real time) a pass waits for its lease to be renewed before a write
     /// ([`Lease::ready`]) before it counts the lease as lost.
     pub ready_wait: Duration,
@@ -41,7 +39,6 @@ impl Default for Timings {
             duration: Duration::from_secs(15),
             renew_every: Duration::from_secs(5),
             write_margin: Duration::from_secs(4),
-            poll: Duration::from_secs(1),
             ready_wait: Duration::from_secs(20),
         }
     }
@@ -53,24 +50,16 @@ pub const RENEW_RETRY: Duration = Duration::from_millis(1000);
 /// Renewal attempts in flight at once (a slow answer still counts when it comes).
 const RENEW_IN_FLIGHT: usize = 3;
 
-/// Times a waiter goes back to taking the lease (after a holder died or gave up) before
-/// it leaves the group to its holder and the next run.
-const MAX_ROUNDS: u32 = 4;
-
-/// Why no lease was taken.
+/// Why no lease was taken: another process holds it until `until` (as stored), and was
+/// asked to run again (its `dirty` flag is set): a live holder serves the request; a dead
+/// one's lease expires then. The caller's queue parks the request until the lease ends
+/// or is given back, without holding a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Busy {
-    /// The holder was asked to run again and the wait is over (or was not allowed): it
-    /// will serve the change if it is alive; otherwise the lease expires on its own.
-    Asked {
-        /// The holder.
-        owner: String,
-        /// Its lease's expiry as last seen: when a dead holder's group can be taken.
-        until: UnixMillis,
-    },
-    /// The holder ran again after our request (or a newer holder read everything
-    /// afresh): our change is served.
-    Served,
+pub struct Busy {
+    /// The holder.
+    pub owner: String,
+    /// Its lease's expiry as stored.
+    pub until: UnixMillis,
 }
 
 /// What [`take`] got.
@@ -141,88 +130,37 @@ pub fn cluster_of(owner: &str) -> Option<&str> {
     owner.split_once('@')?.1.rsplit_once('#').map(|(c, _)| c)
 }
 
-/// Takes `group`'s lease for `owner`. When another holds it, the holder is marked
-/// dirty; then, until `wait_until`, this waits: for the holder to serve the request
-/// (release after a re-run, or a newer holder), or to vanish without serving it
-/// (abandoned, or expired: a dead holder), in which case the lease is taken over. A
-/// holder of another cluster (a group shared by clusters) cannot serve our pods, so its
-/// release only frees the lease for us.
+/// Takes `group`'s lease for `owner` if it is free, expired, or already `owner`'s (see
+/// [`StateStore::acquire`]); otherwise the holder is asked to run again (`dirty`) and
+/// this returns [`Taken::Busy`] at once: nobody waits here for another holder. (A holder
+/// of another cluster, of a group shared by clusters, cannot serve our pods: its lease
+/// only delays the request until it ends.)
 pub async fn take<'a, S: StateStore>(
     store: &'a S,
     clock: &'a dyn Clock,
     group: &str,
     owner: String,
     timings: Timings,
-    cluster: &str,
-    wait_until: Option<UnixMillis>,
 ) -> Result<Taken<'a, S>, StateError> {
-    let mut rounds = 0u32;
-    loop {
-        rounds += 1;
-        let now = clock.now();
-        let until = now.plus(timings.duration);
-        let holder = match store.acquire(group, &owner, now, until).await? {
-            Acquire::Acquired(state) => {
-                let lease = Lease {
-                    store,
-                    clock,
-                    group: group.to_owned(),
-                    owner,
-                    timings,
-                    until: AtomicU64::new(until.0),
-                    lost: AtomicBool::new(false),
-                    handed_over: AtomicBool::new(false),
-                    renewed: tokio::sync::Notify::new(),
-                    renew_now: tokio::sync::Notify::new(),
-                };
-                return Ok(Taken::Held(Box::new(lease), state));
-            }
-            Acquire::HeldElsewhere {
-                owner: holder,
-                until,
-            } => (holder, until),
-        };
-        let (holder, mut holder_until) = holder;
-        let same_cluster = cluster_of(&holder) == Some(cluster);
-        // Wait for the holder to serve us, or to go away without doing so: at most until
-        // `wait_until`, and at most that many polls (whatever the clock says).
-        let poll_ms = u64::try_from(timings.poll.as_millis()).unwrap_or(1).max(1);
-        let mut polls = if rounds > MAX_ROUNDS {
-            0
-        } else {
-            wait_until.map_or(0, |w| w.0.saturating_sub(clock.now().0) / poll_ms)
-        };
-        loop {
-            if polls == 0 || wait_until.is_none_or(|w| clock.now().plus(timings.poll) >= w) {
-                return Ok(Taken::Busy(Busy::Asked {
-                    owner: holder,
-                    until: holder_until,
-                }));
-            }
-            polls -= 1;
-            tokio::time::sleep(timings.poll).await;
-            let state = store.peek(group).await?;
-            let now = clock.now();
-            match &state.lease {
-                Some(l) if l.owner == holder && l.until >= now => {
-                    holder_until = l.until;
-                    continue;
-                }
-                // Expired under its holder: a dead holder. Take over.
-                Some(l) if l.owner == holder => break,
-                // A newer holder of this cluster read everything after our request.
-                Some(l) if l.until >= now && cluster_of(&l.owner) == Some(cluster) => {
-                    return Ok(Taken::Busy(Busy::Served));
-                }
-                // Another cluster's holder, or an expired one: ask again.
-                Some(_) => break,
-                // Given up with our request unserved, or freed by another cluster.
-                None if state.dirty || !same_cluster => break,
-                // Released after a re-run that served our request.
-                None => return Ok(Taken::Busy(Busy::Served)),
-            }
+    let now = clock.now();
+    let until = now.plus(timings.duration);
+    match store.acquire(group, &owner, now, until).await? {
+        Acquire::Acquired(state) => {
+            let lease = Lease {
+                store,
+                clock,
+                group: group.to_owned(),
+                owner,
+                timings,
+                until: AtomicU64::new(until.0),
+                lost: AtomicBool::new(false),
+                handed_over: AtomicBool::new(false),
+                renewed: tokio::sync::Notify::new(),
+                renew_now: tokio::sync::Notify::new(),
+            };
+            Ok(Taken::Held(Box::new(lease), state))
         }
-        tracing::info!(target_group = group, holder = %holder, "the lease holder went away without serving the request; taking over");
+        Acquire::HeldElsewhere { owner, until } => Ok(Taken::Busy(Busy { owner, until })),
     }
 }
 

@@ -15,10 +15,7 @@ use tgsync::state::{Acquire, Change, StateStore as _};
 const GROUP: &str = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123";
 
 fn timings() -> Timings {
-    Timings {
-        poll: Duration::from_millis(10),
-        ..Timings::default()
-    }
+    Timings::default()
 }
 
 /// The free lease of [`GROUP`], taken by `resync@demo#1`, and the group's state.
@@ -29,16 +26,8 @@ async fn held<'a>(
     Box<tgsync::lease::Lease<'a, FakeState>>,
     tgsync::state::GroupState,
 ) {
-    let Ok(Taken::Held(lease, state)) = take(
-        store,
-        clock,
-        GROUP,
-        "resync@demo#1".into(),
-        timings(),
-        "demo",
-        None,
-    )
-    .await
+    let Ok(Taken::Held(lease, state)) =
+        take(store, clock, GROUP, "resync@demo#1".into(), timings()).await
     else {
         panic!("the lease is free");
     };
@@ -95,8 +84,9 @@ async fn a_request_made_during_a_pass_that_ends_past_the_cut_off_stays_set() {
     );
 }
 
-/// A waiter whose holder died takes the lease over at its wait limit and finds no time
-/// left for a pass: its own request must stay set for the next holder.
+/// A waiter whose holder died (its request parked until the holder's lease expired)
+/// takes the lease over and finds no time left for a pass: its own request must stay set
+/// for the next holder.
 #[tokio::test]
 async fn a_waiter_that_takes_over_with_no_time_left_leaves_its_request_set() {
     let store = FakeState::default();
@@ -113,25 +103,19 @@ async fn a_waiter_that_takes_over_with_no_time_left_leaves_its_request_set() {
         .await
         .expect("acquire");
     assert!(matches!(held, Acquire::Acquired(_)));
-    let waiter = take(
-        &store,
-        &clock,
-        GROUP,
-        "pod-events@demo#2".into(),
-        timings(),
-        "demo",
-        Some(now.plus(Duration::from_secs(20))),
-    );
-    let expire = async {
-        // The waiter has asked (dirty) and polls; then the dead holder's lease runs out.
-        while !store.stored(GROUP).dirty {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        clock.advance(16_000);
+    // The waiter asks (dirty) and is told the holder's lease: its queue parks it.
+    let waiter = || take(&store, &clock, GROUP, "pod-events@demo#2".into(), timings());
+    let Ok(Taken::Busy(busy)) = waiter().await else {
+        panic!("the lease is held");
     };
-    let (taken, ()) = tokio::join!(waiter, expire);
-    let Ok(Taken::Held(lease, state)) = taken else {
+    assert_eq!(busy.owner, "resync@demo#1");
+    assert!(
+        store.stored(GROUP).dirty,
+        "the holder was asked to run again"
+    );
+    // The dead holder's lease runs out; the parked request comes back and takes over.
+    clock.advance(16_000);
+    let Ok(Taken::Held(lease, state)) = waiter().await else {
         panic!("the waiter takes over from the dead holder");
     };
     // Taken at the limit of its time: no pass fits.

@@ -31,7 +31,10 @@
 
 mod early;
 pub mod informer;
+mod one_pass;
+pub mod pod_event;
 pub mod queue;
+mod runner;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -50,7 +53,7 @@ use crate::state::StateStore;
 use crate::sync::lock;
 use early::Early;
 use informer::{Informer, ReflectorSettings, StoreEvent};
-use queue::{Now, Queue, Room, Want};
+use queue::{Queue, Want};
 
 pub use queue::GATE_POLL;
 
@@ -137,8 +140,6 @@ struct Run<'e, P, G, S> {
     verified: tokio::sync::Notify,
     /// The full diff's read-ahead of the groups' states, in its visit order.
     ahead: std::sync::OnceLock<crate::reconcile::ReadAhead>,
-    /// Groups with a gated pod whose gate waits for a healthy target.
-    gated: Mutex<BTreeSet<String>>,
     /// The verifications in flight, stood down or promoted when a pod change of their
     /// group arrives (the change waits for them: one pass per group at a time).
     promotions: Mutex<HashMap<String, crate::groups::Promotion>>,
@@ -187,7 +188,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 only: None,
                 deadline: opts.deadline,
                 use_checkpoint: true,
-                park_on_lease: true,
                 cut_at: Some(match opts.deadline {
                     Some(d) if d > started => drain_end.min(UnixMillis(d.0.saturating_sub(3_000))),
                     _ => drain_end,
@@ -205,7 +205,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             verify: Mutex::new(Verify::default()),
             verified: tokio::sync::Notify::new(),
             ahead: std::sync::OnceLock::new(),
-            gated: Mutex::new(BTreeSet::new()),
             promotions: Mutex::new(HashMap::new()),
             out: Mutex::new(Outcomes::default()),
         };
@@ -234,16 +233,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             futures::join!(
                 full_diff,
                 run.reflectors(),
-                run.poll_gates(),
                 run.read_ahead(),
-                run.compare_lists(),
-                run.watch_leases()
+                run.compare_lists()
             );
         });
         // The one exit: the runner ends the invocation (at `until`, after draining);
         // the watches, discovery and gate polls end with it.
+        let runner = runner::Runner::new(self, &run.queue, &run.wake);
+        let running = Box::pin(runner.run(runner::Ending::At(real_until), |arn, want| {
+            run.job(arn, want)
+        }));
         tokio::select! {
-            () = run.runner(real_until) => {}
+            () = running => {}
             () = background => {}
         }
         let Outcomes {
@@ -846,65 +847,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         self.ask_changes(marked.iter().map(|arn| (arn.as_str(), seen)));
     }
 
-    /// Runs the queue until `until` (real time), each key's pass on its own, then lets
-    /// the passes in flight finish (they are cut at the run's `cut_at`).
-    async fn runner(&self, until: tokio::time::Instant) {
-        let engine = self.engine;
-        let cap = engine.settings.concurrency.max(1);
-        let mut in_flight = FuturesUnordered::new();
-        let (mut changes, mut verifications) = (0usize, 0usize);
-        loop {
-            let woken = self.wake.notified();
-            let mut woken = std::pin::pin!(woken);
-            woken.as_mut().enable();
-            let shutdown = engine.shutdown_notified();
-            let mut shutdown = std::pin::pin!(shutdown);
-            shutdown.as_mut().enable();
-            if tokio::time::Instant::now() >= until || engine.is_shutting_down() {
-                break;
-            }
-            let now = tokio::time::Instant::now();
-            loop {
-                let room = Room {
-                    changes: changes < cap,
-                    verifications: verifications < cap,
-                };
-                let Some((arn, want)) = lock(&self.queue).pop(now, room) else {
-                    break;
-                };
-                if want.changed {
-                    changes += 1;
-                } else {
-                    verifications += 1;
-                }
-                in_flight.push(self.job(arn, want));
-            }
-            let next = lock(&self.queue).next_wake();
-            let sleep_until = next.map_or(until, |n| n.min(until));
-            tokio::select! {
-                Some((arn, want, action)) = in_flight.next(), if !in_flight.is_empty() => {
-                    if want.changed { changes -= 1 } else { verifications -= 1 }
-                    lock(&self.queue).done(&arn, want, action, self.now());
-                }
-                () = &mut woken => {}
-                () = &mut shutdown => {}
-                () = tokio::time::sleep_until(sleep_until) => {}
-            }
-        }
-        // The time is up: no new pass; those in flight finish or are cut cleanly.
-        while let Some((arn, want, _)) = in_flight.next().await {
-            lock(&self.queue).done(&arn, want, Action::Done, self.now());
-        }
-    }
-
-    /// Now, on the queue's two clocks.
-    fn now(&self) -> Now {
-        Now {
-            instant: tokio::time::Instant::now(),
-            wall: self.engine.clock.now(),
-        }
-    }
-
     /// One key's pass: observe the group from the store's pods, and under its lease
     /// change what must change. Returns what should happen next (the queue decides
     /// when).
@@ -913,6 +855,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             self.finished(&arn, want, None);
             return (arn, want, Action::Done);
         };
+        if want.gates_only() {
+            let action = self.settle_waiting_gates(&bound).await;
+            return (arn, want, action);
+        }
         let (report, action) = if want.verify && !want.changed {
             let promotion = crate::groups::Promotion::default();
             lock(&self.promotions).insert(arn.clone(), promotion.clone());
@@ -930,7 +876,50 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             self.pass(&bound, want).await
         };
         self.finished(&arn, want, report);
+        // A gated pod it selects waits for its target to turn healthy: its gate is
+        // looked at again soon.
+        let action = match action {
+            Action::Done if self.gate_pending(&bound) => Action::GatesPending,
+            other => other,
+        };
         (arn, want, action)
+    }
+
+    /// Settles the gates of `bound`'s pods waiting on theirs (see `reconcile::gates`:
+    /// open once the target is healthy in every group that selects the pod; closed with
+    /// ELBv2's reason meanwhile). No lease: the patch carries the pod's UID, and a gate
+    /// changes no target. Gates still waiting are looked at again soon.
+    async fn settle_waiting_gates(&self, bound: &BoundGroup) -> Action {
+        let engine = self.engine;
+        let waiting: Vec<crate::core::PodFacts> = engine
+            .controller
+            .informer
+            .view(&bound.binding)
+            .map(|(pods, _)| pods)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| matches!(contribution(p, &bound.binding), Some((_, Some(false)))))
+            .collect();
+        let arn = &bound.group.arn;
+        let mut still = false;
+        for pod in waiting {
+            let mut r = GroupReport::new(arn, &bound.group.group_name(), Outcome::InSync);
+            match engine.settle_gate(&pod, &mut r).await {
+                crate::reconcile::Settled::Opened => lock(&self.out)
+                    .watch
+                    .gates_opened
+                    .append(&mut r.gates_opened),
+                crate::reconcile::Settled::Failed => lock(&self.out).watch.changes.push(r),
+                crate::reconcile::Settled::Closed | crate::reconcile::Settled::Unchanged => {
+                    still = true;
+                }
+            }
+        }
+        if still {
+            Action::GatesPending
+        } else {
+            Action::Done
+        }
     }
 
     /// Observe, and if something is to change, the leased pass; what should happen
@@ -1052,12 +1041,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 self.verified.notify_waiters();
             }
         }
-        let bound = lock(&self.bound).get(arn).cloned();
-        if let Some(bound) = bound
-            && self.gate_pending(&bound)
-        {
-            lock(&self.gated).insert(arn.to_owned());
-        }
     }
 
     /// Whether a gated pod of `b` waits for its gate (as the store has the pods).
@@ -1070,98 +1053,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 pods.iter()
                     .any(|p| matches!(contribution(p, &b.binding), Some((_, Some(false)))))
             })
-    }
-
-    /// Every [`queue::LEASE_POLL`] while keys are parked on leases other processes
-    /// hold, reads those groups' items (one batched read) and tells the queue what each
-    /// lease is now: a lease given back or expired ends its keys' wait. A read that
-    /// fails leaves them parked until the leases they saw would expire.
-    async fn watch_leases(&self) {
-        loop {
-            tokio::time::sleep(queue::LEASE_POLL).await;
-            let parked = lock(&self.queue).parked();
-            if parked.is_empty() {
-                continue;
-            }
-            let glances = match self.engine.state.glance_many(&parked).await {
-                Ok(glances) => glances,
-                Err(e) => {
-                    tracing::debug!(error = %e, groups = parked.len(), "reading the leases that park requests failed; they wait until those leases would expire");
-                    continue;
-                }
-            };
-            let now = self.now();
-            {
-                let mut queue = lock(&self.queue);
-                for (arn, glance) in &glances {
-                    queue.lease_seen(arn, glance.lease.as_ref().map(|l| l.until), now);
-                }
-            }
-            self.wake.notify_one();
-        }
-    }
-
-    /// Every [`GATE_POLL`], settles the gates of the pods waiting on theirs in the groups
-    /// with one (see `reconcile::gates`: open once the target is healthy in every group
-    /// that selects the pod; closed with ELBv2's reason meanwhile). No lease: the patch
-    /// carries the pod's UID, and a gate changes no target.
-    async fn poll_gates(&self) {
-        let engine = self.engine;
-        // When each waiting pod's verdict was last closed: its target turned healthy
-        // everywhere after that, so a gate opened now took at most this long.
-        let mut closed_at: BTreeMap<String, UnixMillis> = BTreeMap::new();
-        loop {
-            tokio::time::sleep(GATE_POLL).await;
-            let gated = lock(&self.gated).clone();
-            let bound = lock(&self.bound).clone();
-            // A pod selected by several gated groups is settled once per poll.
-            let mut settled: std::collections::BTreeSet<String> = Default::default();
-            for arn in gated {
-                let Some(b) = bound.get(&arn) else {
-                    lock(&self.gated).remove(&arn);
-                    continue;
-                };
-                let waiting: Vec<crate::core::PodFacts> = engine
-                    .controller
-                    .informer
-                    .view(&b.binding)
-                    .map(|(pods, _)| pods)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|p| matches!(contribution(p, &b.binding), Some((_, Some(false)))))
-                    .collect();
-                if waiting.is_empty() {
-                    lock(&self.gated).remove(&arn);
-                    continue;
-                }
-                for pod in waiting {
-                    let key = pod.pod.uid.clone();
-                    if !settled.insert(key.clone()) {
-                        continue;
-                    }
-                    let at = engine.clock.now();
-                    let mut r = GroupReport::new(&arn, &b.group.group_name(), Outcome::InSync);
-                    match engine.settle_gate(&pod, &mut r).await {
-                        crate::reconcile::Settled::Opened => {
-                            let since = closed_at.remove(&key).unwrap_or(at);
-                            let now = engine.clock.now();
-                            engine.gate_done(Duration::from_millis(now.0.saturating_sub(since.0)));
-                            lock(&self.out)
-                                .watch
-                                .gates_opened
-                                .append(&mut r.gates_opened);
-                        }
-                        crate::reconcile::Settled::Failed => lock(&self.out).watch.changes.push(r),
-                        crate::reconcile::Settled::Closed
-                        | crate::reconcile::Settled::Unchanged => {
-                            closed_at.insert(key, at);
-                        }
-                    }
-                }
-            }
-            // Forget the pods no longer waiting (opened, deleted, or no group's).
-            closed_at.retain(|uid, _| settled.contains(uid));
-        }
     }
 }
 

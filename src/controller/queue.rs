@@ -64,6 +64,9 @@ pub struct Want {
     /// The schedule's full diff: look at it, verifying target health within the
     /// Describe budget.
     pub verify: bool,
+    /// A gated pod of the group waits for its target to turn healthy: settle its gate
+    /// (a pass that changes or verifies the group does that too).
+    pub gates: bool,
     /// When the oldest pod change behind this request was seen (reaction latency).
     pub since: Option<UnixMillis>,
 }
@@ -73,24 +76,43 @@ impl Want {
     pub fn change(at: UnixMillis) -> Self {
         Self {
             changed: true,
-            verify: false,
             since: Some(at),
+            ..Self::default()
         }
     }
 
     /// The full diff's look at a group.
     pub fn verify() -> Self {
         Self {
-            changed: false,
             verify: true,
-            since: None,
+            ..Self::default()
         }
+    }
+
+    /// Another look at the gates waiting in a group.
+    pub fn gates() -> Self {
+        Self {
+            gates: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether it asks for nothing but a look at the gates.
+    pub fn gates_only(self) -> bool {
+        self.gates && !self.changed && !self.verify
+    }
+
+    /// Whether it is a reaction (a pod change, a gate): it takes the runner's room for
+    /// reactions, not a verification's.
+    pub fn reacts(self) -> bool {
+        self.changed || self.gates
     }
 
     fn merge(self, other: Self) -> Self {
         Self {
             changed: self.changed || other.changed,
             verify: self.verify || other.verify,
+            gates: self.gates || other.gates,
             since: match (self.since, other.since) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -99,14 +121,28 @@ impl Want {
     }
 }
 
+/// What a waiting key waits for.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Nothing (or the time only: a pass cut short).
+    #[default]
+    Time,
+    /// A lease another process holds: a pod change does not end the wait (the holder
+    /// was asked to serve it), only [`Queue::unpark`] or the time.
+    Lease,
+    /// A gated pod's target to turn healthy.
+    Gates,
+    /// The end of a backoff, or a retry after a failure.
+    Retry,
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     pending: Option<Want>,
     running: bool,
     not_before: Option<Instant>,
-    /// Waits for a lease another process holds: a pod change does not end the wait
-    /// (the holder was asked to serve it), only [`Queue::unpark`] or the time.
-    parked: bool,
+    /// What `not_before` waits for.
+    wait: Wait,
     /// Consecutive passes that failed before the lease.
     failures: u32,
     /// Order of arrival of the pending request (FIFO among equals).
@@ -134,7 +170,7 @@ impl Default for Queue {
 /// Which passes the runner has room for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Room {
-    /// Passes for pod changes.
+    /// Passes for pod changes (and gates).
     pub changes: bool,
     /// Verifications of the full diff.
     pub verifications: bool,
@@ -171,7 +207,7 @@ impl Queue {
                 want
             }
         });
-        if want.changed && !slot.parked {
+        if want.changed && slot.wait != Wait::Lease {
             slot.not_before = None;
         }
     }
@@ -186,7 +222,7 @@ impl Queue {
             .filter(|(_, s)| !s.running && s.not_before.is_none_or(|t| t <= now))
             .filter_map(|(k, s)| Some((k, s, s.pending?)))
             .filter(|(_, _, w)| {
-                if w.changed {
+                if w.reacts() {
                     room.changes
                 } else {
                     room.verifications
@@ -197,7 +233,7 @@ impl Queue {
         let slot = self.slots.get_mut(&key)?;
         slot.running = true;
         slot.not_before = None;
-        slot.parked = false;
+        slot.wait = Wait::Time;
         slot.pending.take().map(|w| (key, w))
     }
 
@@ -236,15 +272,25 @@ impl Queue {
         };
         if let Some(at) = delay {
             // A pod change asked for meanwhile does not wait, unless for a lease.
-            let parked = matches!(action, Action::LeaseHeld { .. });
-            let waits = parked || slot.pending.is_none_or(|p| !p.changed);
+            let wait = match action {
+                Action::LeaseHeld { .. } => Wait::Lease,
+                Action::GatesPending => Wait::Gates,
+                Action::BackOff { .. } | Action::Failed => Wait::Retry,
+                Action::Done | Action::Requeue => Wait::Time,
+            };
+            let waits = wait == Wait::Lease || slot.pending.is_none_or(|p| !p.changed);
+            // A gate is looked at again; anything else is asked for again as it was.
+            let again = match action {
+                Action::GatesPending => Want::gates(),
+                _ => ran,
+            };
             slot.pending = Some(match slot.pending {
-                Some(p) => p.merge(ran),
-                None => ran,
+                Some(p) => p.merge(again),
+                None => again,
             });
             if waits {
                 slot.not_before = Some(at);
-                slot.parked = parked;
+                slot.wait = wait;
             }
         }
         if slot.pending.is_none() {
@@ -255,8 +301,8 @@ impl Queue {
     /// Ends the wait of `key` parked on a lease (its holder gave it back, or it
     /// expired).
     pub fn unpark(&mut self, key: &str) {
-        if let Some(slot) = self.slots.get_mut(key).filter(|s| s.parked) {
-            slot.parked = false;
+        if let Some(slot) = self.slots.get_mut(key).filter(|s| s.wait == Wait::Lease) {
+            slot.wait = Wait::Time;
             slot.not_before = None;
         }
     }
@@ -268,7 +314,7 @@ impl Queue {
         match until.filter(|u| *u >= now.wall) {
             None => self.unpark(key),
             Some(until) => {
-                if let Some(slot) = self.slots.get_mut(key).filter(|s| s.parked) {
+                if let Some(slot) = self.slots.get_mut(key).filter(|s| s.wait == Wait::Lease) {
                     slot.not_before = Some(now.instant_of(until.plus(LEASE_RECHECK_SLACK)));
                 }
             }
@@ -279,7 +325,7 @@ impl Queue {
     pub fn parked(&self) -> Vec<String> {
         self.slots
             .iter()
-            .filter(|(_, s)| s.parked && !s.running)
+            .filter(|(_, s)| s.wait == Wait::Lease && !s.running)
             .map(|(k, _)| k.clone())
             .collect()
     }
@@ -289,6 +335,23 @@ impl Queue {
         if self.slots.get(key).is_some_and(|s| !s.running) {
             self.slots.remove(key);
         }
+    }
+
+    /// Whether a one-shot run has work left: a key in flight or ready, or one that
+    /// becomes ready in time — by `leases` when it waits for a lease another process
+    /// holds, by `gates` when it waits for a gate. (A one-shot run waits for no
+    /// backoff, retry or cut pass: the next run does those.)
+    pub fn has_work(&self, leases: Instant, gates: Instant) -> bool {
+        self.slots.values().any(|s| {
+            s.running
+                || (s.pending.is_some()
+                    && match (s.not_before, s.wait) {
+                        (None, _) => true,
+                        (Some(t), Wait::Lease) => t <= leases,
+                        (Some(t), Wait::Gates) => t <= gates,
+                        (Some(_), Wait::Time | Wait::Retry) => false,
+                    })
+        })
     }
 
     /// The earliest time a waiting key becomes ready (`None`: none waits).
@@ -480,6 +543,11 @@ mod tests {
         let (_, w) = q.pop(c.i(0), ALL).unwrap();
         q.done("g", w, Action::GatesPending, c.now(0));
         assert_eq!(q.next_wake(), Some(c.i(0) + GATE_POLL));
+        assert!(q.has_work(c.i(0), c.i(0) + GATE_POLL));
+        assert!(!q.has_work(c.i(0) + GATE_POLL, c.i(999)));
+        let (_, w) = q.pop(c.i(0) + GATE_POLL, ALL).unwrap();
+        assert!(w.gates_only(), "only the gates are looked at again: {w:?}");
+        q.done("g", w, Action::Done, c.now(1_000));
         q.request("c", Want::change(at(0)));
         let (_, w) = q.pop(c.i(0), ALL).unwrap();
         q.done("c", w, Action::Requeue, c.now(0));

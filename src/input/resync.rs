@@ -124,7 +124,6 @@ impl ResyncRequest {
             // `force` (and a dry run) always read target health in full.
             use_checkpoint: !self.force && !self.dry_run,
             cut_at: None,
-            park_on_lease: false,
         }
     }
 }

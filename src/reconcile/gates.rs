@@ -44,6 +44,15 @@ pub(crate) const SAID_FOR: Duration = Duration::from_secs(60);
 /// each change once.
 pub(crate) type GatesSaid = std::sync::Mutex<HashMap<String, (tokio::time::Instant, Said)>>;
 
+/// When each gated pod's gate (by UID) was last found closed here: its target turned
+/// healthy everywhere after that, so a gate opened later took at most that long (the
+/// `GateLatency` metric).
+pub(crate) type GatesWaiting = std::sync::Mutex<HashMap<String, tokio::time::Instant>>;
+
+/// A gate found closed longer ago than this is forgotten (its pod is gone, or its
+/// target never turned healthy).
+const WAITING_FOR: Duration = Duration::from_secs(600);
+
 /// What a gate condition says: open, or closed with a reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Said {
@@ -141,14 +150,21 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 
     /// Settles `pod`'s gate (see the module docs), recording an opened gate or a failed
-    /// patch in `report`.
+    /// patch in `report`, and telling the sink how long an opened one took.
     pub(crate) async fn settle_gate(&self, pod: &PodFacts, report: &mut GroupReport) -> Settled {
         if pod.gate.is_none() || pod.gate == Some(true) {
             return Settled::Unchanged;
         }
+        let asked = tokio::time::Instant::now();
         let Some(v) = self.gate_verdict(pod).await else {
             return Settled::Unchanged;
         };
+        if !v.open
+            && let Ok(mut waiting) = self.gates_waiting.lock()
+        {
+            waiting.retain(|_, at| at.elapsed() < WAITING_FOR);
+            waiting.insert(pod.pod.uid.clone(), asked);
+        }
         let Some((last, transition)) = self.claim_gate(pod, &v) else {
             return Settled::Unchanged;
         };
@@ -171,6 +187,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 if !report.gates_opened.contains(&name) {
                     report.gates_opened.push(name);
                 }
+                let since = self
+                    .gates_waiting
+                    .lock()
+                    .ok()
+                    .and_then(|mut w| w.remove(&pod.pod.uid))
+                    .unwrap_or(asked);
+                self.gate_done(since.elapsed());
                 Settled::Opened
             }
             Ok(()) => Settled::Closed,

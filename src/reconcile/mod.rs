@@ -10,7 +10,7 @@
 
 mod action;
 mod gates;
-mod namespace;
+mod leased;
 mod observe;
 mod pass;
 mod pod_event;
@@ -21,7 +21,7 @@ mod tag_reads;
 
 pub use action::Action;
 pub(crate) use gates::Settled;
-pub(crate) use namespace::DEFERRED;
+pub(crate) use leased::DEFERRED;
 pub(crate) use observe::Observed;
 pub(crate) use pass::{CUT, PodReads};
 pub use pod_event::{PodEvent, PodEventError};
@@ -40,13 +40,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::core::checkpoint::{Rotation, rank_order};
+use crate::core::checkpoint::Rotation;
 use crate::core::{BackoffPolicy, Binding, BindingPolicy, GroupFacts, UnixMillis};
 use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
 use crate::lease::{self, Timings};
 use crate::pods::PodSource;
-use crate::report::{GroupReport, Outcome, Report};
+use crate::report::{GroupReport, Outcome};
 use crate::state::{StateError, StateStore};
 
 /// Tunables of the engine.
@@ -57,8 +57,10 @@ pub struct EngineSettings {
     pub concurrency: usize,
     /// Lease duration, heartbeat and polling.
     pub lease: Timings,
-    /// How long a run waits for another holder of a group's lease to serve its change
-    /// (or to die, then takes over); `None`: mark it dirty and move on.
+    /// How long a one-shot run (a manual run, a pod event) keeps a request parked on a
+    /// lease another process holds, for the holder to give the lease back (or die) so
+    /// that the request's own pass runs; `None`: the holder, asked to run again, serves
+    /// it. (A watching run keeps it parked for as long as it runs.)
     pub lease_wait: Option<Duration>,
     /// Passes under one lease before giving up on a group that keeps being marked dirty.
     pub max_passes: u32,
@@ -90,7 +92,7 @@ impl Default for EngineSettings {
         let lease = Timings::default();
         Self {
             concurrency: 16,
-            lease_wait: Some(lease.duration + lease.poll * 2),
+            lease_wait: Some(lease.duration + Duration::from_secs(2)),
             lease,
             max_passes: 5,
             backoff: BackoffPolicy::default(),
@@ -125,10 +127,6 @@ pub struct RunOptions {
     /// Passes still running at this time stop before their next change, write what
     /// they did, give the lease back and ask for another pass (the controller's end).
     pub cut_at: Option<UnixMillis>,
-    /// A lease another process holds ends the pass at once ([`Action::LeaseHeld`]): the
-    /// controller's queue parks the request without holding a slot. Otherwise the pass
-    /// waits for the holder, up to [`EngineSettings::lease_wait`].
-    pub park_on_lease: bool,
 }
 
 /// No group pass starts with less than this left before the invocation's deadline.
@@ -175,10 +173,6 @@ pub(crate) struct Scope<'a> {
     pub(crate) ahead: Option<&'a read_ahead::ReadAhead>,
 }
 
-/// What pod-events reuses between events: the bound groups, and the accounts whose
-/// discovery failed (reported with every event until the next discovery).
-type CachedBindings = (Arc<Vec<BoundGroup>>, Arc<Vec<String>>);
-
 /// The reconcile engine. Cheap to share behind an `Arc`.
 pub struct Engine<P, G, S> {
     /// The EKS cluster this deployment serves.
@@ -202,7 +196,7 @@ pub struct Engine<P, G, S> {
     /// scheduled invocations a container serves.
     pub controller: crate::controller::Controller,
     rng: Mutex<fastrand::Rng>,
-    bindings_cache: tokio::sync::Mutex<pod_event::BindingsCache>,
+    pub(crate) bindings_cache: tokio::sync::Mutex<crate::controller::pod_event::BindingsCache>,
     /// Set when the process is told to stop (SIGTERM): passes stop before their next
     /// change and give their leases back.
     shutting_down: std::sync::atomic::AtomicBool,
@@ -221,6 +215,8 @@ pub struct Engine<P, G, S> {
     /// What each gated pod's condition was last written to say (its writes are
     /// patched only when the verdict changes, whoever in this container settles it).
     gates_said: gates::GatesSaid,
+    /// When each gated pod's gate was last found closed (for its latency once opened).
+    gates_waiting: gates::GatesWaiting,
     /// Each group's newest tag read in this container (a pass's re-read serves the
     /// passes after it for `binding_max_age`).
     tag_reads: tag_reads::TagReads,
@@ -255,6 +251,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             health_cache: gates::HealthCache::default(),
             known: Mutex::new(Arc::new(Vec::new())),
             gates_said: gates::GatesSaid::default(),
+            gates_waiting: gates::GatesWaiting::default(),
             tag_reads: tag_reads::TagReads::default(),
         }
     }
@@ -459,121 +456,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
     }
 
-    /// One pass over every bound group (or the requested ones), from fresh LISTs, and
-    /// the end: a manual run, or a scheduled one without watch mode. (With watch mode
-    /// the schedule runs the controller: [`Engine::run_scheduled`].)
-    pub async fn resync(&self, opts: &RunOptions) -> Report {
-        let started = self.clock.now();
-        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
-        let bindings = match self.bindings().await {
-            Ok(b) => b,
-            Err(e) => {
-                report
-                    .errors
-                    .push(format!("discovering target groups failed: {e}"));
-                return report.finish(self.clock.now());
-            }
-        };
-        let Bindings {
-            mut bound,
-            mut errors,
-            accounts_failed,
-        } = bindings;
-        report
-            .errors
-            .extend(accounts_failed.iter().map(ToString::to_string));
-        // A full resync also looks for ledgers of groups no longer bound (orphans). A
-        // group of an account whose discovery failed is not known to be unbound: it is
-        // left out (or, when the failed account is not known, the whole look).
-        let tagged: BTreeSet<String> = bound
-            .iter()
-            .map(|b| b.group.arn.clone())
-            .chain(errors.iter().map(|e| e.target_group_arn.clone()))
-            .collect();
-        let unread: Option<BTreeSet<&str>> = accounts_failed
-            .iter()
-            .map(|f| f.account.as_deref())
-            .collect();
-        let indexed = match (&opts.only, unread) {
-            (None, Some(unread)) => match self.state.indexed_groups(&self.cluster).await {
-                Ok(mut indexed) => {
-                    indexed.retain(|arn| {
-                        crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
-                    });
-                    Some(indexed)
-                }
-                Err(e) => {
-                    report.errors.push(format!(
-                        "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
-                    ));
-                    None
-                }
-            },
-            _ => None,
-        };
-        if let Some(only) = &opts.only {
-            for arn in only {
-                let known = bound.iter().any(|b| &b.group.arn == arn)
-                    || errors.iter().any(|e| &e.target_group_arn == arn);
-                // A group of an account that could not be read is covered by that
-                // account's error.
-                let unread = accounts_failed.iter().any(|f| {
-                    f.account.is_some() && f.account.as_deref() == crate::groups::arn_account(arn)
-                });
-                if !known && !unread {
-                    report.errors.push(format!(
-                        "target group {arn} was requested but is not bound to cluster `{}` (missing, or its tgsync/cluster tag does not name this cluster)",
-                        self.cluster
-                    ));
-                }
-            }
-            bound.retain(|b| only.contains(&b.group.arn));
-            errors.retain(|e| only.contains(&e.target_group_arn));
-        }
-        let mut due = None;
-        if opts.use_checkpoint {
-            let rotation = self.rotation(bound.len(), started);
-            let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
-            due = Some(
-                ranked
-                    .iter()
-                    .enumerate()
-                    .filter(|(rank, _)| rotation.due(*rank))
-                    .map(|(_, arn)| (*arn).to_owned())
-                    .collect::<HashSet<String>>(),
-            );
-            report.verification = Some(crate::report::Verification {
-                budget_per_run: self.verify_budget_per_run(),
-                cycle_runs: rotation.cycle,
-                detection_bound_seconds: rotation
-                    .detection_bound(self.settings.schedule_period)
-                    .as_secs(),
-            });
-        }
-        for e in &errors {
-            self.pass_done(e, opts.dry_run, None);
-        }
-        report.groups.append(&mut errors);
-        let scope = Scope {
-            due: due.as_ref(),
-            indexed: indexed.as_ref(),
-            ..Scope::default()
-        };
-        let pressure = self.groups.pressure();
-        report
-            .groups
-            .extend(self.reconcile_scoped(bound, opts, &scope).await);
-        report.elb = pressure.since(self.groups.pressure());
-        if let Some(indexed) = &indexed {
-            let tagged = tagged.iter().map(String::as_str).collect();
-            let orphans = self
-                .orphans(indexed, &tagged, opts.dry_run, &mut report.errors)
-                .await;
-            report.orphans = Some(orphans);
-        }
-        report.finish(self.clock.now())
-    }
-
     /// Re-verifications one scheduled run may spend (at least one).
     pub(crate) fn verify_budget_per_run(&self) -> usize {
         let per_run =
@@ -587,60 +469,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .unwrap_or(60_000)
             .max(1);
         Rotation::new(groups, self.verify_budget_per_run(), now.0 / period)
-    }
-
-    /// Reconciles the given bound groups: namespace by namespace, one consistent pod LIST
-    /// per namespace to observe them, and the leases (and a fresh LIST) only for the
-    /// groups with something to change.
-    pub async fn reconcile_groups(
-        &self,
-        bound: Vec<BoundGroup>,
-        opts: &RunOptions,
-    ) -> Vec<GroupReport> {
-        self.reconcile_scoped(bound, opts, &Scope::default()).await
-    }
-
-    pub(crate) async fn reconcile_scoped(
-        &self,
-        bound: Vec<BoundGroup>,
-        opts: &RunOptions,
-        scope: &Scope<'_>,
-    ) -> Vec<GroupReport> {
-        let mut by_namespace: BTreeMap<String, Vec<BoundGroup>> = BTreeMap::new();
-        for b in bound {
-            by_namespace
-                .entry(b.binding.namespace.clone())
-                .or_default()
-                .push(b);
-        }
-        // Groups start in a shuffled order (the semaphore is FIFO): when a run runs out
-        // of time, the groups it defers are not the same ones every run.
-        let mut rng = self.jitter_rng();
-        let mut by_namespace: Vec<(String, Vec<BoundGroup>)> = by_namespace.into_iter().collect();
-        rng.shuffle(&mut by_namespace);
-        for (_, groups) in &mut by_namespace {
-            rng.shuffle(groups);
-        }
-        let concurrency = self.settings.concurrency.max(1);
-        let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
-        // Namespaces are admitted while fewer than two rounds of `concurrency` groups are
-        // in flight (one namespace weighs at most `concurrency`), so that with a slow
-        // API the admitted namespaces finish and the rest are deferred untouched.
-        let admission = Arc::new(tokio::sync::Semaphore::new(2 * concurrency));
-        let runs = by_namespace.into_iter().map(|(ns, groups)| {
-            let weight = u32::try_from(groups.len().clamp(1, concurrency)).unwrap_or(1);
-            let (admission, permits) = (admission.clone(), permits.clone());
-            async move {
-                let _admitted = admission.acquire_many(weight).await;
-                self.reconcile_namespace(ns, groups, opts, scope, permits)
-                    .await
-            }
-        });
-        futures::future::join_all(runs)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
     }
 
     /// Tells every pass to stop before its next change and give its lease back (the
@@ -690,46 +518,23 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 
     /// Whether the invocation is too close to its deadline to start another group pass.
-    fn past_start_deadline(&self, opts: &RunOptions) -> bool {
+    pub(crate) fn past_start_deadline(&self, opts: &RunOptions) -> bool {
         let now = self.clock.now();
         opts.deadline
             .is_some_and(|d| d > now && now.plus(START_CUTOFF) >= d)
     }
 
-    /// Takes `group`'s lease as this engine's holder, waiting for another holder until
-    /// the run's cut-off (at most `lease_wait`).
-    async fn take_lease(
-        &self,
-        group: &str,
-        opts: &RunOptions,
-    ) -> Result<lease::Taken<'_, S>, StateError> {
+    /// Takes `group`'s lease as this engine's holder, or finds it held elsewhere (the
+    /// holder is asked to run again; the caller's queue parks the request).
+    pub(crate) async fn take_lease(&self, group: &str) -> Result<lease::Taken<'_, S>, StateError> {
         lease::take(
             &self.state,
             self.clock.as_ref(),
             group,
             self.new_owner(),
             self.settings.lease,
-            &self.cluster,
-            if opts.park_on_lease {
-                None
-            } else {
-                self.lease_wait_until(opts)
-            },
         )
         .await
-    }
-
-    /// Until when a run may wait for another holder of a lease.
-    fn lease_wait_until(&self, opts: &RunOptions) -> Option<UnixMillis> {
-        let wait = self.settings.lease_wait?;
-        let now = self.clock.now();
-        let mut until = now.plus(wait);
-        if let Some(d) = opts.deadline.filter(|d| *d > now) {
-            until = until.min(UnixMillis(
-                d.0.saturating_sub(u64::try_from(START_CUTOFF.as_millis()).unwrap_or(0)),
-            ));
-        }
-        (until > now).then_some(until)
     }
 
     /// A unique lease owner id naming the function and the cluster (another cluster's

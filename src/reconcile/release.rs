@@ -6,21 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::future::join_all;
-
 use super::pass::fail;
-use super::{Engine, RunOptions};
+use super::{Action, Engine, RunOptions};
 use crate::core::binding::TAG_CLUSTER;
 use crate::core::{MAX_TARGETS_PER_CALL, release_plan};
 use crate::groups::{ElbError, TargetGroupApi};
-use crate::lease::{self, Busy, PassEnd, RunEnd, Taken};
+use crate::lease::{self, PassEnd, RunEnd, Taken};
 use crate::pods::PodSource;
-use crate::report::{GroupReport, Orphan, Outcome, Report};
+use crate::report::{GroupReport, Orphan, Outcome};
 use crate::state::{Change, GroupState, StateStore};
-
-/// Times a release asks for a lease that another reconcile keeps serving (each such
-/// reconcile is a pass for the group, not the release asked for).
-const TAKE_ROUNDS: u32 = 3;
 
 /// The name in a target group ARN (`…:targetgroup/<name>/<id>`).
 fn name_of(arn: &str) -> String {
@@ -28,32 +22,13 @@ fn name_of(arn: &str) -> String {
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
-    /// Releases the groups `arns` (see the module docs); with `opts.dry_run`, reports the
-    /// plan of each and changes nothing.
-    pub async fn release(&self, arns: &[String], opts: &RunOptions) -> Report {
-        let started = self.clock.now();
-        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
-        let arns: BTreeSet<&String> = arns.iter().collect();
-        let permits = tokio::sync::Semaphore::new(self.settings.concurrency.max(1));
-        let groups = join_all(arns.into_iter().map(|arn| {
-            let permits = &permits;
-            async move {
-                let _permit = permits.acquire().await;
-                self.release_group(arn, opts).await
-            }
-        }))
-        .await;
-        for (group, note) in groups {
-            self.pass_done(&group, opts.dry_run, None);
-            report.groups.push(group);
-            report.notes.extend(note);
-        }
-        report.finish(self.clock.now())
-    }
-
-    /// One group's release; the report, and a note when the group is still bound (it
-    /// would be filled again).
-    async fn release_group(&self, arn: &str, opts: &RunOptions) -> (GroupReport, Option<String>) {
+    /// One group's release: the report, a note when the group is still bound (it would
+    /// be filled again), and what should happen next (a lease held elsewhere parks it).
+    pub(crate) async fn release_group(
+        &self,
+        arn: &str,
+        opts: &RunOptions,
+    ) -> (GroupReport, Option<String>, Action) {
         let mut report = GroupReport::new(arn, &name_of(arn), Outcome::Released);
         let note = match self.groups.tags(arn).await {
             Ok(tags) => tags
@@ -71,30 +46,24 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         };
         if opts.dry_run {
             self.plan_release(arn, &mut report).await;
-            return (report, note);
+            return (report, note, Action::Done);
         }
-        let mut rounds = 0;
-        let (lease, state) = loop {
-            rounds += 1;
-            let taken = self.take_lease(arn, opts).await;
-            match taken {
-                Ok(Taken::Held(lease, state)) => break (lease, state),
-                // Another reconcile served "a change", not this release: ask again.
-                Ok(Taken::Busy(Busy::Served)) if rounds < TAKE_ROUNDS => continue,
-                Ok(Taken::Busy(_)) => {
-                    report.outcome = Outcome::LeaseHeld;
-                    report.error = Some(
-                        "another reconcile kept the group's lease; nothing was released, invoke the release again".into(),
-                    );
-                    return (report, note);
-                }
-                Err(e) => {
-                    report.outcome = Outcome::Failed;
-                    report.error = Some(format!(
-                        "taking the lease failed, nothing was released: {e}"
-                    ));
-                    return (report, note);
-                }
+        let (lease, state) = match self.take_lease(arn).await {
+            Ok(Taken::Held(lease, state)) => (lease, state),
+            Ok(Taken::Busy(busy)) => {
+                report.outcome = Outcome::LeaseHeld;
+                report.lease_until = Some(busy.until);
+                report.error = Some(
+                    "another reconcile kept the group's lease; nothing was released, invoke the release again".into(),
+                );
+                return (report, note, Action::LeaseHeld { until: busy.until });
+            }
+            Err(e) => {
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!(
+                    "taking the lease failed, nothing was released: {e}"
+                ));
+                return (report, note, Action::Done);
             }
         };
         let holding = self.holding();
@@ -121,7 +90,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
             _ => {}
         }
-        (report, note)
+        (report, note, Action::Done)
     }
 
     /// Dry run: what a release of `arn` would do.

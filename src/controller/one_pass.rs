@@ -1,0 +1,515 @@
+//! One-shot runs: one pass over what a run was asked for, through the same queue and
+//! runner as the watching run, then the end — a manual run (dry run, resync, release),
+//! a scheduled run without watch mode, a pod event's groups.
+//!
+//! Pods come from one consistent LIST per namespace, shared by its groups' looks (their
+//! common selection, read when the namespace's first group is looked at and dropped
+//! after its last); a group with something to change takes its lease and lists its pods
+//! afresh (see `reconcile::leased`). A request parked on a lease another process holds
+//! is served when the lease is given back, while the run's `lease_wait` allows; a gate
+//! a pod event waits for is looked at every second while the invocation allows. What a
+//! one-shot run leaves (a backoff, a retry) is the next run's.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+
+use super::queue::{Queue, Want};
+use super::runner::{Ending, Runner, within};
+use crate::core::checkpoint::rank_order;
+use crate::core::{PodFacts, PodIndex, Selector, contribution};
+use crate::groups::TargetGroupApi;
+use crate::pods::{PodSource, PodsError};
+use crate::reconcile::{
+    Action, Bindings, BoundGroup, DEFERRED, Engine, Observed, PodReads, ReadAhead, RunOptions,
+    START_CUTOFF, Scope, Settled,
+};
+use crate::report::{GroupReport, Outcome, Report};
+use crate::state::StateStore;
+use crate::sync::lock;
+
+/// A namespace's pods as one LIST read them, and its `resourceVersion`.
+type Listed = Arc<(Vec<PodFacts>, String)>;
+
+/// The run's LISTs, one per namespace: made when its first group is looked at (the
+/// groups that wait for it share it), dropped when its last group's look is done.
+struct Snapshots {
+    namespaces: Mutex<HashMap<String, Snapshot>>,
+}
+
+struct Snapshot {
+    /// The selection every group of the namespace shares (`None`: all its pods).
+    selector: Option<Selector>,
+    /// Looks still to come.
+    remaining: usize,
+    listed: Arc<tokio::sync::OnceCell<Result<Listed, PodsError>>>,
+}
+
+impl Snapshots {
+    /// The LISTs the looks at `groups` will share.
+    fn new(groups: &[BoundGroup]) -> Self {
+        let mut by_ns: BTreeMap<&str, Vec<&BoundGroup>> = BTreeMap::new();
+        for b in groups {
+            by_ns.entry(&b.binding.namespace).or_default().push(b);
+        }
+        let namespaces = by_ns
+            .into_iter()
+            .map(|(ns, groups)| {
+                let snapshot = Snapshot {
+                    selector: Selector::common(groups.iter().map(|b| &b.binding.selector)),
+                    remaining: groups.len(),
+                    listed: Arc::default(),
+                };
+                (ns.to_owned(), snapshot)
+            })
+            .collect();
+        Self {
+            namespaces: Mutex::new(namespaces),
+        }
+    }
+
+    /// `namespace`'s LIST, made now if no look of this run has it.
+    async fn get<P: PodSource>(&self, pods: &P, namespace: &str) -> Result<Listed, PodsError> {
+        let (cell, selector) = {
+            let mut namespaces = lock(&self.namespaces);
+            let snapshot = namespaces
+                .entry(namespace.to_owned())
+                .or_insert_with(|| Snapshot {
+                    selector: None,
+                    remaining: 0,
+                    listed: Arc::default(),
+                });
+            (snapshot.listed.clone(), snapshot.selector.clone())
+        };
+        cell.get_or_init(|| async {
+            match pods.list_versioned(namespace, selector.as_ref()).await {
+                Ok(listing) => Ok(Arc::new((listing.pods, listing.resource_version))),
+                Err(e) => {
+                    // Never act on partial data: the error is every group's outcome.
+                    tracing::error!(namespace, error = %e, "pod list failed; groups in this namespace are left untouched");
+                    Err(e)
+                }
+            }
+        })
+        .await
+        .clone()
+    }
+
+    /// A look at a group of `namespace` is done: the LIST goes with the last one (a
+    /// look that comes back later lists again).
+    fn done(&self, namespace: &str) {
+        let mut namespaces = lock(&self.namespaces);
+        if let Some(snapshot) = namespaces.get_mut(namespace) {
+            snapshot.remaining = snapshot.remaining.saturating_sub(1);
+            if snapshot.remaining == 0 {
+                snapshot.listed = Arc::default();
+            }
+        }
+    }
+}
+
+/// A one-shot run's groups: their bindings and the reports of their last passes, in the
+/// order they were asked for.
+struct Results {
+    order: Vec<String>,
+    reports: Mutex<HashMap<String, GroupReport>>,
+}
+
+impl Results {
+    /// Keeps `report` as the group's, with the gates earlier passes of this run opened.
+    fn keep(&self, mut report: GroupReport) {
+        let mut reports = lock(&self.reports);
+        if let Some(earlier) = reports.get(&report.target_group_arn) {
+            for opened in &earlier.gates_opened {
+                if !report.gates_opened.contains(opened) {
+                    report.gates_opened.push(opened.clone());
+                }
+            }
+        }
+        reports.insert(report.target_group_arn.clone(), report);
+    }
+
+    fn into_reports(self) -> Vec<GroupReport> {
+        let mut reports = self
+            .reports
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.order
+            .iter()
+            .filter_map(|arn| reports.remove(arn))
+            .collect()
+    }
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// One pass over every bound group (or the requested ones), from fresh LISTs, and
+    /// the end: a manual run, or a scheduled one without watch mode. (With watch mode
+    /// the schedule runs the controller: [`Engine::run_scheduled`].)
+    pub async fn resync(&self, opts: &RunOptions) -> Report {
+        let started = self.clock.now();
+        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
+        let bindings = match self.bindings().await {
+            Ok(b) => b,
+            Err(e) => {
+                report
+                    .errors
+                    .push(format!("discovering target groups failed: {e}"));
+                return report.finish(self.clock.now());
+            }
+        };
+        let Bindings {
+            mut bound,
+            mut errors,
+            accounts_failed,
+        } = bindings;
+        report
+            .errors
+            .extend(accounts_failed.iter().map(ToString::to_string));
+        // A full resync also looks for ledgers of groups no longer bound (orphans). A
+        // group of an account whose discovery failed is not known to be unbound: it is
+        // left out (or, when the failed account is not known, the whole look).
+        let tagged: BTreeSet<String> = bound
+            .iter()
+            .map(|b| b.group.arn.clone())
+            .chain(errors.iter().map(|e| e.target_group_arn.clone()))
+            .collect();
+        let unread: Option<BTreeSet<&str>> = accounts_failed
+            .iter()
+            .map(|f| f.account.as_deref())
+            .collect();
+        let indexed = match (&opts.only, unread) {
+            (None, Some(unread)) => match self.state.indexed_groups(&self.cluster).await {
+                Ok(mut indexed) => {
+                    indexed.retain(|arn| {
+                        crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
+                    });
+                    Some(indexed)
+                }
+                Err(e) => {
+                    report.errors.push(format!(
+                        "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
+                    ));
+                    None
+                }
+            },
+            _ => None,
+        };
+        if let Some(only) = &opts.only {
+            for arn in only {
+                let known = bound.iter().any(|b| &b.group.arn == arn)
+                    || errors.iter().any(|e| &e.target_group_arn == arn);
+                // A group of an account that could not be read is covered by that
+                // account's error.
+                let unread = accounts_failed.iter().any(|f| {
+                    f.account.is_some() && f.account.as_deref() == crate::groups::arn_account(arn)
+                });
+                if !known && !unread {
+                    report.errors.push(format!(
+                        "target group {arn} was requested but is not bound to cluster `{}` (missing, or its tgsync/cluster tag does not name this cluster)",
+                        self.cluster
+                    ));
+                }
+            }
+            bound.retain(|b| only.contains(&b.group.arn));
+            errors.retain(|e| only.contains(&e.target_group_arn));
+        }
+        let mut due = None;
+        if opts.use_checkpoint {
+            let rotation = self.rotation(bound.len(), started);
+            let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
+            due = Some(
+                ranked
+                    .iter()
+                    .enumerate()
+                    .filter(|(rank, _)| rotation.due(*rank))
+                    .map(|(_, arn)| (*arn).to_owned())
+                    .collect::<HashSet<String>>(),
+            );
+            report.verification = Some(crate::report::Verification {
+                budget_per_run: self.verify_budget_per_run(),
+                cycle_runs: rotation.cycle,
+                detection_bound_seconds: rotation
+                    .detection_bound(self.settings.schedule_period)
+                    .as_secs(),
+            });
+        }
+        for e in &errors {
+            self.pass_done(e, opts.dry_run, None);
+        }
+        report.groups.append(&mut errors);
+        let scope = Scope {
+            due: due.as_ref(),
+            indexed: indexed.as_ref(),
+            ..Scope::default()
+        };
+        let pressure = self.groups.pressure();
+        report
+            .groups
+            .extend(self.one_pass(bound, opts, &scope, None).await);
+        report.elb = pressure.since(self.groups.pressure());
+        if let Some(indexed) = &indexed {
+            let tagged = tagged.iter().map(String::as_str).collect();
+            let orphans = self
+                .orphans(indexed, &tagged, opts.dry_run, &mut report.errors)
+                .await;
+            report.orphans = Some(orphans);
+        }
+        report.finish(self.clock.now())
+    }
+
+    /// Reconciles the given bound groups: one consistent pod LIST per namespace to look
+    /// at them, and the leases (and a fresh LIST) only for the groups with something to
+    /// change.
+    pub async fn reconcile_groups(
+        &self,
+        bound: Vec<BoundGroup>,
+        opts: &RunOptions,
+    ) -> Vec<GroupReport> {
+        self.one_pass(bound, opts, &Scope::default(), None).await
+    }
+
+    /// Releases the groups `arns` (see `reconcile::release`); with `opts.dry_run`,
+    /// reports the plan of each and changes nothing.
+    pub async fn release(&self, arns: &[String], opts: &RunOptions) -> Report {
+        let started = self.clock.now();
+        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
+        let arns: BTreeSet<&String> = arns.iter().collect();
+        let results = Results {
+            order: arns.iter().map(|a| (*a).clone()).collect(),
+            reports: Mutex::default(),
+        };
+        let notes: Mutex<BTreeMap<String, String>> = Mutex::default();
+        let queue = Mutex::new(Queue::default());
+        for arn in &arns {
+            lock(&queue).request(arn, Want::verify());
+        }
+        let wake = tokio::sync::Notify::new();
+        Runner::new(self, &queue, &wake)
+            .run(self.one_shot_ending(opts, false), |arn, want| {
+                let (results, notes) = (&results, &notes);
+                async move {
+                    let (group, note, action) = self.release_group(&arn, opts).await;
+                    self.pass_done(&group, opts.dry_run, None);
+                    results.keep(group);
+                    if let Some(note) = note {
+                        lock(notes).insert(arn.clone(), note);
+                    }
+                    (arn, want, action)
+                }
+            })
+            .await;
+        report.groups = results.into_reports();
+        report.notes.extend(
+            notes
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .into_values(),
+        );
+        report.finish(self.clock.now())
+    }
+
+    /// How a one-shot run ends: once nothing is left, keeping requests parked on a
+    /// lease another process holds for `lease_wait`, and (with `gates`) a pod's gate
+    /// looked at for as long as the invocation allows — always [`START_CUTOFF`] before
+    /// its deadline.
+    pub(crate) fn one_shot_ending(&self, opts: &RunOptions, gates: bool) -> Ending {
+        let now = self.clock.now();
+        let left = opts
+            .deadline
+            .filter(|d| *d > now)
+            .map(|d| std::time::Duration::from_millis(d.0 - now.0).saturating_sub(START_CUTOFF));
+        let by_deadline = within(left);
+        let leases =
+            within(self.settings.lease_wait.or(Some(std::time::Duration::ZERO))).min(by_deadline);
+        let gates = if gates && left.is_some() {
+            by_deadline
+        } else {
+            Instant::now()
+        };
+        Ending::Idle { leases, gates }
+    }
+
+    /// One pass over `bound` through a one-shot run (see the module docs): the groups in
+    /// a shuffled order, namespace by namespace (a run that runs out of time does not
+    /// leave the same groups every time), each looked at from its namespace's LIST under
+    /// `scope`. With `gated`, the pod event's gated pod: its gate is looked at again
+    /// while it waits, for as long as the invocation allows.
+    pub(crate) async fn one_pass(
+        &self,
+        bound: Vec<BoundGroup>,
+        opts: &RunOptions,
+        scope: &Scope<'_>,
+        gated: Option<&PodFacts>,
+    ) -> Vec<GroupReport> {
+        let mut rng = self.jitter_rng();
+        let mut by_namespace: BTreeMap<String, Vec<BoundGroup>> = BTreeMap::new();
+        for b in bound {
+            by_namespace
+                .entry(b.binding.namespace.clone())
+                .or_default()
+                .push(b);
+        }
+        let mut by_namespace: Vec<Vec<BoundGroup>> = by_namespace.into_values().collect();
+        rng.shuffle(&mut by_namespace);
+        for groups in &mut by_namespace {
+            rng.shuffle(groups);
+        }
+        let order: Vec<BoundGroup> = by_namespace.into_iter().flatten().collect();
+        let snapshots = Snapshots::new(&order);
+        // A resync reads its groups' states ahead in batches, in the order their looks
+        // start; a pod event's few groups each read theirs.
+        let ahead =
+            (scope.focus.is_none() && scope.ahead.is_none() && !opts.dry_run && order.len() > 1)
+                .then(|| {
+                    ReadAhead::for_looks(
+                        order.iter().map(|b| b.group.arn.as_str()),
+                        scope.due,
+                        scope.indexed,
+                        opts.use_checkpoint,
+                    )
+                });
+        let scope = &Scope {
+            due: scope.due,
+            focus: scope.focus,
+            indexed: scope.indexed,
+            ahead: ahead.as_ref().or(scope.ahead),
+        };
+        let queue = Mutex::new(Queue::default());
+        for b in &order {
+            lock(&queue).request(&b.group.arn, Want::verify());
+        }
+        let results = Results {
+            order: order.iter().map(|b| b.group.arn.clone()).collect(),
+            reports: Mutex::default(),
+        };
+        let groups: HashMap<String, BoundGroup> = order
+            .into_iter()
+            .map(|b| (b.group.arn.clone(), b))
+            .collect();
+        let wake = tokio::sync::Notify::new();
+        let gates = gated.is_some() && !opts.dry_run;
+        let runner = Runner::new(self, &queue, &wake);
+        Box::pin(runner.run(self.one_shot_ending(opts, gates), |arn, want| {
+            let (groups, snapshots, results) = (&groups, &snapshots, &results);
+            async move {
+                let Some(bound) = groups.get(&arn) else {
+                    return (arn, want, Action::Done);
+                };
+                // The pod event's gated pod, if this group selects it and its gate
+                // waits for its target to turn healthy.
+                let waiting = gated.filter(|p| {
+                    gates && matches!(contribution(p, &bound.binding), Some((_, Some(false))))
+                });
+                let action = match waiting {
+                    Some(pod) if want.gates_only() => {
+                        match self.look_at_gate(bound, pod, results).await {
+                            Settled::Closed | Settled::Unchanged => Action::GatesPending,
+                            Settled::Opened | Settled::Failed => Action::Done,
+                        }
+                    }
+                    _ if want.gates_only() => Action::Done,
+                    _ => match self.look(bound, opts, scope, snapshots, results).await {
+                        Action::Done if waiting.is_some_and(|p| !opened(p, results)) => {
+                            Action::GatesPending
+                        }
+                        other => other,
+                    },
+                };
+                (arn, want, action)
+            }
+        }))
+        .await;
+        results.into_reports()
+    }
+
+    /// One group's look and, if something is to change, its leased pass; the report is
+    /// kept in `results`.
+    async fn look(
+        &self,
+        bound: &BoundGroup,
+        opts: &RunOptions,
+        scope: &Scope<'_>,
+        snapshots: &Snapshots,
+        results: &Results,
+    ) -> Action {
+        let namespace = &bound.binding.namespace;
+        if self.past_start_deadline(opts) {
+            snapshots.done(namespace);
+            let deferred = GroupReport::with_error(
+                &bound.group.arn,
+                &bound.group.group_name(),
+                Outcome::Deferred,
+                DEFERRED,
+            );
+            self.pass_done(&deferred, opts.dry_run, None);
+            results.keep(deferred);
+            return Action::Requeue;
+        }
+        let (report, action) = match snapshots.get(&self.pods, namespace).await {
+            Err(e) => {
+                snapshots.done(namespace);
+                let failed = GroupReport::with_error(
+                    &bound.group.arn,
+                    &bound.group.group_name(),
+                    Outcome::Failed,
+                    &e,
+                );
+                (Some(failed), Action::Failed)
+            }
+            Ok(listed) => {
+                let index = PodIndex::new(&listed.0);
+                let observed = self.observe(bound, &index, opts, scope).await;
+                drop(index);
+                snapshots.done(namespace);
+                match observed {
+                    Observed::Done(report, action) => (Some(report), action),
+                    Observed::Irrelevant => (None, Action::Done),
+                    Observed::Change(report, mut prior) => {
+                        // A pod event's pass plans from this LIST when nothing was
+                        // written since (see `PriorRead`); a resync's lists afresh.
+                        if scope.focus.is_some() {
+                            prior.pods = Some(listed);
+                        }
+                        let (report, action) = self
+                            .reconcile_leased(
+                                bound.clone(),
+                                report,
+                                opts,
+                                &PodReads::Fresh,
+                                Some(prior),
+                            )
+                            .await;
+                        (Some(report), action)
+                    }
+                }
+            }
+        };
+        if let Some(report) = report {
+            self.pass_done(&report, opts.dry_run, None);
+            results.keep(report);
+        }
+        action
+    }
+
+    /// Another look at the gate of the pod event's gated `pod`, which `bound` selects.
+    async fn look_at_gate(&self, bound: &BoundGroup, pod: &PodFacts, results: &Results) -> Settled {
+        let mut report = lock(&results.reports)
+            .get(&bound.group.arn)
+            .cloned()
+            .unwrap_or_else(|| {
+                GroupReport::new(&bound.group.arn, &bound.group.group_name(), Outcome::InSync)
+            });
+        let settled = self.settle_gate(pod, &mut report).await;
+        results.keep(report);
+        settled
+    }
+}
+
+/// Whether a pass of this run opened `pod`'s gate.
+fn opened(pod: &PodFacts, results: &Results) -> bool {
+    let name = pod.pod.to_string();
+    lock(&results.reports)
+        .values()
+        .any(|r| r.gates_opened.contains(&name))
+}

@@ -1,0 +1,215 @@
+//! The runner: runs a queue's keys, each key's pass on its own, until its run ends —
+//! kube-runtime's runner. Every function uses it; they differ only in where requests
+//! come from (the schedule's full diff and watch, a pod event, an operator) and in how
+//! the run ends ([`Ending`]).
+//!
+//! At most `cap` passes for pod changes and `cap` verifications run at once. A pass
+//! returns an [`Action`], which the queue turns into a delay. Keys parked on a lease
+//! another process holds take no slot: every [`LEASE_POLL`] their groups' items are read
+//! in one batched read, and a lease given back or expired ends their wait.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::future::FusedFuture as _;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use super::queue::{LEASE_POLL, Now, Queue, Room, Want};
+use crate::clock::Clock;
+use crate::groups::TargetGroupApi;
+use crate::pods::PodSource;
+use crate::reconcile::{Action, Engine};
+use crate::state::StateStore;
+use crate::sync::lock;
+
+/// How a run ends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ending {
+    /// At this time, whatever is still queued (the watching run: until shortly before
+    /// the next tick).
+    At(Instant),
+    /// Once nothing is left to run (a one-shot run: a manual run, a pod event). A key
+    /// waiting for a lease another process holds is waited for while it comes back by
+    /// `leases`, a key waiting for a gate while it comes back by `gates`; one waiting
+    /// for a backoff or a retry is left to the next run.
+    Idle {
+        /// The last time a key parked on a lease may come back.
+        leases: Instant,
+        /// The last time a key waiting for a gate may come back.
+        gates: Instant,
+    },
+}
+
+impl Ending {
+    /// What the run keeps of a pass's `action`: a one-shot run waits for a lease or a
+    /// gate, and leaves a backoff, a retry or a cut pass to the next run.
+    fn keeps(self, action: Action) -> Action {
+        match (self, action) {
+            (Self::Idle { .. }, Action::Requeue | Action::Failed | Action::BackOff { .. }) => {
+                Action::Done
+            }
+            (_, action) => action,
+        }
+    }
+}
+
+/// Runs the keys of a queue.
+pub(crate) struct Runner<'a, P, G, S> {
+    engine: &'a Engine<P, G, S>,
+    queue: &'a Mutex<Queue>,
+    /// Signalled when the queue gets a request.
+    wake: &'a tokio::sync::Notify,
+}
+
+impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
+    /// A runner of `queue` for `engine`'s passes; `wake` is signalled by whoever adds a
+    /// request.
+    pub(crate) fn new(
+        engine: &'a Engine<P, G, S>,
+        queue: &'a Mutex<Queue>,
+        wake: &'a tokio::sync::Notify,
+    ) -> Self {
+        Self {
+            engine,
+            queue,
+            wake,
+        }
+    }
+
+    /// Now, on the queue's two clocks.
+    pub(crate) fn now(&self) -> Now {
+        now(self.engine.clock.as_ref())
+    }
+
+    /// Runs the queue until `ending` (or the process shuts down): each key's pass is
+    /// `job(key, want)`, whose [`Action`] the queue turns into a delay. When the run
+    /// ends, the passes in flight finish (a run's options cut them cleanly at its
+    /// `cut_at`); what is still queued stays in the queue.
+    pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F)
+    where
+        F: Fn(String, Want) -> Fut,
+        Fut: Future<Output = (String, Want, Action)>,
+    {
+        let engine = self.engine;
+        let cap = engine.settings.concurrency.max(1);
+        let mut in_flight = FuturesUnordered::new();
+        let (mut changes, mut verifications) = (0usize, 0usize);
+        let mut next_lease_look = Instant::now() + LEASE_POLL;
+        let mut looking = std::pin::pin!(futures::future::Fuse::terminated());
+        loop {
+            let woken = self.wake.notified();
+            let mut woken = std::pin::pin!(woken);
+            woken.as_mut().enable();
+            let shutdown = engine.shutdown_notified();
+            let mut shutdown = std::pin::pin!(shutdown);
+            shutdown.as_mut().enable();
+            let now = Instant::now();
+            let over = match ending {
+                Ending::At(until) => now >= until,
+                Ending::Idle { leases, gates } => {
+                    in_flight.is_empty() && !lock(self.queue).has_work(leases, gates)
+                }
+            };
+            if over || engine.is_shutting_down() {
+                break;
+            }
+            loop {
+                let room = Room {
+                    changes: changes < cap,
+                    verifications: verifications < cap,
+                };
+                let Some((key, want)) = lock(self.queue).pop(now, room) else {
+                    break;
+                };
+                if want.changed {
+                    changes += 1;
+                } else {
+                    verifications += 1;
+                }
+                in_flight.push(job(key, want));
+            }
+            // What to wake for besides a pass ending or a request: a waiting key's time
+            // (one ready now waits for room, that is for a pass to end), the next look at
+            // the leases that park keys, the end of the run.
+            let (next, parked) = {
+                let queue = lock(self.queue);
+                (
+                    queue.next_wake().filter(|t| *t > now),
+                    !queue.parked().is_empty(),
+                )
+            };
+            let look = (parked && looking.is_terminated()).then_some(next_lease_look);
+            let end = match ending {
+                Ending::At(until) => Some(until),
+                Ending::Idle { .. } => None,
+            };
+            let sleep_until = [next, look, end].into_iter().flatten().min();
+            let sleep = async {
+                match sleep_until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((key, want, action)) = in_flight.next(), if !in_flight.is_empty() => {
+                    if want.changed { changes -= 1 } else { verifications -= 1 }
+                    lock(self.queue).done(&key, want, ending.keeps(action), self.now());
+                }
+                () = &mut looking, if !looking.is_terminated() => {
+                    next_lease_look = Instant::now() + LEASE_POLL;
+                }
+                () = &mut woken => {}
+                () = &mut shutdown => {}
+                () = sleep => {
+                    if look.is_some_and(|at| Instant::now() >= at) {
+                        looking.set(futures::FutureExt::fuse(Box::pin(self.look_at_leases())));
+                    }
+                }
+            }
+        }
+        // The time is up: no new pass; those in flight finish or are cut cleanly.
+        while let Some((key, want, action)) = in_flight.next().await {
+            lock(self.queue).done(&key, want, ending.keeps(action), self.now());
+        }
+    }
+
+    /// Reads the leases that park keys (one batched read) and tells the queue what each
+    /// is now: a lease given back or expired ends its keys' wait, a renewed or
+    /// handed-over one moves it. A read that fails leaves them parked until the leases
+    /// they saw would expire.
+    async fn look_at_leases(&self) {
+        let parked = lock(self.queue).parked();
+        if parked.is_empty() {
+            return;
+        }
+        let glances = match self.engine.state.glance_many(&parked).await {
+            Ok(glances) => glances,
+            Err(e) => {
+                tracing::debug!(error = %e, groups = parked.len(), "reading the leases that park requests failed; they wait until those leases would expire");
+                return;
+            }
+        };
+        let now = self.now();
+        let mut queue = lock(self.queue);
+        for (key, glance) in &glances {
+            queue.lease_seen(key, glance.lease.as_ref().map(|l| l.until), now);
+        }
+    }
+}
+
+/// Now, on the queue's two clocks (`clock`: the engine's wall clock).
+pub(crate) fn now(clock: &dyn Clock) -> Now {
+    Now {
+        instant: Instant::now(),
+        wall: clock.now(),
+    }
+}
+
+/// The monotonic instant `after` from now, or far in the future when there is none.
+pub(crate) fn within(after: Option<Duration>) -> Instant {
+    let now = Instant::now();
+    after.map_or(now + Duration::from_secs(86_400 * 365), |d| now + d)
+}

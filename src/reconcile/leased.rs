@@ -1,0 +1,156 @@
+//! One group under its lease: take the lease (or leave the change to its holder, whose
+//! lease parks the request), then run passes until the lease is released or given up,
+//! and say what should happen next.
+//!
+//! The pass under the lease reads pods afresh (or takes pods the caller holds that are
+//! at least as new as what the group's last pass decided from): a pod-events reconcile
+//! that finished just before cannot be undone by pods this run read earlier (a deleted
+//! pod registered again); an event that arrives later finds the lease held, sets
+//! `dirty`, and the group is reconciled again.
+
+use super::pass::{CUT, PodReads, PriorRead};
+use super::{Action, BoundGroup, Engine, RunOptions};
+use crate::groups::TargetGroupApi;
+use crate::lease::{self, RunEnd, Taken};
+use crate::pods::PodSource;
+use crate::report::{GroupReport, Outcome};
+use crate::state::{GroupState, StateStore};
+
+/// The report's word for a group left to the next run.
+pub(crate) const DEFERRED: &str =
+    "the invocation is near its deadline; the next run reconciles this group";
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+    /// Takes the group's lease (or leaves the change to its holder) and runs passes,
+    /// with pods from `reads` and, for the first pass, the observation's health read;
+    /// the report and what should happen next.
+    pub(crate) async fn reconcile_leased(
+        &self,
+        bound: BoundGroup,
+        mut report: GroupReport,
+        opts: &RunOptions,
+        reads: &PodReads<'_>,
+        prior: Option<PriorRead>,
+    ) -> (GroupReport, Action) {
+        if self.past_start_deadline(opts) {
+            report.outcome = Outcome::Deferred;
+            report.error = Some(DEFERRED.into());
+            return (report, Action::Requeue);
+        }
+        let taken = self.take_lease(&bound.group.arn).await;
+        match taken {
+            Ok(Taken::Held(lease, state)) => {
+                self.run_leased(bound, *lease, state, report, opts, reads, prior)
+                    .await
+            }
+            Ok(Taken::Busy(busy)) => {
+                report.outcome = Outcome::LeaseHeld;
+                report.error = Some(format!(
+                    "another reconcile ({}) holds the lease; it was asked to run again",
+                    busy.owner
+                ));
+                report.lease_until = Some(busy.until);
+                (report, Action::LeaseHeld { until: busy.until })
+            }
+            Err(e) => {
+                report.outcome = Outcome::Failed;
+                report.error = Some(format!("taking the lease failed: {e}"));
+                (report, Action::Failed)
+            }
+        }
+    }
+
+    /// Passes under a held lease until it is released (or given up), then the outcome
+    /// and what should happen next.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_leased(
+        &self,
+        mut bound: BoundGroup,
+        lease: lease::Lease<'_, S>,
+        state: GroupState,
+        mut report: GroupReport,
+        opts: &RunOptions,
+        reads: &PodReads<'_>,
+        prior: Option<PriorRead>,
+    ) -> (GroupReport, Action) {
+        let _holding = self.holding();
+        // The observation's counts are redone by the passes.
+        report.passes = 0;
+        report.gates_opened.clear();
+        let mut prior = prior;
+        let end = lease
+            .run(
+                state,
+                self.settings.max_passes,
+                || !self.past_start_deadline(opts) && !self.cut_due(opts),
+                self.shutting_down(),
+                async |state, lease| {
+                    // Only the first pass may reuse the observation's health read.
+                    let prior = prior.take();
+                    self.pass(
+                        &mut bound,
+                        state,
+                        reads,
+                        prior.as_ref(),
+                        lease,
+                        &mut report,
+                        opts,
+                    )
+                    .await
+                },
+            )
+            .await;
+        let mut action = Action::Done;
+        match end {
+            RunEnd::Aborted => {
+                report.outcome = Outcome::Aborted;
+                report.error = Some("aborted at an injected fault".into());
+                return (report, Action::Done);
+            }
+            RunEnd::Lost if report.error.is_none() => {
+                report.error = Some(
+                    "the lease was lost (expired or taken over); the new holder finishes the group"
+                        .into(),
+                );
+            }
+            RunEnd::Cut => {
+                if report.error.is_none() {
+                    report.error = Some(CUT.into());
+                }
+                action = Action::Requeue;
+            }
+            RunEnd::GivenUp if report.passes == 0 => {
+                report.outcome = Outcome::Deferred;
+                report.error = Some(DEFERRED.into());
+                return (report, Action::Requeue);
+            }
+            RunEnd::GivenUp
+                if report.passes >= self.settings.max_passes && report.error.is_none() =>
+            {
+                report.error = Some(format!(
+                    "still being changed after {} passes; the next run picks it up",
+                    report.passes
+                ));
+            }
+            _ => {}
+        }
+        if matches!(report.outcome, Outcome::InSync | Outcome::Changed) {
+            report.outcome = if report.registered.is_empty()
+                && report.deregistered.is_empty()
+                && report.forgotten.is_empty()
+            {
+                Outcome::InSync
+            } else {
+                Outcome::Changed
+            };
+        }
+        // Failed or backing off under the lease: the stored backoff says until when.
+        if action == Action::Done
+            && let (Outcome::BackingOff | Outcome::Failed, Some(until)) =
+                (report.outcome, report.next_attempt_at)
+        {
+            action = Action::BackOff { until };
+        }
+        (report, action)
+    }
+}
