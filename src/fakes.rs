@@ -781,7 +781,16 @@ fn fenced(operation: &'static str, fence: &dyn Fence) -> Result<(), ElbError> {
 }
 
 /// A row of [`FakeState`]'s index: the namespace, selector, and name and facts recorded.
-type IndexRow = (String, Selector, Option<(String, crate::core::GroupFacts)>);
+/// A row of a cluster's index: namespace, selector, name and facts, the binding's
+/// fingerprint, and whether the group is bound.
+#[derive(Debug, Clone)]
+struct IndexRow {
+    namespace: String,
+    selector: Selector,
+    described: Option<(String, crate::core::GroupFacts)>,
+    binding: Option<u64>,
+    bound: bool,
+}
 
 /// A fake state table: one record per group with DynamoDB's conditional-write
 /// semantics (the lease, fencing, the version check of unleased writes).
@@ -792,6 +801,8 @@ pub struct FakeState {
     groups: Mutex<HashMap<String, GroupState>>,
     /// `(cluster, group)` pairs of the orphan index, with what each row records.
     index: Mutex<BTreeMap<(String, String), IndexRow>>,
+    /// Each cluster's index meta item.
+    index_meta: Mutex<BTreeMap<String, crate::state::IndexMeta>>,
     fail: AtomicBool,
     fail_renewals: AtomicBool,
     slow_read: Delay,
@@ -1179,33 +1190,99 @@ impl StateStore for FakeState {
         Ok(lock(&self.index)
             .iter()
             .filter(|((c, _), _)| c == cluster)
-            .map(
-                |((_, group), (ns, sel, described))| crate::state::IndexedGroup {
-                    group: group.clone(),
-                    namespace: ns.clone(),
-                    selector: Some(sel.clone()),
-                    described: described.clone(),
-                },
-            )
+            .map(|((_, group), row)| crate::state::IndexedGroup {
+                group: group.clone(),
+                namespace: row.namespace.clone(),
+                selector: Some(row.selector.clone()),
+                described: row.described.clone(),
+                binding: row.binding,
+                bound: row.bound,
+            })
             .collect())
     }
 
-    async fn index(
+    async fn sync_index(
         &self,
-        group: &str,
         cluster: &str,
-        binding: &crate::core::Binding,
-        (name, facts): (&str, &crate::core::GroupFacts),
-    ) -> Result<(), StateError> {
-        self.check("PutItem").await?;
-        lock(&self.index).insert(
-            (cluster.to_owned(), group.to_owned()),
-            (
-                binding.namespace.clone(),
-                binding.selector.clone(),
-                Some((name.to_owned(), facts.clone())),
-            ),
-        );
+        updates: &[crate::state::IndexUpdate<'_>],
+    ) -> Result<Option<u64>, StateError> {
+        let mut written = false;
+        for update in updates {
+            self.check("PutItem").await?;
+            let mut index = lock(&self.index);
+            match *update {
+                crate::state::IndexUpdate::Bound {
+                    group,
+                    binding,
+                    described: (name, facts),
+                } => {
+                    let key = (cluster.to_owned(), group.to_owned());
+                    let fingerprint = Some(binding.fingerprint());
+                    let same = index.get(&key).is_some_and(|r| {
+                        r.bound && r.binding == fingerprint && r.described.is_some()
+                    });
+                    if !same {
+                        index.insert(
+                            key,
+                            IndexRow {
+                                namespace: binding.namespace.clone(),
+                                selector: binding.selector.clone(),
+                                described: Some((name.to_owned(), facts.clone())),
+                                binding: fingerprint,
+                                bound: true,
+                            },
+                        );
+                        written = true;
+                    }
+                }
+                crate::state::IndexUpdate::Unbound { group } => {
+                    if let Some(row) = index
+                        .get_mut(&(cluster.to_owned(), group.to_owned()))
+                        .filter(|r| r.bound)
+                    {
+                        row.bound = false;
+                        written = true;
+                    }
+                }
+            }
+        }
+        if !written {
+            return Ok(None);
+        }
+        self.check("UpdateItem").await?;
+        let mut metas = lock(&self.index_meta);
+        let meta = metas.entry(cluster.to_owned()).or_default();
+        meta.generation += 1;
+        Ok(Some(meta.generation))
+    }
+
+    async fn index_meta(&self, cluster: &str) -> Result<crate::state::IndexMeta, StateError> {
+        self.check("GetItem").await?;
+        Ok(lock(&self.index_meta)
+            .get(cluster)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn request_passes(&self, cluster: &str, groups: &[String]) -> Result<(), StateError> {
+        for group in groups {
+            self.check("UpdateItem").await?;
+            lock(&self.groups).entry(group.clone()).or_default().dirty = true;
+        }
+        self.check("UpdateItem").await?;
+        lock(&self.index_meta)
+            .entry(cluster.to_owned())
+            .or_default()
+            .requested
+            .extend(groups.iter().cloned());
+        Ok(())
+    }
+
+    async fn take_requests(&self, cluster: &str, groups: &[String]) -> Result<(), StateError> {
+        self.check("UpdateItem").await?;
+        if let Some(meta) = lock(&self.index_meta).get_mut(cluster) {
+            meta.requested.retain(|g| !groups.contains(g));
+        }
         Ok(())
     }
 

@@ -26,6 +26,7 @@ pub mod fakes;
 pub mod faults;
 pub mod groups;
 pub mod handlers;
+pub mod index;
 pub mod input;
 pub mod lease;
 pub mod logging;

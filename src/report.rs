@@ -377,6 +377,10 @@ pub struct WatchReport {
     /// Errors of the watch itself (a namespace that could not be watched).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Groups whose pod changes the run could not serve before it ended, handed on to
+    /// the next run (their `dirty` flags set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handed_on: Vec<String>,
 }
 
 /// The whole run.

@@ -19,9 +19,11 @@ use crate::core::{
     BackoffState, Binding, Checkpoint, GroupFacts, PodRef, Selector, Target, UnixMillis,
 };
 
-/// A row of a cluster's index as a cold container uses it: a group, and the namespace
-/// and selector of the binding that last filled its ledger (possibly stale: the
-/// group's tags decide).
+/// A row of a cluster's index of bound groups: a group, and the namespace and selector
+/// of the binding its row was written for (possibly stale: the group's tags decide).
+/// Discovery writes a row for every bound group (whether or not it holds targets yet)
+/// and marks rows of groups no longer bound; a pass writes one before the group's first
+/// entry of the cluster, so the index is also a superset of the groups holding them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedGroup {
     /// The group's ARN.
@@ -35,6 +37,44 @@ pub struct IndexedGroup {
     /// container reads only the group's tags ahead of discovery. `None` for rows
     /// written before they were recorded.
     pub described: Option<(String, GroupFacts)>,
+    /// The fingerprint of the binding the row was written for ([`Binding::fingerprint`];
+    /// `None` for rows written before it was recorded).
+    pub binding: Option<u64>,
+    /// Whether the group was bound when the row was last written (`false`: discovery
+    /// found it no longer bound; the row stays while its ledger may hold the cluster's
+    /// entries, for the orphan report).
+    pub bound: bool,
+}
+
+/// A cluster's index of bound groups as a whole: bumped by every change of its rows, so
+/// a function that holds the bound groups as of a generation knows, with one read,
+/// whether they are still the last discovery's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexMeta {
+    /// Bumped by every change of the index's rows (0: never written).
+    pub generation: u64,
+    /// Groups with a request for a pass a run handed on when it ended (their `dirty`
+    /// flags are set too): the next run serves them first.
+    pub requested: std::collections::BTreeSet<String>,
+}
+
+/// One change of a cluster's index of bound groups.
+#[derive(Debug, Clone, Copy)]
+pub enum IndexUpdate<'a> {
+    /// `group` is bound by `binding`; `described` is its name and facts.
+    Bound {
+        /// The group's ARN.
+        group: &'a str,
+        /// Its binding.
+        binding: &'a Binding,
+        /// Its name and facts.
+        described: (&'a str, &'a GroupFacts),
+    },
+    /// `group` is no longer bound to the cluster (its row, if any, is kept and marked).
+    Unbound {
+        /// The group's ARN.
+        group: &'a str,
+    },
 }
 
 /// One target a tgsync deployment registered or adopted, and for which pod.
@@ -314,16 +354,64 @@ pub trait StateStore: Send + Sync {
         cluster: &str,
     ) -> impl Future<Output = Result<Vec<IndexedGroup>, StateError>> + Send;
 
-    /// Adds `group` to `cluster`'s index with its binding's namespace and selector and
-    /// the group's name and facts (`described`), idempotently. Called before the first
-    /// entry of `cluster` goes into the group's ledger, so the index stays a superset
-    /// (and to record `described` on rows written before it was).
+    /// Writes `updates` to `cluster`'s index — a bound group's row with its binding's
+    /// namespace, selector and fingerprint and the group's name and facts; a row of a
+    /// group no longer bound marked so — each only where the row does not say so already,
+    /// and when one was written, bumps the index's generation: what discovery writes
+    /// when the bound groups changed, and a pass before the first entry of `cluster`
+    /// goes into a group's ledger, so the index stays a superset of the groups holding
+    /// the cluster's entries. Returns the new generation, or `None` when every row
+    /// already said so.
+    fn sync_index(
+        &self,
+        cluster: &str,
+        updates: &[IndexUpdate<'_>],
+    ) -> impl Future<Output = Result<Option<u64>, StateError>> + Send;
+
+    /// Records `group` as bound by `binding` in `cluster`'s index (its name and facts
+    /// `described`): a [`StateStore::sync_index`] of one group.
     fn index(
         &self,
         group: &str,
         cluster: &str,
         binding: &Binding,
         described: (&str, &GroupFacts),
+    ) -> impl Future<Output = Result<Option<u64>, StateError>> + Send {
+        async move {
+            let update = IndexUpdate::Bound {
+                group,
+                binding,
+                described,
+            };
+            self.sync_index(cluster, &[update]).await
+        }
+    }
+
+    /// `cluster`'s index as a whole (one consistent read): its generation tells whether
+    /// bound groups read from it earlier are still the last discovery's, and the groups
+    /// whose requests a run handed on.
+    fn index_meta(
+        &self,
+        cluster: &str,
+    ) -> impl Future<Output = Result<IndexMeta, StateError>> + Send;
+
+    /// Hands on requests for a pass of `groups` that a run of `cluster`'s deployment
+    /// could not serve (its time was up, the process is shutting down): each group's
+    /// `dirty` flag is set (where it is not: conditional writes, several in flight),
+    /// so whoever holds or next takes its lease serves it, and the groups are recorded
+    /// in the index's meta item, so the next run serves them first.
+    fn request_passes(
+        &self,
+        cluster: &str,
+        groups: &[String],
+    ) -> impl Future<Output = Result<(), StateError>> + Send;
+
+    /// Takes `groups` out of the requests recorded in `cluster`'s index meta item (a run
+    /// asked for their passes; their `dirty` flags stay until a pass serves them).
+    fn take_requests(
+        &self,
+        cluster: &str,
+        groups: &[String],
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Takes `group` out of `cluster`'s index, only if the group's state is still

@@ -648,18 +648,24 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
                 namespace: "api".to_owned(),
                 selector: Some(api.selector.clone()),
                 described: Some(("api".into(), api_facts)),
+                binding: Some(api.fingerprint()),
+                bound: true,
             },
             tgsync::state::IndexedGroup {
                 group: old,
                 namespace: "bank".to_owned(),
                 selector: tgsync::core::Selector::parse("app=old").ok(),
                 described: None,
+                binding: None,
+                bound: true,
             },
             tgsync::state::IndexedGroup {
                 group: GROUP.to_owned(),
                 namespace: "shop".to_owned(),
                 selector: Some(web.selector.clone()),
                 described: Some(("web".into(), web_facts)),
+                binding: Some(web.fingerprint()),
+                bound: true,
             },
         ]
     );

@@ -586,14 +586,24 @@ impl StateStore for DynamoState {
         self.read_index_selections(cluster).await
     }
 
-    async fn index(
+    async fn sync_index(
         &self,
-        group: &str,
         cluster: &str,
-        binding: &crate::core::Binding,
-        described: (&str, &crate::core::GroupFacts),
-    ) -> Result<(), StateError> {
-        self.add_to_index(group, cluster, binding, described).await
+        updates: &[crate::state::IndexUpdate<'_>],
+    ) -> Result<Option<u64>, StateError> {
+        self.write_index(cluster, updates).await
+    }
+
+    async fn index_meta(&self, cluster: &str) -> Result<crate::state::IndexMeta, StateError> {
+        self.read_index_meta(cluster).await
+    }
+
+    async fn request_passes(&self, cluster: &str, groups: &[String]) -> Result<(), StateError> {
+        self.hand_on(cluster, groups).await
+    }
+
+    async fn take_requests(&self, cluster: &str, groups: &[String]) -> Result<(), StateError> {
+        self.requests(cluster, groups, "DELETE").await
     }
 
     async fn retire(

@@ -349,6 +349,8 @@ mod tests {
             namespace: namespace.to_owned(),
             selector: selector.and_then(|s| Selector::parse(s).ok()),
             described: None,
+            binding: None,
+            bound: true,
         };
         let mut early = Early::default();
         early.index(&[
@@ -476,6 +478,8 @@ mod tests {
             namespace: namespace.to_owned(),
             selector: Selector::parse("app=web").ok(),
             described: None,
+            binding: None,
+            bound: true,
         };
         let mut early = Early::default();
         early.index(&[row("arn:web", "shop"), row("arn:other", "bank")]);

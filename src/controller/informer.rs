@@ -125,12 +125,18 @@ impl Informer {
 
     /// The pods of `binding`'s namespace it selects (a superset is fine: callers apply
     /// the binding) and the version they are current to, if that namespace's store is
-    /// live.
+    /// live and holds every pod the binding selects (its selection covers the
+    /// binding's: a store filtered by terms the binding lacks would miss pods, and a
+    /// pass would deregister them).
     pub(crate) fn view(&self, binding: &Binding) -> Option<(Vec<PodFacts>, String)> {
         let stores = lock(&self.stores);
-        let store = stores
-            .get(&binding.namespace)
-            .filter(|s| s.listed && s.live)?;
+        let store = stores.get(&binding.namespace).filter(|s| {
+            s.listed
+                && s.live
+                && s.selector
+                    .as_ref()
+                    .is_none_or(|sel| sel.covers(&binding.selector))
+        })?;
         let pods = store
             .pods
             .values()

@@ -46,6 +46,7 @@ use futures::stream::FuturesUnordered;
 use crate::core::checkpoint::rank_order;
 use crate::core::{PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
+use crate::index::Snapshot;
 use crate::pods::PodSource;
 use crate::reconcile::{Action, BoundGroup, Engine, PodReads, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
@@ -66,6 +67,10 @@ pub const WATCH_REQUEST: Duration = Duration::from_secs(25);
 /// so that at 100,000 pods (a ~430 MiB LIST) it costs under 1 % of a LIST per minute on
 /// average.
 pub const RELIST_AFTER: Duration = Duration::from_secs(120 * 60);
+
+/// A watching run discovers the bound groups again this often: a group tagged (or
+/// untagged) while it watches is bound (or let go) within this.
+pub const DISCOVERY_EVERY: Duration = Duration::from_secs(60);
 
 /// How long passes still running when the controller's time is up may take to finish
 /// (they are cut, cleanly, at the end of it).
@@ -93,9 +98,9 @@ struct FirstList {
 pub struct Controller {
     /// The pod stores.
     pub informer: Informer,
-    /// The bound groups of the last discovery: the next invocation watches their
-    /// namespaces and reacts for them from its first second.
-    bindings: Mutex<Option<Arc<Vec<BoundGroup>>>>,
+    /// The work queue: the requests one invocation could not serve are the next one's
+    /// first (they are handed on to the state table too, should another container run).
+    pub queue: Mutex<Queue>,
     /// The full diffs this container ran, and the last of them that looked at each
     /// group: the next full diff starts with the groups looked at longest ago.
     looked: Mutex<Looked>,
@@ -115,11 +120,8 @@ struct Run<'e, P, G, S> {
     engine: &'e Engine<P, G, S>,
     /// Options of every pass (never a dry run).
     opts: RunOptions,
-    queue: Mutex<Queue>,
     /// Signalled when the queue gets a request.
     wake: tokio::sync::Notify,
-    /// The bound groups by ARN.
-    bound: Mutex<Arc<BTreeMap<String, BoundGroup>>>,
     /// The namespaces to watch, each with the selection its groups share.
     namespaces: tokio::sync::watch::Sender<BTreeMap<String, Option<Selector>>>,
     /// The pod changes seen until discovery binds the groups (then replayed for the
@@ -193,9 +195,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     _ => drain_end,
                 }),
             },
-            queue: Mutex::new(Queue::default()),
             wake: tokio::sync::Notify::new(),
-            bound: Mutex::new(Arc::new(BTreeMap::new())),
             namespaces: tokio::sync::watch::Sender::new(BTreeMap::new()),
             early: Mutex::new(Some(Early::default())),
             to_read: Mutex::new(Vec::new()),
@@ -209,15 +209,20 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             out: Mutex::new(Outcomes::default()),
         };
         // Watch first: the namespaces known now, before discovery.
-        let warm = lock(&self.controller.bindings).clone();
-        match warm {
-            Some(bound) => run.set_bound(&bound),
-            None => run.watch_indexed().await,
+        // A warm container knows its last discovery's groups: the next invocation
+        // watches their namespaces and reacts for them from its first second.
+        if self.index.is_discovered() {
+            run.set_bound(&Snapshot::default(), &self.index.all());
+        } else {
+            run.watch_indexed().await;
         }
+        // The pod changes earlier runs handed on go first.
+        run.take_handed_on().await;
         let full_diff = async {
             let outcome = run.discover(&mut report).await;
-            if let Some((tagged, indexed)) = outcome {
-                run.wait_full_diff().await;
+            if let Some((tagged, indexed, found)) = outcome {
+                // The state table's index follows the discovery while the full diff runs.
+                futures::join!(run.wait_full_diff(), self.publish_bindings(&found));
                 if let Some(indexed) = indexed {
                     let tagged = tagged.iter().map(String::as_str).collect();
                     let orphans = self
@@ -225,6 +230,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                         .await;
                     report.orphans = Some(orphans);
                 }
+            }
+            // A group tagged while the run watches is bound within a discovery interval.
+            loop {
+                tokio::time::sleep(DISCOVERY_EVERY).await;
+                run.rediscover().await;
             }
         };
         // Boxed: the full diff, watches and passes make a large future (28 KB in a debug
@@ -239,14 +249,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         });
         // The one exit: the runner ends the invocation (at `until`, after draining);
         // the watches, discovery and gate polls end with it.
-        let runner = runner::Runner::new(self, &run.queue, &run.wake);
+        let runner = runner::Runner::new(self, &self.controller.queue, &run.wake);
         let running = Box::pin(runner.run(runner::Ending::At(real_until), |arn, want| {
             run.job(arn, want)
         }));
-        tokio::select! {
-            () = running => {}
-            () = background => {}
-        }
+        let handed_on = tokio::select! {
+            handed_on = running => handed_on,
+            () = background => Vec::new(),
+        };
+        // The warm container keeps the reactions it could not serve for its next
+        // invocation (they are handed on too, should another container run it).
+        lock(&self.controller.queue).keep_reactions();
         let Outcomes {
             full,
             mut watch,
@@ -259,7 +272,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         report.elb = pressure.since(self.groups.pressure());
         // Groups the full diff did not reach before the end: the next run does them.
         let verify = run.verify.into_inner().unwrap_or_else(|p| p.into_inner());
-        let bound = run.bound.into_inner().unwrap_or_else(|p| p.into_inner());
+        let bound = self.index.snapshot();
         report
             .groups
             .extend(verify.remaining.iter().filter_map(|arn| {
@@ -271,18 +284,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     crate::reconcile::DEFERRED,
                 ))
             }));
+        watch.handed_on = handed_on;
         report.watch = Some(watch);
         report.finish(self.clock.now())
     }
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
-    /// Takes `bound` as the bound groups: watches their namespaces, forgets the others.
-    fn set_bound(&self, bound: &[BoundGroup]) {
-        let by_arn: BTreeMap<String, BoundGroup> = bound
-            .iter()
-            .map(|b| (b.group.arn.clone(), b.clone()))
-            .collect();
+    /// Watches the namespaces of `bound` (the index's groups now), and forgets the
+    /// requests of the groups of `previous` no longer among them.
+    fn set_bound(&self, previous: &Snapshot, bound: &[BoundGroup]) {
+        let by_arn: BTreeSet<&str> = bound.iter().map(|b| b.group.arn.as_str()).collect();
         let mut namespaces: BTreeMap<String, Vec<&BoundGroup>> = BTreeMap::new();
         for b in bound {
             namespaces
@@ -298,19 +310,60 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             })
             .collect();
         {
-            let mut queue = lock(&self.queue);
-            for arn in lock(&self.bound).keys() {
-                if !by_arn.contains_key(arn) {
+            let mut queue = lock(&self.engine.controller.queue);
+            for arn in previous.keys() {
+                if !by_arn.contains(arn.as_str()) {
                     queue.forget(arn);
                 }
             }
         }
-        *lock(&self.bound) = Arc::new(by_arn);
         self.engine
             .controller
             .informer
             .retain(|ns| selections.contains_key(ns));
         self.namespaces.send_replace(selections);
+    }
+
+    /// Asks for the passes of the groups whose pod changes an earlier run (of this
+    /// container or another) handed on, before anything else: a group this container
+    /// knows bound at once, any other once it is bound (read ahead of discovery, as a
+    /// group a first LIST shows out of step is). Their `dirty` flags stay set until a
+    /// pass serves them; a read that fails leaves them to those flags.
+    async fn take_handed_on(&self) {
+        let engine = self.engine;
+        let requested: Vec<String> = match engine.state.index_meta(&engine.cluster).await {
+            Ok(meta) => meta.requested.into_iter().collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the requests earlier runs handed on failed; their groups' dirty flags stay set");
+                return;
+            }
+        };
+        if requested.is_empty() {
+            return;
+        }
+        let seen = engine.clock.now();
+        let (bound, unknown): (Vec<&String>, Vec<&String>) =
+            requested.iter().partition(|arn| engine.index.contains(arn));
+        tracing::info!(
+            groups = requested.len(),
+            "serving first the pod changes earlier runs handed on"
+        );
+        if !unknown.is_empty() {
+            let named = match lock(&self.early).as_mut() {
+                Some(early) => early.suspect(unknown.into_iter().cloned().collect(), seen),
+                None => Vec::new(),
+            };
+            lock(&self.to_read).extend(named);
+            self.read_wake.notify_one();
+        }
+        self.ask_changes(bound.iter().map(|arn| (arn.as_str(), seen)));
+        if let Err(e) = engine
+            .state
+            .take_requests(&engine.cluster, &requested)
+            .await
+        {
+            tracing::debug!(error = %e, "taking the handed-on requests failed; the next run asks for them again");
+        }
     }
 
     /// A cold start: watches the namespaces recorded in this cluster's index (each with
@@ -328,6 +381,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 return;
             }
         };
+        // Rows of groups the last discovery found no longer bound are not watched.
+        let rows: Vec<_> = rows.into_iter().filter(|r| r.bound).collect();
         if let Some(early) = lock(&self.early).as_mut() {
             early.index(&rows);
         }
@@ -355,12 +410,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// Discovery, beside the watches: the bound groups replace the warm ones, and
     /// every one is enqueued for the full diff. Binding and run errors go into
     /// `report`. Returns the groups tagged for this cluster and the index as read (for
-    /// the orphan report), or `None` when discovery failed.
+    /// the orphan report) and what discovery found (for the state table's index), or
+    /// `None` when discovery failed.
     #[allow(clippy::type_complexity)]
     async fn discover(
         &self,
         report: &mut Report,
-    ) -> Option<(BTreeSet<String>, Option<BTreeSet<String>>)> {
+    ) -> Option<(
+        BTreeSet<String>,
+        Option<BTreeSet<String>>,
+        crate::reconcile::Bindings,
+    )> {
         let engine = self.engine;
         let started = engine.clock.now();
         let bindings = match crate::groups::in_background(engine.bindings()).await {
@@ -406,15 +466,20 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             },
             None => None,
         };
-        let bound = Arc::new(bindings.bound);
-        *lock(&engine.controller.bindings) = Some(bound.clone());
+        let bound = bindings.bound;
+        let found = crate::reconcile::Bindings {
+            bound: bound.clone(),
+            errors: Vec::new(),
+            accounts_failed: bindings.accounts_failed,
+        };
         // The changes seen so far, for the groups the watch did not know when they came
         // (all of them in a cold container); later ones find the groups bound.
         let early = {
             let mut early = lock(&self.early);
-            let known = lock(&self.bound).clone();
-            self.set_bound(&bound);
-            let now = lock(&self.bound).clone();
+            let known = engine.index.snapshot();
+            engine.index.discovered(&bound, None);
+            self.set_bound(&known, &bound);
+            let now = engine.index.snapshot();
             early
                 .take()
                 .map(|e| e.marks(&now, &known))
@@ -469,7 +534,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             verify.remaining = bound.iter().map(|b| b.group.arn.clone()).collect();
         }
         {
-            let mut queue = lock(&self.queue);
+            let mut queue = lock(&self.engine.controller.queue);
             for arn in order {
                 queue.request(arn, Want::verify());
             }
@@ -478,7 +543,40 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             }
         }
         self.wake.notify_one();
-        Some((tagged, indexed))
+        Some((tagged, indexed, found))
+    }
+
+    /// Discovery again, while the run watches: the index takes the bound groups found,
+    /// the watch their namespaces, and a group bound since (or bound otherwise) gets a
+    /// look of the full diff. A discovery that fails leaves the groups as they were.
+    async fn rediscover(&self) {
+        let engine = self.engine;
+        let bindings = match crate::groups::in_background(engine.bindings()).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "discovering target groups again failed; the groups bound so far stay");
+                return;
+            }
+        };
+        for e in &bindings.errors {
+            engine.pass_done(e, false, None);
+        }
+        let previous = engine.index.snapshot();
+        engine.index.discovered(&bindings.bound, None);
+        self.set_bound(&previous, &bindings.bound);
+        {
+            let mut queue = lock(&self.engine.controller.queue);
+            let mut verify = lock(&self.verify);
+            for b in &bindings.bound {
+                let arn = &b.group.arn;
+                if previous.get(arn).is_none_or(|p| p.binding != b.binding) {
+                    verify.remaining.insert(arn.clone());
+                    queue.request(arn, Want::verify());
+                }
+            }
+        }
+        self.wake.notify_one();
+        engine.publish_bindings(&bindings).await;
     }
 
     /// Until discovery is done, reads the groups pod changes named (`to_read`, 20 at a
@@ -536,11 +634,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 let Some(early) = early.as_ref() else {
                     return;
                 };
-                let mut bound = lock(&self.bound);
-                found.retain(|arn, _| !bound.contains_key(arn));
-                let mut next = (**bound).clone();
-                next.extend(found.iter().map(|(arn, b)| (arn.clone(), b.clone())));
-                *bound = Arc::new(next);
+                found.retain(|arn, _| !engine.index.contains(arn));
+                engine.index.bound_ahead(found.values().cloned());
                 early.marks(&found, &BTreeMap::new())
             };
             self.ask_changes(marks.iter().map(|(arn, seen)| (arn.as_str(), *seen)));
@@ -550,11 +645,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 .values()
                 .filter(|b| undescribed.contains(&b.group.arn))
             {
-                let described = (b.group.name.as_str(), &b.group.facts);
-                let recorded = engine
-                    .state
-                    .index(&b.group.arn, &engine.cluster, &b.binding, described)
-                    .await;
+                let recorded = engine.record_bound(b).await;
                 if let Err(e) = recorded {
                     tracing::debug!(target_group = %b.group.arn, error = %e, "recording the group's facts in this cluster's index failed; the next cold start describes it again");
                 }
@@ -639,14 +730,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 continue;
             };
             tracing::debug!(namespace = %first.namespace, groups = stepped.len(), "a first LIST differs from these groups' ledgers; reading them ahead of discovery");
-            let bound: Vec<String> = {
-                let bound = lock(&self.bound);
-                stepped
-                    .iter()
-                    .filter(|arn| bound.contains_key(*arn))
-                    .cloned()
-                    .collect()
-            };
+            let bound: Vec<String> = stepped
+                .iter()
+                .filter(|arn| engine.index.contains(arn))
+                .cloned()
+                .collect();
             let named = {
                 let mut early = lock(&self.early);
                 let Some(early) = early.as_mut() else {
@@ -667,7 +755,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             return;
         }
         {
-            let mut queue = lock(&self.queue);
+            let mut queue = lock(&self.engine.controller.queue);
             for (arn, seen) in changes.clone() {
                 queue.request(arn, Want::change(seen));
             }
@@ -793,7 +881,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     _ => {}
                 }
             }
-            lock(&self.bound).clone()
+            self.engine.index.snapshot()
         };
         let mut seen = self.engine.clock.now();
         let mut marked = Vec::new();
@@ -851,7 +939,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// change what must change. Returns what should happen next (the queue decides
     /// when).
     async fn job(&self, arn: String, want: Want) -> (String, Want, Action) {
-        let Some(bound) = lock(&self.bound).get(&arn).cloned() else {
+        let Some(bound) = self.engine.index.get(&arn) else {
             self.finished(&arn, want, None);
             return (arn, want, Action::Done);
         };

@@ -158,6 +158,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 return report.finish(self.clock.now());
             }
         };
+        self.index.discovered(&bindings.bound, None);
+        // Recorded in the state table once the groups have had their pass.
+        let publish = (!opts.dry_run).then(|| Bindings {
+            bound: bindings.bound.clone(),
+            errors: Vec::new(),
+            accounts_failed: bindings.accounts_failed.clone(),
+        });
         let Bindings {
             mut bound,
             mut errors,
@@ -248,6 +255,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .groups
             .extend(self.one_pass(bound, opts, &scope, None).await);
         report.elb = pressure.since(self.groups.pressure());
+        if let Some(found) = &publish {
+            self.publish_bindings(found).await;
+        }
         if let Some(indexed) = &indexed {
             let tagged = tagged.iter().map(String::as_str).collect();
             let orphans = self

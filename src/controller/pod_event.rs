@@ -6,8 +6,7 @@
 //! is bound to is answered at once (with the namespaced RBAC the function could not even
 //! read the pod there).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::core::{PodFacts, UnixMillis};
@@ -50,8 +49,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             tracing::info!(namespace = %event.namespace, pod = %event.name, "no target group is bound to this namespace; ignored");
             report.notes.push(format!(
                 "ignored: no target group is bound to namespace `{}` for cluster `{}` \
-                 (pod-events knows the groups holding this cluster's targets, and every \
-                 group at a discovery; the schedule fills a group's first targets)",
+                 (as of the last discovery, recorded in the state table's index of bound \
+                 groups; a group tagged since is bound by the next scheduled run)",
                 event.namespace, self.cluster
             ));
             return Ok(report.finish(self.clock.now()));
@@ -81,9 +80,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // at every second while the invocation allows (the schedule's controller does
         // it otherwise).
         let gated = live.filter(|p| p.gate == Some(false));
-        report.groups = self
-            .one_pass(bound.to_vec(), opts, &scope, gated.as_ref())
-            .await;
+        report.groups = self.one_pass(bound, opts, &scope, gated.as_ref()).await;
         report.notes.push(format!(
             "pod {}/{} ({}): {} group(s) affected",
             event.namespace,
@@ -91,9 +88,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             event.reason,
             report.groups.len()
         ));
-        if report.groups.iter().any(|g| g.gone) {
-            self.forget_bindings().await;
-        }
         Ok(report.finish(self.clock.now()))
     }
 
@@ -136,79 +130,68 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
     }
 
-    /// The groups bound in `namespace`, and the accounts a discovery could not read,
-    /// each cached per container for `discovery_ttl`: pod events are frequent, binding
-    /// tags change rarely, and discovery costs ELBv2 Describe calls (a pass that
-    /// changes a group re-reads its tags first; see `pass::refresh_binding`). Once the
-    /// state table's index names this cluster's groups, a namespace's groups are read
-    /// from their rows with one DescribeTags per 20, not by discovering every group of
-    /// the account (53 Describe calls at 1,000 groups, at a share of a Describe or two a
-    /// second). A group not in the index holds none of this cluster's targets yet: the
-    /// schedule fills it, and a discovery (when the index is empty or cannot be read)
-    /// finds it. The accounts whose discovery failed are cached with the groups (their
-    /// errors are reported by every event meanwhile; retrying a role that cannot be
-    /// assumed on every event would only spend STS and ELBv2 calls).
-    async fn bound_in(&self, namespace: &str) -> Result<CachedBindings, crate::groups::ElbError> {
+    /// The groups bound in `namespace` as of the last discovery (whichever function
+    /// made it), and the accounts a discovery could not read when this one had to
+    /// discover. The bound index holds them as of a generation of the state table's
+    /// index of bound groups: one consistent read of that generation tells whether they
+    /// still are the last discovery's; when it moved (or the namespace is not known
+    /// yet), the namespace's rows are read and their groups' tags with one DescribeTags
+    /// per 20 — not every group of the account (53 Describe calls at 1,000 groups, at a
+    /// share of a Describe or two a second). Only when the state table has no index yet
+    /// (or it cannot be read) does pod-events discover every group itself.
+    async fn bound_in(
+        &self,
+        namespace: &str,
+    ) -> Result<(Vec<BoundGroup>, Vec<String>), crate::groups::ElbError> {
         let now = self.clock.now();
-        let ttl = self.settings.discovery_ttl;
-        let fresh = |at: UnixMillis| now < at.plus(ttl);
-        let mut cache = self.bindings_cache.lock().await;
-        if let Some((at, bound)) = cache.namespaces.get(namespace)
-            && fresh(*at)
-        {
-            return Ok((bound.clone(), Arc::default()));
-        }
-        if let Some((at, (bound, failed))) = &cache.discovered
-            && fresh(*at)
-        {
-            return Ok((in_namespace(bound, namespace), failed.clone()));
-        }
-        let index = match &cache.index {
-            Some((at, index)) if fresh(*at) => Some(index.clone()),
-            _ => match self.state.indexed_selections(&self.cluster).await {
-                Ok(rows) if !rows.is_empty() => {
-                    let mut index = IndexByNamespace::new();
-                    for row in rows {
-                        index.entry(row.namespace.clone()).or_default().push(row);
+        match self.state.index_meta(&self.cluster).await {
+            Ok(meta) if meta.generation > 0 => {
+                if self.index.knows(namespace, meta.generation) {
+                    return Ok((self.index.in_namespace(namespace), Vec::new()));
+                }
+                match self.state.indexed_selections(&self.cluster).await {
+                    Ok(rows) => {
+                        let rows: Vec<IndexedGroup> = rows
+                            .into_iter()
+                            .filter(|r| r.namespace == namespace && r.bound)
+                            .collect();
+                        match self.read_indexed(namespace, &rows, now).await {
+                            Ok(bound) => {
+                                self.index.learned_namespace(
+                                    namespace,
+                                    bound.clone(),
+                                    meta.generation,
+                                );
+                                return Ok((bound, Vec::new()));
+                            }
+                            Err(e) => {
+                                tracing::debug!(namespace, error = %e, "reading the namespace's indexed groups failed; discovering every group instead");
+                            }
+                        }
                     }
-                    let index = Arc::new(index);
-                    cache.index = Some((now, index.clone()));
-                    Some(index)
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading this cluster's index failed; discovering every group instead");
+                    }
                 }
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::debug!(error = %e, "reading this cluster's index failed; discovering every group instead");
-                    None
-                }
-            },
-        };
-        if let Some(index) = index {
-            let rows = index.get(namespace).map(Vec::as_slice).unwrap_or_default();
-            match self.read_indexed(namespace, rows, now).await {
-                Ok(bound) => {
-                    let bound = Arc::new(bound);
-                    self.know_namespace(namespace, &bound);
-                    cache
-                        .namespaces
-                        .insert(namespace.to_owned(), (now, bound.clone()));
-                    return Ok((bound, Arc::default()));
-                }
-                Err(e) => {
-                    tracing::debug!(namespace, error = %e, "reading the namespace's indexed groups failed; discovering every group instead");
-                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "reading this cluster's index failed; discovering every group instead");
             }
         }
         let bindings = self.bindings().await?;
-        let failed: Arc<Vec<String>> = Arc::new(
-            bindings
-                .accounts_failed
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        );
-        let bound = Arc::new(bindings.bound);
-        let found = in_namespace(&bound, namespace);
-        cache.discovered = Some((now, (bound, failed.clone())));
+        self.index.discovered(&bindings.bound, None);
+        self.publish_bindings(&bindings).await;
+        let failed = bindings
+            .accounts_failed
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let found = bindings
+            .bound
+            .into_iter()
+            .filter(|b| b.binding.namespace == namespace)
+            .collect();
         Ok((found, failed))
     }
 
@@ -236,38 +219,4 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         Ok(bound)
     }
-
-    /// Drops the cached bindings (a group vanished or its tags changed).
-    async fn forget_bindings(&self) {
-        *self.bindings_cache.lock().await = BindingsCache::default();
-    }
-}
-
-/// The groups of `bound` bound in `namespace`.
-fn in_namespace(bound: &[BoundGroup], namespace: &str) -> Arc<Vec<BoundGroup>> {
-    Arc::new(
-        bound
-            .iter()
-            .filter(|b| b.binding.namespace == namespace)
-            .cloned()
-            .collect(),
-    )
-}
-
-/// This cluster's index rows, by namespace.
-type IndexByNamespace = BTreeMap<String, Vec<IndexedGroup>>;
-
-/// What pod-events reuses between events: the bound groups, and the accounts whose
-/// discovery failed (reported with every event until the next discovery).
-type CachedBindings = (Arc<Vec<BoundGroup>>, Arc<Vec<String>>);
-
-/// What pod-events reuses between events, each for `discovery_ttl`.
-#[derive(Default)]
-pub struct BindingsCache {
-    /// This cluster's index rows by namespace (none while the index names no group).
-    index: Option<(UnixMillis, Arc<IndexByNamespace>)>,
-    /// Each namespace's groups, read from its index rows.
-    namespaces: HashMap<String, (UnixMillis, Arc<Vec<BoundGroup>>)>,
-    /// Every bound group, from a discovery, and the accounts it could not read.
-    discovered: Option<(UnixMillis, CachedBindings)>,
 }

@@ -132,8 +132,10 @@ enum Wait {
     Lease,
     /// A gated pod's target to turn healthy.
     Gates,
-    /// The end of a backoff, or a retry after a failure.
+    /// A retry after a failure before the lease.
     Retry,
+    /// The end of the group's backoff (its registrations; its pass ran).
+    Backoff,
 }
 
 #[derive(Debug, Default)]
@@ -209,6 +211,7 @@ impl Queue {
         });
         if want.changed && slot.wait != Wait::Lease {
             slot.not_before = None;
+            slot.wait = Wait::Time;
         }
     }
 
@@ -275,7 +278,8 @@ impl Queue {
             let wait = match action {
                 Action::LeaseHeld { .. } => Wait::Lease,
                 Action::GatesPending => Wait::Gates,
-                Action::BackOff { .. } | Action::Failed => Wait::Retry,
+                Action::Failed => Wait::Retry,
+                Action::BackOff { .. } => Wait::Backoff,
                 Action::Done | Action::Requeue => Wait::Time,
             };
             let waits = wait == Wait::Lease || slot.pending.is_none_or(|p| !p.changed);
@@ -330,6 +334,31 @@ impl Queue {
             .collect()
     }
 
+    /// The keys with a pod change asked for and not served yet (queued, waiting, or
+    /// merged into a pass in flight) — but those whose pass ran and whose
+    /// registrations now wait for their backoff: what a run that ends hands on.
+    pub fn pending_changes(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.pending.is_some_and(|p| p.changed) && s.wait != Wait::Backoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// What a warm container keeps between invocations: the reactions (pod changes,
+    /// gates); a full diff's looks are the next run's discovery's to ask for again.
+    pub fn keep_reactions(&mut self) {
+        self.slots.retain(|_, s| {
+            if let Some(p) = &mut s.pending {
+                p.verify = false;
+            }
+            s.running || s.pending.is_some_and(Want::reacts)
+        });
+    }
+
     /// Drops `key`'s request (its group is no longer bound), unless its pass is running.
     pub fn forget(&mut self, key: &str) {
         if self.slots.get(key).is_some_and(|s| !s.running) {
@@ -349,7 +378,7 @@ impl Queue {
                         (None, _) => true,
                         (Some(t), Wait::Lease) => t <= leases,
                         (Some(t), Wait::Gates) => t <= gates,
-                        (Some(_), Wait::Time | Wait::Retry) => false,
+                        (Some(_), Wait::Time | Wait::Retry | Wait::Backoff) => false,
                     })
         })
     }

@@ -44,13 +44,19 @@ pub(crate) enum Ending {
 }
 
 impl Ending {
-    /// What the run keeps of a pass's `action`: a one-shot run waits for a lease or a
-    /// gate, and leaves a backoff, a retry or a cut pass to the next run.
-    fn keeps(self, action: Action) -> Action {
+    /// What the run keeps of a pass's `action` for `key`, asked to do `want`: a
+    /// one-shot run waits for a lease or a gate, and leaves a backoff, a retry or a cut
+    /// pass to the next run — a pod change whose pass failed or was cut goes to `left`,
+    /// to be handed on.
+    fn keeps(self, action: Action, want: Want, key: &str, left: &mut Vec<String>) -> Action {
         match (self, action) {
-            (Self::Idle { .. }, Action::Requeue | Action::Failed | Action::BackOff { .. }) => {
+            (Self::Idle { .. }, Action::Requeue | Action::Failed) => {
+                if want.changed {
+                    left.push(key.to_owned());
+                }
                 Action::Done
             }
+            (Self::Idle { .. }, Action::BackOff { .. }) => Action::Done,
             (_, action) => action,
         }
     }
@@ -87,8 +93,9 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     /// Runs the queue until `ending` (or the process shuts down): each key's pass is
     /// `job(key, want)`, whose [`Action`] the queue turns into a delay. When the run
     /// ends, the passes in flight finish (a run's options cut them cleanly at its
-    /// `cut_at`); what is still queued stays in the queue.
-    pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F)
+    /// `cut_at`); what is still queued stays in the queue, and every pod change not
+    /// served is handed on ([`Runner::hand_on`]). Returns the groups handed on.
+    pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Vec<String>
     where
         F: Fn(String, Want) -> Fut,
         Fut: Future<Output = (String, Want, Action)>,
@@ -99,6 +106,8 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         let (mut changes, mut verifications) = (0usize, 0usize);
         let mut next_lease_look = Instant::now() + LEASE_POLL;
         let mut looking = std::pin::pin!(futures::future::Fuse::terminated());
+        // Changes whose pass a one-shot run left to the next run.
+        let mut left = Vec::new();
         loop {
             let woken = self.wake.notified();
             let mut woken = std::pin::pin!(woken);
@@ -156,7 +165,8 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             tokio::select! {
                 Some((key, want, action)) = in_flight.next(), if !in_flight.is_empty() => {
                     if want.changed { changes -= 1 } else { verifications -= 1 }
-                    lock(self.queue).done(&key, want, ending.keeps(action), self.now());
+                    let kept = ending.keeps(action, want, &key, &mut left);
+                    lock(self.queue).done(&key, want, kept, self.now());
                 }
                 () = &mut looking, if !looking.is_terminated() => {
                     next_lease_look = Instant::now() + LEASE_POLL;
@@ -170,9 +180,37 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                 }
             }
         }
-        // The time is up: no new pass; those in flight finish or are cut cleanly.
+        // The time is up: no new pass; those in flight finish or are cut cleanly, and
+        // what they leave is handed on (counted as a pass in flight, so the shutdown
+        // hook waits for it).
+        let _holding = engine.holding();
         while let Some((key, want, action)) = in_flight.next().await {
-            lock(self.queue).done(&key, want, ending.keeps(action), self.now());
+            let kept = ending.keeps(action, want, &key, &mut left);
+            lock(self.queue).done(&key, want, kept, self.now());
+        }
+        left.extend(lock(self.queue).pending_changes());
+        left.sort_unstable();
+        left.dedup();
+        self.hand_on(&left).await;
+        left
+    }
+
+    /// Hands on the pod changes a run could not serve: each group's `dirty` flag, so
+    /// that whoever holds or next takes its lease serves it, and the index's record of
+    /// requests, so that the next run serves them first (see
+    /// `StateStore::request_passes`). A failure is logged: the next full diff finds
+    /// the groups by their pods.
+    async fn hand_on(&self, groups: &[String]) {
+        if groups.is_empty() {
+            return;
+        }
+        let engine = self.engine;
+        tracing::info!(
+            groups = groups.len(),
+            "handing on the pod changes this run could not serve"
+        );
+        if let Err(e) = engine.state.request_passes(&engine.cluster, groups).await {
+            tracing::warn!(error = %e, groups = groups.len(), "handing on the pod changes this run could not serve failed; the next full diff finds them by their pods");
         }
     }
 

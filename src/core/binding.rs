@@ -148,6 +148,31 @@ impl BindingPolicy {
 }
 
 impl Binding {
+    /// A fingerprint of everything the binding says (FNV-1a over its canonical text):
+    /// equal for equal bindings, so the state table's index of bound groups records
+    /// which binding each row was written for, and a change of any binding tag is a
+    /// change of the index.
+    pub fn fingerprint(&self) -> u64 {
+        let mut clusters = self.clusters.clone();
+        clusters.sort_unstable();
+        let text = format!(
+            "{}\n{}\n{}\n{}\n{}\n{:?}\n{}",
+            clusters.join(" "),
+            self.namespace,
+            self.selector,
+            self.port,
+            self.mode,
+            self.family,
+            self.quic
+        );
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in text.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        hash
+    }
+
     /// Whether this binding names `cluster`, so that cluster's tgsync should manage it.
     pub fn binds_cluster(&self, cluster: &str) -> bool {
         self.clusters.iter().any(|c| c == cluster)
@@ -530,6 +555,41 @@ mod tests {
         let err = Binding::parse(&base(), &g).unwrap_err();
         assert_eq!(err, BindingError::UnsupportedTargetType("instance".into()));
         assert!(err.to_string().contains("target type `ip`"));
+    }
+
+    #[test]
+    fn a_binding_fingerprint_changes_with_any_binding_tag() {
+        let facts = GroupFacts {
+            target_type: "ip".into(),
+            port: Some(8080),
+            family: AddressFamily::Ipv4,
+            quic: false,
+        };
+        let bind = |extra: &[(&str, &str)]| {
+            let mut t = tags(&[
+                ("tgsync/cluster", "demo"),
+                ("tgsync/namespace", "shop"),
+                ("tgsync/selector", "app=web"),
+            ]);
+            for (k, v) in extra {
+                t.insert((*k).to_owned(), (*v).to_owned());
+            }
+            Binding::for_cluster(&t, &facts, "demo", &BindingPolicy::unrestricted())
+                .unwrap()
+                .unwrap()
+                .fingerprint()
+        };
+        let base = bind(&[]);
+        assert_eq!(base, bind(&[("other", "tag")]), "other tags do not bind");
+        for changed in [
+            ("tgsync/port", "9090"),
+            ("tgsync/mode", "exclusive"),
+            ("tgsync/selector", "app=web tier=fe"),
+            ("tgsync/namespace", "bank"),
+            ("tgsync/cluster", "demo other"),
+        ] {
+            assert_ne!(base, bind(&[changed]), "{changed:?}");
+        }
     }
 
     #[test]

@@ -99,8 +99,9 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
     let mut opts = request.options();
     opts.deadline = invocation.deadline;
     let mut report = match &request.release {
-        Some(arns) => engine.release(arns, &opts).await,
-        None => engine.resync(&opts).await,
+        // Boxed: a run's future is too large for the caller's stack.
+        Some(arns) => Box::pin(engine.release(arns, &opts)).await,
+        None => Box::pin(engine.resync(&opts)).await,
     };
     report.function = FUNCTION;
     super::log_run_errors(&report);

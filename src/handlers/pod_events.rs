@@ -36,8 +36,8 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
                 deadline,
                 ..RunOptions::default()
             };
-            let report = engine
-                .pod_event(&event, ready_wait, &opts)
+            // Boxed: the pass's future is too large for the caller's stack.
+            let report = Box::pin(engine.pod_event(&event, ready_wait, &opts))
                 .await
                 .inspect_err(|e| tracing::error!(error = %e, pod = %format!("{}/{}", event.namespace, event.name), "pod event failed"))?;
             super::log_run_errors(&report);

@@ -63,10 +63,12 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
         }
         until
     });
+    // Boxed: a run's future (its queue, runner and watches) is tens of kilobytes, too
+    // large for the caller's stack.
     let report = match (&request.release, watch_until) {
-        (Some(arns), _) => engine.release(arns, &opts).await,
-        (None, Some(until)) => engine.run_scheduled(&opts, until).await,
-        (None, None) => engine.resync(&opts).await,
+        (Some(arns), _) => Box::pin(engine.release(arns, &opts)).await,
+        (None, Some(until)) => Box::pin(engine.run_scheduled(&opts, until)).await,
+        (None, None) => Box::pin(engine.resync(&opts)).await,
     };
     super::log_run_errors(&report);
     tracing::info!(

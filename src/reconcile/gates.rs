@@ -110,7 +110,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// The bound groups of `pod`'s namespace that select it with its gate waiting:
     /// each with the pod's target in it.
     fn gating_groups(&self, pod: &PodFacts) -> Vec<(BoundGroup, crate::core::Target)> {
-        let bound = self.known_bindings();
+        let bound = self.index.in_namespace(&pod.pod.namespace);
         bound
             .iter()
             .filter(|b| b.binding.namespace == pod.pod.namespace)

@@ -66,8 +66,6 @@ pub struct EngineSettings {
     pub max_passes: u32,
     /// Backoff delays.
     pub backoff: BackoffPolicy,
-    /// How long pod-events reuses discovered bindings.
-    pub discovery_ttl: Duration,
     /// A pass under the lease re-reads the group's tags when its binding is older than
     /// this (pod-events and watch mode work from cached bindings).
     pub binding_max_age: Duration,
@@ -96,7 +94,6 @@ impl Default for EngineSettings {
             lease,
             max_passes: 5,
             backoff: BackoffPolicy::default(),
-            discovery_ttl: Duration::from_secs(60),
             binding_max_age: Duration::from_secs(5),
             verify_describes_per_second: 2.0,
             schedule_period: Duration::from_secs(60),
@@ -132,16 +129,7 @@ pub struct RunOptions {
 /// No group pass starts with less than this left before the invocation's deadline.
 pub const START_CUTOFF: Duration = Duration::from_secs(20);
 
-/// A target group with a valid binding for this cluster.
-#[derive(Debug, Clone)]
-pub struct BoundGroup {
-    /// The group.
-    pub group: TargetGroup,
-    /// Its binding.
-    pub binding: Binding,
-    /// When the binding's tags were read.
-    pub read_at: UnixMillis,
-}
+pub use crate::index::BoundGroup;
 
 /// Discovery result: bound groups plus reports for groups with bad tags.
 #[derive(Debug, Default)]
@@ -196,7 +184,6 @@ pub struct Engine<P, G, S> {
     /// scheduled invocations a container serves.
     pub controller: crate::controller::Controller,
     rng: Mutex<fastrand::Rng>,
-    pub(crate) bindings_cache: tokio::sync::Mutex<crate::controller::pod_event::BindingsCache>,
     /// Set when the process is told to stop (SIGTERM): passes stop before their next
     /// change and give their leases back.
     shutting_down: std::sync::atomic::AtomicBool,
@@ -209,9 +196,8 @@ pub struct Engine<P, G, S> {
     sink: Arc<dyn crate::metrics::Sink>,
     /// Target health as last read per group (the gates' verdicts reuse fresh reads).
     health_cache: gates::HealthCache,
-    /// The bound groups as this engine last knew them (the groups a gated pod's verdict
-    /// asks).
-    known: Mutex<Arc<Vec<BoundGroup>>>,
+    /// The bound groups: one index, one owner (see [`crate::index`]).
+    pub index: crate::index::BoundIndex,
     /// What each gated pod's condition was last written to say (its writes are
     /// patched only when the verdict changes, whoever in this container settles it).
     gates_said: gates::GatesSaid,
@@ -243,13 +229,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             owner_prefix: "tgsync".into(),
             controller: crate::controller::Controller::default(),
             rng: Mutex::new(fastrand::Rng::new()),
-            bindings_cache: tokio::sync::Mutex::default(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown: tokio::sync::Notify::new(),
             leased: std::sync::atomic::AtomicUsize::new(0),
             sink: Arc::new(crate::metrics::Printed),
             health_cache: gates::HealthCache::default(),
-            known: Mutex::new(Arc::new(Vec::new())),
+            index: crate::index::BoundIndex::default(),
             gates_said: gates::GatesSaid::default(),
             gates_waiting: gates::GatesWaiting::default(),
             tag_reads: tag_reads::TagReads::default(),
@@ -275,35 +260,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         self
     }
 
-    /// The bound groups as this engine last knew them.
-    pub(crate) fn known_bindings(&self) -> Arc<Vec<BoundGroup>> {
-        self.known.lock().map(|k| k.clone()).unwrap_or_default()
-    }
-
-    /// Records `bound` as the bound groups this engine knows now.
-    pub(crate) fn know_bindings(&self, bound: Arc<Vec<BoundGroup>>) {
-        if let Ok(mut known) = self.known.lock() {
-            *known = bound;
-        }
-    }
-
-    /// Replaces what this engine knows of `namespace`'s bound groups with `bound`
-    /// (pod-events reads one namespace's groups at a time).
-    pub(crate) fn know_namespace(&self, namespace: &str, bound: &[BoundGroup]) {
-        if let Ok(mut known) = self.known.lock() {
-            let mut next: Vec<BoundGroup> = known
-                .iter()
-                .filter(|k| {
-                    k.binding.namespace != namespace
-                        && !bound.iter().any(|b| b.group.arn == k.group.arn)
-                })
-                .cloned()
-                .collect();
-            next.extend(bound.iter().cloned());
-            *known = Arc::new(next);
-        }
-    }
-
     /// Tells the sink that a pass of this engine ended with `report` (a pod change
     /// seen `reaction` before its first ELBv2 change was answered).
     pub(crate) fn pass_done(
@@ -312,6 +268,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         dry_run: bool,
         reaction: Option<Duration>,
     ) {
+        if report.gone {
+            // Deleted, or its tags changed since they were read: not acted on again
+            // until a discovery binds it.
+            self.index.unbound(&report.target_group_arn);
+        }
         self.sink.pass(&crate::metrics::PassDone {
             function: &self.owner_prefix,
             cluster: &self.cluster,
@@ -359,7 +320,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// Discovers target groups and splits them into valid bindings and binding errors
     /// (bad tags, or tags asking for more than the deployment's binding policy allows).
     /// An account whose discovery failed is listed in `accounts_failed`; `Err` only when
-    /// the single account there is could not be read.
+    /// the single account there is could not be read. Nothing is written: the caller
+    /// makes them the container's ([`crate::index::BoundIndex::discovered`]) and, unless
+    /// it is a dry run, the state table's ([`Engine::publish_bindings`]).
     pub async fn bindings(&self) -> Result<Bindings, crate::groups::ElbError> {
         let read_at = self.clock.now();
         let discovery = self.groups.discover_accounts().await?;
@@ -374,8 +337,85 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 Some(Err(report)) => out.errors.push(report),
             }
         }
-        self.know_bindings(Arc::new(out.bound.clone()));
         Ok(out)
+    }
+
+    /// Brings the state table's index of bound groups to a discovery's result: a row
+    /// for every bound group that has none for its binding, and rows of groups no
+    /// longer bound (in accounts that could be read) marked so; the index's generation
+    /// is bumped when anything changed (and the container's view follows it), so
+    /// pod-events and the gates of every function see the groups the last discovery
+    /// found. Nothing is written when the rows say so already. A failure is logged: the
+    /// rows are brought there by the next discovery.
+    pub(crate) async fn publish_bindings(&self, found: &Bindings) {
+        let rows = match self.state.indexed_selections(&self.cluster).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading this cluster's index in the state table failed; it is brought to the bound groups at the next discovery");
+                return;
+            }
+        };
+        let recorded: std::collections::HashMap<&str, &crate::state::IndexedGroup> =
+            rows.iter().map(|r| (r.group.as_str(), r)).collect();
+        let mut updates: Vec<crate::state::IndexUpdate<'_>> = found
+            .bound
+            .iter()
+            .filter(|b| {
+                recorded.get(b.group.arn.as_str()).is_none_or(|r| {
+                    !r.bound || r.binding != Some(b.binding.fingerprint()) || r.described.is_none()
+                })
+            })
+            .map(|b| crate::state::IndexUpdate::Bound {
+                group: &b.group.arn,
+                binding: &b.binding,
+                described: (&b.group.name, &b.group.facts),
+            })
+            .collect();
+        let bound: BTreeSet<&str> = found.bound.iter().map(|b| b.group.arn.as_str()).collect();
+        let unread: BTreeSet<Option<&str>> = found
+            .accounts_failed
+            .iter()
+            .map(|f| f.account.as_deref())
+            .collect();
+        // An account that could not be read (or whose name is not known) may still
+        // bind its groups.
+        let readable = |arn: &str| {
+            !unread.contains(&None) && !unread.contains(&crate::groups::arn_account(arn))
+        };
+        updates.extend(
+            rows.iter()
+                .filter(|r| r.bound && !bound.contains(r.group.as_str()) && readable(&r.group))
+                .map(|r| crate::state::IndexUpdate::Unbound { group: &r.group }),
+        );
+        if updates.is_empty() {
+            return;
+        }
+        let before = self.index.generation();
+        match self.state.sync_index(&self.cluster, &updates).await {
+            Ok(Some(generation)) => self.index.wrote(before, generation),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "writing this cluster's index of bound groups failed; tried again at the next discovery");
+            }
+        }
+    }
+
+    /// Records `bound` in the state table's index of bound groups (a pass before the
+    /// group's first entry of this cluster, and a group found in the ledgers but missing
+    /// from the index), keeping the container's view current when its own write is the
+    /// index's only change.
+    pub(crate) async fn record_bound(&self, bound: &BoundGroup) -> Result<(), StateError> {
+        let before = self.index.generation();
+        let update = crate::state::IndexUpdate::Bound {
+            group: &bound.group.arn,
+            binding: &bound.binding,
+            described: (&bound.group.name, &bound.group.facts),
+        };
+        let written = self.state.sync_index(&self.cluster, &[update]).await?;
+        if let Some(generation) = written {
+            self.index.wrote(before, generation);
+        }
+        Ok(())
     }
 
     /// The groups of `batch` (at most [`crate::aws::elbv2::TAGS_BATCH`]) as they are
@@ -587,16 +627,5 @@ pub(crate) struct Holding<'a>(&'a std::sync::atomic::AtomicUsize);
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl TargetGroup {
-    /// The name, or the ARN when discovery had none.
-    pub fn group_name(&self) -> String {
-        if self.name.is_empty() {
-            self.arn.clone()
-        } else {
-            self.name.clone()
-        }
     }
 }

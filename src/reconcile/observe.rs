@@ -102,15 +102,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             && let Some(indexed) = scope.indexed
             && !indexed.contains(arn)
             && state.ledger.values().any(|e| e.cluster == self.cluster)
-            && let Err(e) = self
-                .state
-                .index(
-                    arn,
-                    &self.cluster,
-                    &bound.binding,
-                    (&bound.group.name, &bound.group.facts),
-                )
-                .await
+            && let Err(e) = self.record_bound(bound).await
         {
             tracing::warn!(target_group = arn, error = %e, "adding the group to the state table's index failed; tried again next run");
         }
@@ -134,6 +126,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .backoff
             .gate(state.backoff.as_ref(), now, opts.force);
         let busy = state.held_by_other(None, now) || state.dirty;
+        // A request for a pass that no holder serves (its holder gave up, or a run
+        // handed it on): this pass takes the lease, which clears it, even if nothing is
+        // to change, and records the checkpoint the flag kept it from.
+        let unserved = state.dirty && !state.held_by_other(None, now) && !opts.dry_run;
         let rest = at_rest(
             arn,
             &desired,
@@ -160,6 +156,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         if let Gate::Wait { until } = gate
             && !opts.dry_run
+            && !unserved
             && self
                 .mine(&state.ledger)
                 .iter()
@@ -205,7 +202,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let nothing_to_do = plan.deregister.is_empty()
             && plan.forget.is_empty()
             && plan.adopt.is_empty()
-            && (plan.register.is_empty() || backing_off);
+            && (plan.register.is_empty() || backing_off)
+            && !unserved;
         if !nothing_to_do {
             let prior = super::pass::PriorRead {
                 version: state.version,

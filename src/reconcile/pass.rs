@@ -334,19 +334,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if (!plan.adopt.is_empty() || !plan.register.is_empty()) && self.mine(ledger).is_empty() {
             // The group's first entry of this cluster: index it first, so a resync finds
             // the ledger if the group is ever unbound (the orphan report).
-            self.state
-                .index(
-                    &arn,
-                    &self.cluster,
-                    &bound.binding,
-                    (&bound.group.name, &bound.group.facts),
-                )
-                .await
-                .map_err(|e| {
-                    Stop::Failed(format!(
-                        "indexing the group in the state table failed, nothing registered: {e}"
-                    ))
-                })?;
+            self.record_bound(bound).await.map_err(|e| {
+                Stop::Failed(format!(
+                    "indexing the group in the state table failed, nothing registered: {e}"
+                ))
+            })?;
         }
         // Adopt (and take over other clusters' stale claims on our live pods' IPs):
         // ownership only, stored with the first write.
@@ -516,16 +508,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
             // Another pass of this container read them a moment ago: its read stands
             // in for this pass's (it is still not a read made *in* this pass).
-            if let Some(fresh) = self.tag_reads.fresher(bound, now, max_age) {
+            if let Some(fresh) = self.index.fresher(bound, now, max_age) {
                 *bound = fresh;
                 return Ok(false);
             }
         }
-        let tags = match self.read_tags(bound, now, max_age).await {
+        let tags = match self.read_tags(bound, now).await {
             Ok(tags) => tags,
             Err(e) => {
-                self.tag_reads.forget(&bound.group.arn);
                 report.gone = matches!(e, ElbError::NotFound { .. });
+                if report.gone {
+                    self.index.unbound(&bound.group.arn);
+                }
                 return Err(Stop::Failed(format!(
                     "reading the group's tags failed: {e}"
                 )));
@@ -543,7 +537,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             {
                 // The pods in hand were listed for the old selection: acting on them
                 // would be acting on partial data.
-                self.tag_reads.forget(&bound.group.arn);
+                self.index.unbound(&bound.group.arn);
                 report.gone = true;
                 report.outcome = Outcome::Deferred;
                 report.error = Some(
@@ -556,11 +550,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 bound.binding = binding;
                 bound.group.tags = tags;
                 bound.read_at = now;
-                self.tag_reads.remember(bound, now, max_age);
+                self.index.reread(bound);
                 Ok(true)
             }
             other => {
-                self.tag_reads.forget(&bound.group.arn);
+                self.index.unbound(&bound.group.arn);
                 report.gone = true;
                 report.outcome = Outcome::BindingError;
                 report.error = Some(match other {

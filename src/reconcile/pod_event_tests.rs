@@ -407,7 +407,8 @@ async fn a_tag_read_made_for_one_event_serves_the_next() {
 /// A re-read of one group's tags names the container's other bound groups of its
 /// account in the same DescribeTags: a pass of another group a second later finds their
 /// read fresh and acts without a Describe of its own; a group whose tags changed
-/// meanwhile is never served from that read.
+/// meanwhile is never served from that read: the read lets it go from the bound index
+/// (until a discovery binds it again), so its pods are not acted on.
 #[tokio::test]
 async fn a_tag_read_for_one_group_serves_the_other_groups_of_its_account() {
     let elb = engine_groups();
@@ -432,15 +433,13 @@ async fn a_tag_read_for_one_group_serves_the_other_groups_of_its_account() {
     assert_eq!(live(&e, OTHER), ["10.0.2.1:8080"]);
     let (reads, report) = started(&e, "db", "db-1", "10.0.3.1").await;
     assert_eq!(
-        reads, 1,
-        "a group whose tags no longer bind it reads them itself"
+        reads, 0,
+        "a group the re-read found unbound is not read again"
     );
     assert!(live(&e, &third).is_empty(), "the unbound group was changed");
-    let db_report = report.groups.iter().find(|g| g.target_group_arn == third);
-    assert_eq!(
-        db_report.map(|g| g.outcome),
-        Some(Outcome::BindingError),
-        "{report:?}"
+    assert!(
+        report.group(&third).is_none(),
+        "the unbound group is no longer among the bound: {report:?}"
     );
 }
 
@@ -464,13 +463,14 @@ async fn a_deleted_group_costs_a_re_read_one_extra_call() {
     );
 }
 
-/// Once the state table's index names this cluster's groups, an event after the
-/// discovery's time is up reads its namespace's groups from their index rows (one
-/// DescribeTags, which also stands in for the pass's tag re-read) instead of
-/// discovering every group of the account; an event from a namespace the index does
-/// not name costs no ELBv2 call at all.
+/// Once the state table's index records this cluster's bound groups (the first event's
+/// discovery wrote it), a later event takes its namespace's groups from the bound index
+/// as of that index's generation instead of discovering every group of the account
+/// again; its pass re-reads the tags it acts on (one DescribeTags). A bound group that
+/// holds none of this cluster's targets yet is in the index too: its pod is registered
+/// at once, not left to the schedule.
 #[tokio::test]
-async fn past_the_discovery_ttl_an_event_reads_its_namespaces_groups_from_the_index() {
+async fn an_event_reads_its_namespaces_groups_from_the_index_of_bound_groups() {
     let elb = engine_groups();
     for i in 0..60 {
         let arn = OTHER.replace("api/1", &format!("other-{i}/2"));
@@ -478,8 +478,7 @@ async fn past_the_discovery_ttl_an_event_reads_its_namespaces_groups_from_the_in
     }
     let (e, clock) = super::tests::fake_engine(FakePods::default(), elb, 3);
     let calls = |name| e.groups.calls().get(name).copied().unwrap_or(0);
-    // The index is empty: the first event discovers, and its registration indexes the
-    // web group.
+    // The index is empty: the first event discovers, and records every bound group.
     started(&e, "web", "web-1", "10.0.1.1").await;
     assert_eq!(calls("DescribeTargetGroups"), 1);
     clock.advance(61_000);
@@ -490,7 +489,10 @@ async fn past_the_discovery_ttl_an_event_reads_its_namespaces_groups_from_the_in
         1,
         "no second discovery: the index names the namespace's groups"
     );
-    assert_eq!(tags, 1, "one DescribeTags read the web group's tags");
+    assert_eq!(
+        tags, 1,
+        "one DescribeTags: the pass re-read the web group's tags"
+    );
     assert_eq!(live(&e, TG), ["10.0.1.1:8080", "10.0.1.2:8080"]);
     let before = e.groups.calls();
     let pod = PodBuilder::new("ns-7", "x-1")
@@ -500,21 +502,23 @@ async fn past_the_discovery_ttl_an_event_reads_its_namespaces_groups_from_the_in
     let mut ev = exporter_event("x-1", "Started", json!({"app": "x"}));
     ev["detail"]["involvedObject"]["namespace"] = json!("ns-7");
     let report = handle(&e, &ev).await;
-    assert!(report.groups.is_empty(), "{report:#?}");
-    assert!(
-        report.notes.iter().any(|n| n.starts_with("ignored:")),
-        "{:?}",
-        report.notes
-    );
+    let other7 = OTHER.replace("api/1", "other-7/2");
     assert_eq!(
-        e.groups.calls(),
-        before,
-        "a namespace whose groups hold none of this cluster's targets is left to the schedule"
+        report.group(&other7).map(|g| g.outcome),
+        Some(Outcome::Changed),
+        "{report:#?}"
+    );
+    assert_eq!(live(&e, &other7), ["10.0.9.1:8080"]);
+    assert_eq!(
+        calls("DescribeTargetGroups"),
+        before.get("DescribeTargetGroups").copied().unwrap_or(0),
+        "a bound group that held no targets yet is served without a discovery"
     );
 }
 
-/// A group deleted while still in the index fails its namespace's DescribeTags: the
-/// event is served by a discovery (which no longer finds it), not failed.
+/// A group deleted while still in the index fails its companions' DescribeTags: the
+/// event is served (the re-read asks for its own group alone), not failed, and without
+/// a discovery.
 #[tokio::test]
 async fn a_deleted_group_in_the_index_falls_back_to_discovery() {
     let (e, clock) = super::tests::fake_engine(FakePods::default(), engine_groups(), 3);
@@ -529,6 +533,6 @@ async fn a_deleted_group_in_the_index_falls_back_to_discovery() {
         Some(Outcome::Changed),
         "{report:#?}"
     );
-    assert_eq!(calls("DescribeTargetGroups"), 2, "the second discovery");
+    assert_eq!(calls("DescribeTargetGroups"), 1, "no second discovery");
     assert_eq!(live(&e, TG), ["10.0.1.1:8080", "10.0.1.2:8080"]);
 }

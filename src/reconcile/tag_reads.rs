@@ -30,10 +30,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         &self,
         bound: &BoundGroup,
         now: UnixMillis,
-        max_age: Duration,
     ) -> Result<std::collections::BTreeMap<String, String>, ElbError> {
         let arn = &bound.group.arn;
-        let known = self.known_bindings();
+        let known = self.index.all();
         let others = self.tag_reads.companions(bound, &known, now);
         let mut arns = Vec::with_capacity(others.len() + 1);
         arns.push(arn.clone());
@@ -56,8 +55,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 self.bind(group, now)?.ok()
             });
             match fresh {
-                Some(fresh) => self.tag_reads.remember(&fresh, now, max_age),
-                None => self.tag_reads.forget(&other.group.arn),
+                Some(fresh) => self.index.reread(&fresh),
+                None => self.index.unbound(&other.group.arn),
             }
         }
         crate::groups::take_tags(&mut read, arn)
@@ -75,48 +74,12 @@ fn scope(arn: &str) -> &str {
 /// (every scheduled run) drops it within this.
 const UNREADABLE_FOR: Duration = Duration::from_secs(60);
 
-/// Per group ARN, the binding as its tags were last read (successfully, still binding
-/// the group to this cluster), and the groups left out of other groups' re-reads.
+/// The groups left out of other groups' re-reads, each until when. (The newest read of
+/// each group's tags is the bound index's: see [`crate::index::BoundIndex::reread`].)
 #[derive(Default)]
-pub(super) struct TagReads(Mutex<Reads>);
-
-#[derive(Default)]
-struct Reads {
-    newest: HashMap<String, BoundGroup>,
-    /// Until when each group is left out of other groups' re-reads.
-    unreadable: HashMap<String, UnixMillis>,
-}
+pub(super) struct TagReads(Mutex<HashMap<String, UnixMillis>>);
 
 impl TagReads {
-    /// A read of `bound`'s group made after `bound`'s own and younger than `max_age`,
-    /// for the same namespace and selector (the pods a pass holds were listed for
-    /// those; a different selection is the pass's own read to find).
-    pub(super) fn fresher(
-        &self,
-        bound: &BoundGroup,
-        now: UnixMillis,
-        max_age: Duration,
-    ) -> Option<BoundGroup> {
-        let reads = crate::sync::lock(&self.0);
-        reads
-            .newest
-            .get(&bound.group.arn)
-            .filter(|r| {
-                r.read_at > bound.read_at
-                    && now < r.read_at.plus(max_age)
-                    && r.binding.namespace == bound.binding.namespace
-                    && r.binding.selector == bound.binding.selector
-            })
-            .cloned()
-    }
-
-    /// Remembers a read just made (and drops reads too old to be used again).
-    pub(super) fn remember(&self, bound: &BoundGroup, now: UnixMillis, max_age: Duration) {
-        let mut reads = crate::sync::lock(&self.0);
-        reads.newest.retain(|_, r| now < r.read_at.plus(max_age));
-        reads.newest.insert(bound.group.arn.clone(), bound.clone());
-    }
-
     /// Up to `TAGS_BATCH - 1` groups of `known` other than `bound`'s, of its account and
     /// region, whose newest read is the oldest: the groups a re-read of `bound`'s tags
     /// reads too.
@@ -126,42 +89,26 @@ impl TagReads {
         known: &'a [BoundGroup],
         now: UnixMillis,
     ) -> Vec<&'a BoundGroup> {
-        let mut reads = crate::sync::lock(&self.0);
-        reads.unreadable.retain(|_, until| now < *until);
-        let reads = &*reads;
-        let newest = |b: &BoundGroup| {
-            reads
-                .newest
-                .get(&b.group.arn)
-                .map_or(b.read_at, |r| r.read_at.max(b.read_at))
-        };
+        let mut unreadable = crate::sync::lock(&self.0);
+        unreadable.retain(|_, until| now < *until);
         let arn = &bound.group.arn;
-        let mut others: Vec<(UnixMillis, &BoundGroup)> = known
+        let mut others: Vec<&BoundGroup> = known
             .iter()
             .filter(|b| {
                 let other = &b.group.arn;
-                other != arn && scope(other) == scope(arn) && !reads.unreadable.contains_key(other)
+                other != arn && scope(other) == scope(arn) && !unreadable.contains_key(other)
             })
-            .map(|b| (newest(b), b))
             .collect();
-        others.sort_by_key(|(at, _)| *at);
+        others.sort_by_key(|b| b.read_at);
         others.truncate(TAGS_BATCH - 1);
-        others.into_iter().map(|(_, b)| b).collect()
+        others
     }
 
     /// Leaves `arns` out of other groups' re-reads for [`UNREADABLE_FOR`]: a re-read
     /// that named them was refused as not found.
     pub(super) fn unreadable(&self, arns: &[String], now: UnixMillis) {
         let until = now.plus(UNREADABLE_FOR);
-        let mut reads = crate::sync::lock(&self.0);
-        reads
-            .unreadable
-            .extend(arns.iter().map(|a| (a.clone(), until)));
-    }
-
-    /// Forgets `arn`'s read: its tags no longer bind it as remembered.
-    pub(super) fn forget(&self, arn: &str) {
-        crate::sync::lock(&self.0).newest.remove(arn);
+        crate::sync::lock(&self.0).extend(arns.iter().map(|a| (a.clone(), until)));
     }
 }
 
@@ -172,7 +119,6 @@ mod tests {
 
     const ARN: &str =
         "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";
-    const AGE: Duration = Duration::from_secs(5);
 
     fn read_at(ms: u64) -> BoundGroup {
         let group = bound_group(ARN, "demo", "shop", "app=web", 8080);
@@ -192,24 +138,6 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_read_stands_in_until_it_is_old_itself() {
-        let reads = TagReads::default();
-        reads.remember(&read_at(10_000), UnixMillis(10_000), AGE);
-        let stale = read_at(0);
-        let got = reads
-            .fresher(&stale, UnixMillis(14_999), AGE)
-            .expect("fresh");
-        assert_eq!(got.read_at, UnixMillis(10_000));
-        assert!(reads.fresher(&stale, UnixMillis(15_000), AGE).is_none());
-        // Never older than the caller's own copy.
-        assert!(
-            reads
-                .fresher(&read_at(12_000), UnixMillis(13_000), AGE)
-                .is_none()
-        );
-    }
-
-    #[test]
     fn a_re_read_names_the_stalest_other_groups_of_its_account_only() {
         let reads = TagReads::default();
         let group = |account: &str, i: usize, at: u64| {
@@ -225,9 +153,7 @@ mod tests {
         known.extend((1..=25).map(|i| group("123456789012", i, 1_000 * i as u64)));
         known.push(group("210987654321", 26, 0));
         // Group 1 was re-read since (at 30 s): it is the freshest now.
-        let mut fresh = known[1].clone();
-        fresh.read_at = UnixMillis(30_000);
-        reads.remember(&fresh, UnixMillis(30_000), AGE);
+        known[1].read_at = UnixMillis(30_000);
         let names = |now: u64| -> Vec<String> {
             reads
                 .companions(&own, &known, UnixMillis(now))
@@ -242,25 +168,5 @@ mod tests {
         assert_eq!(names(32_000), want, "an unreadable group is left out");
         want = (2..=20).map(|i| format!("g{i}")).collect();
         assert_eq!(names(91_000), want, "for a minute");
-    }
-
-    #[test]
-    fn a_read_for_another_selection_or_a_forgotten_one_is_not_used() {
-        let reads = TagReads::default();
-        let mut other = read_at(10_000);
-        other.binding.namespace = "other".into();
-        reads.remember(&other, UnixMillis(10_000), AGE);
-        assert!(
-            reads
-                .fresher(&read_at(0), UnixMillis(11_000), AGE)
-                .is_none()
-        );
-        reads.remember(&read_at(10_000), UnixMillis(10_000), AGE);
-        reads.forget(ARN);
-        assert!(
-            reads
-                .fresher(&read_at(0), UnixMillis(11_000), AGE)
-                .is_none()
-        );
     }
 }

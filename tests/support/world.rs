@@ -269,7 +269,8 @@ impl World {
             .expect("write backoff");
     }
 
-    /// Number of items in the whole table.
+    /// Number of items in the whole table that belong to groups (the cluster's index
+    /// meta item, which holds the index's generation, is the cluster's: not counted).
     pub async fn table_items(&self) -> usize {
         let out = self
             .ddb
@@ -278,7 +279,14 @@ impl World {
             .send()
             .await
             .expect("scan");
-        out.items().len()
+        out.items()
+            .iter()
+            .filter(|i| {
+                i.get("pk")
+                    .and_then(|v| v.as_s().ok())
+                    .is_none_or(|pk| !pk.starts_with("meta#"))
+            })
+            .count()
     }
 
     /// An engine like the world's own, on its pods, table and clock, but over `groups`

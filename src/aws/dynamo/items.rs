@@ -6,10 +6,14 @@
 //! clusters whose rows of the earlier layout were folded in. The item has no TTL
 //! attribute: it holds ownership, which must never expire.
 //!
-//! Beside them, per cluster, an index of the groups whose ledger holds (or held) its
-//! entries: `pk = "owners#<cluster>"`, `sk = "<target group arn>"`, and `ns` and
-//! `sel`, the namespace and selector of the group's binding when the row was written.
-//! A resync reads it with one Query to find ledgers of groups no longer bound.
+//! Beside them, per cluster, an index of its bound groups and of the groups whose ledger
+//! holds (or held) its entries: `pk = "owners#<cluster>"`, `sk = "<target group arn>"`,
+//! with `ns` and `sel` (the namespace and selector of the group's binding when the row
+//! was written), the group's name and facts, `binding` (the binding's fingerprint) and
+//! `bound` (`false` once discovery found the group no longer bound). One Query reads it:
+//! a resync finds ledgers of groups no longer bound, pod-events its namespace's groups.
+//! Its meta item, `pk = "meta#<cluster>"`, `sk = "index"`, holds `generation`, bumped by
+//! every change of the rows.
 //!
 //! The earlier layout (one partition per cluster and group, `pk = "tg#<cluster>#<arn>"`,
 //! a row per ledger target and rows for lease, backoff and checkpoint) is still read, to
@@ -44,6 +48,16 @@ pub(super) const INDEX_TARGET_TYPE: &str = "targetType";
 pub(super) const INDEX_PORT: &str = "port";
 pub(super) const INDEX_IP_TYPE: &str = "ipType";
 pub(super) const INDEX_QUIC: &str = "quic";
+/// Attribute of an index row: the fingerprint of the binding the row was written for.
+pub(super) const INDEX_BINDING: &str = "binding";
+/// Attribute of an index row: `false` once discovery found the group no longer bound.
+pub(super) const INDEX_BOUND: &str = "bound";
+/// Attribute of a cluster's index meta item: its generation, bumped by every change of
+/// the index's rows.
+pub(super) const META_GENERATION: &str = "generation";
+/// Attribute of a cluster's index meta item: the groups whose requests for a pass a run
+/// handed on (a string set).
+pub(super) const META_REQUESTED: &str = "requested";
 /// Sort key of a group's item.
 pub(super) const GROUP_SK: &str = "group";
 
@@ -103,6 +117,12 @@ pub(super) fn index_partition(cluster: &str) -> String {
 /// The key of one group's row in a cluster's index.
 pub(super) fn index_key(cluster: &str, group: &str) -> Item {
     key(&index_partition(cluster), group)
+}
+
+/// The key of a cluster's index meta item (its own partition, so a Query of the index's
+/// rows never reads it).
+pub(super) fn index_meta_key(cluster: &str) -> Item {
+    key(&format!("meta#{cluster}"), "index")
 }
 
 /// The partition of a group's rows in the earlier layout.
