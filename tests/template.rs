@@ -2361,16 +2361,16 @@ fn dashboard_graphs_what_the_code_emits() {
     }
 }
 
-/// README's alarm table lists exactly the template's alarms, each with the metric and
-/// namespace it watches.
+/// docs/operations.md's alarm table lists exactly the template's alarms, each with the
+/// metric and namespace it watches.
 #[test]
-fn readme_alarm_table_lists_every_alarm() {
+fn docs_alarm_table_lists_every_alarm() {
     let t = Template::load();
-    let readme = read("README.md");
-    let section = readme
-        .split("**Alarms**")
+    let doc = read("docs/operations.md");
+    let section = doc
+        .split("\n### Alarms\n")
         .nth(1)
-        .expect("README has an **Alarms** paragraph");
+        .expect("docs/operations.md has an `### Alarms` section");
     let rows: BTreeMap<String, String> = section
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -2385,7 +2385,7 @@ fn readme_alarm_table_lists_every_alarm() {
     assert_eq!(
         rows.keys().collect::<Vec<_>>(),
         alarms.keys().collect::<Vec<_>>(),
-        "README's alarm table and template.yaml's alarms differ"
+        "docs/operations.md's alarm table and template.yaml's alarms differ"
     );
     for (name, a) in &alarms {
         let row = &rows[name];
@@ -2395,7 +2395,7 @@ fn readme_alarm_table_lists_every_alarm() {
         ] {
             assert!(
                 row.contains(needle),
-                "README row of {name} does not name {needle}: {row}"
+                "docs/operations.md's row of {name} does not name {needle}: {row}"
             );
         }
     }
@@ -2792,17 +2792,17 @@ fn the_release_metadata_agrees_with_the_workspace() {
 }
 
 // ------------------------------------------------------------------------------------
-// README's parameter and configuration tables
+// The docs' tables against the template and the code
 // ------------------------------------------------------------------------------------
 
-/// The rows of the first README table whose header row is exactly `header`: each row's
-/// backticked names in the first cell, with the whole row.
-fn readme_table(header: &str) -> Vec<(Vec<String>, String)> {
-    let readme = read("README.md");
-    let mut lines = readme.lines().skip_while(|l| l.trim() != header);
+/// The rows of the first table of `file` whose header row is exactly `header`: each
+/// row's backticked names in the first cell, with the whole row.
+fn docs_table(file: &str, header: &str) -> Vec<(Vec<String>, String)> {
+    let text = read(file);
+    let mut lines = text.lines().skip_while(|l| l.trim() != header);
     assert!(
         lines.next().is_some(),
-        "README.md has no table with the header {header}"
+        "{file} has no table with the header {header}"
     );
     lines
         .skip(1) // separator
@@ -2820,19 +2820,19 @@ fn readme_table(header: &str) -> Vec<(Vec<String>, String)> {
         .collect()
 }
 
-/// README's parameter table lists every parameter of template.yaml (and no other), each
-/// with its default.
+/// docs/configuration.md's parameter table lists every parameter of template.yaml (and
+/// no other), each with its default.
 #[test]
-fn readme_parameter_table_lists_every_template_parameter() {
+fn docs_parameter_table_lists_every_template_parameter() {
     let t = Template::load();
-    let rows = readme_table("| parameter | default | meaning |");
+    let rows = docs_table("docs/configuration.md", "| parameter | default | meaning |");
     let mut documented = BTreeMap::new();
     for (names, row) in &rows {
         assert!(!names.is_empty(), "a row without a `parameter`: {row}");
         for name in names {
             assert!(
                 documented.insert(name.clone(), row.clone()).is_none(),
-                "README lists {name} twice"
+                "docs/configuration.md lists {name} twice"
             );
         }
     }
@@ -2847,7 +2847,7 @@ fn readme_parameter_table_lists_every_template_parameter() {
     let unknown: Vec<_> = listed.difference(&parameters).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "README's parameter table and template.yaml differ: not in README {missing:?}, not in template.yaml {unknown:?}"
+        "docs/configuration.md's parameter table and template.yaml differ: not in the docs {missing:?}, not in template.yaml {unknown:?}"
     );
     for (name, row) in &documented {
         let default_cell = row.split('|').nth(2).unwrap_or_default();
@@ -2858,18 +2858,18 @@ fn readme_parameter_table_lists_every_template_parameter() {
             }
             Some(Value::String(d)) => assert!(
                 default_cell.contains(&format!("`{d}`")),
-                "{name}: README's default is not `{d}`: {row}"
+                "{name}: the docs' default is not `{d}`: {row}"
             ),
             Some(other) => panic!("{name}: default {other}"),
         }
     }
 }
 
-/// README's configuration table lists every TGSYNC_* variable src/config.rs reads (and
-/// no other).
+/// docs/configuration.md's environment table lists every TGSYNC_* variable src/config.rs
+/// reads (and no other).
 #[test]
-fn readme_configuration_table_lists_every_variable() {
-    let rows = readme_table("| variable | default | meaning |");
+fn docs_configuration_table_lists_every_variable() {
+    let rows = docs_table("docs/configuration.md", "| variable | default | meaning |");
     let listed: BTreeSet<String> = rows
         .iter()
         .flat_map(|(names, _)| names.iter())
@@ -2881,6 +2881,499 @@ fn readme_configuration_table_lists_every_variable() {
     let unknown: Vec<_> = listed.difference(&read_by_code).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "README's configuration table and src/config.rs differ: not in README {missing:?}, not read by src/config.rs {unknown:?}"
+        "docs/configuration.md's environment table and src/config.rs differ: not in the docs {missing:?}, not read by src/config.rs {unknown:?}"
+    );
+}
+
+/// docs/configuration.md's outputs table lists every output of the stack, and no other.
+#[test]
+fn docs_outputs_table_lists_every_output() {
+    let t = Template::load();
+    let rows = docs_table("docs/configuration.md", "| output | what |");
+    let listed: Vec<String> = rows.iter().flat_map(|(names, _)| names.clone()).collect();
+    let unique: BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(unique.len(), listed.len(), "an output listed twice");
+    let outputs: BTreeSet<String> = t.doc["Outputs"]
+        .as_object()
+        .expect("Outputs")
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        unique, outputs,
+        "docs/configuration.md's outputs and template.yaml's differ"
+    );
+}
+
+/// docs/configuration.md's `TGSYNC_BUDGET_SHARE` row gives each function's share as the
+/// template sets it.
+#[test]
+fn docs_budget_shares_are_the_templates() {
+    let t = Template::load();
+    let rows = docs_table("docs/configuration.md", "| variable | default | meaning |");
+    let (_, row) = rows
+        .iter()
+        .find(|(names, _)| names.iter().any(|n| n == "TGSYNC_BUDGET_SHARE"))
+        .expect("a TGSYNC_BUDGET_SHARE row");
+    let meaning = row.split('|').nth(3).unwrap_or_default();
+    for (function, name) in [
+        ("ResyncFunction", "the resync"),
+        ("PodEventsFunction", "pod-events"),
+        ("ManualFunction", "the manual function"),
+    ] {
+        let share = t.props(function)["Environment"]["Variables"]["TGSYNC_BUDGET_SHARE"]
+            .as_str()
+            .expect("a constant share")
+            .to_owned();
+        assert!(
+            meaning.contains(&format!("{name} `{share}`")),
+            "{function}: the docs do not give {name} `{share}`: {meaning}"
+        );
+    }
+}
+
+/// The functions, as the template deploys them: `<prefix>-<name>`, one per crate under
+/// functions/ (package `tgsync-<name>`), each with its own log group
+/// `/aws/lambda/<prefix>-<name>`.
+fn deployed_functions(t: &Template) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (id, f) in t.of_type("AWS::Serverless::Function") {
+        let p = &f["Properties"];
+        let name = p["FunctionName"]["Fn::Sub"]
+            .as_str()
+            .and_then(|s| s.strip_prefix("${FunctionNamePrefix}-"))
+            .unwrap_or_else(|| panic!("{id}: FunctionName is not ${{FunctionNamePrefix}}-<name>"))
+            .to_owned();
+        assert_eq!(p["CodeUri"], format!("functions/{name}"), "{id}");
+        assert_eq!(
+            package_name(&format!("functions/{name}")),
+            format!("tgsync-{name}"),
+            "{id}"
+        );
+        let log_group = p["LoggingConfig"]["LogGroup"]["Ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{id}: LoggingConfig.LogGroup is a Ref to its log group"));
+        assert_eq!(
+            t.props(log_group)["LogGroupName"],
+            json!({ "Fn::Sub": format!("/aws/lambda/${{FunctionNamePrefix}}-{name}") }),
+            "{id}: its log group"
+        );
+        names.insert(name);
+    }
+    let crates: BTreeSet<String> = std::fs::read_dir(root().join("functions"))
+        .expect("functions/")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names, crates,
+        "the template's functions and functions/* differ"
+    );
+    assert_eq!(
+        t.of_type("AWS::Logs::LogGroup").count(),
+        names.len(),
+        "one log group per function"
+    );
+    names
+}
+
+const NUMBER_WORDS: [(&str, usize); 6] = [
+    ("one", 1),
+    ("two", 2),
+    ("both", 2),
+    ("three", 3),
+    ("four", 4),
+    ("five", 5),
+];
+
+/// Every count of functions or log groups in `text` ("three Rust Lambda functions",
+/// "both log groups", "the 3 functions"): (the count, the phrase).
+fn counted(text: &str) -> Vec<(usize, String)> {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    // Words that may stand between the count and what it counts.
+    let between = ["rust", "lambda", "small", "thin", "aws", "tgsync"];
+    let mut out = Vec::new();
+    for i in 0..words.len() {
+        let noun_start = match words[i].as_str() {
+            "functions" => i,
+            "groups" if i > 0 && words[i - 1] == "log" => i - 1,
+            _ => continue,
+        };
+        let mut j = noun_start;
+        while j > 0 && noun_start - j < 4 {
+            j -= 1;
+            let w = words[j].as_str();
+            if let Some((_, n)) = NUMBER_WORDS.iter().find(|(word, _)| *word == w) {
+                out.push((*n, words[j..=i].join(" ")));
+                break;
+            }
+            if let Ok(n) = w.parse::<usize>() {
+                out.push((n, words[j..=i].join(" ")));
+                break;
+            }
+            if !between.contains(&w) {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The docs and the template's own descriptions name the functions the template deploys:
+/// the count wherever one is stated ("three functions", "the three log groups"), and each
+/// function by name where they are listed (the README's table, the architecture, the
+/// log groups, `FunctionNamePrefix`, the stack's and the Serverless Application
+/// Repository's descriptions).
+#[test]
+fn docs_name_the_functions_the_template_deploys() {
+    let t = Template::load();
+    let names = deployed_functions(&t);
+    assert_eq!(names.len(), 3, "{names:?}");
+    // Every stated count.
+    let mut texts = vec![
+        ("README.md".to_owned(), read("README.md")),
+        ("template.yaml".to_owned(), read("template.yaml")),
+        ("infra/README.md".to_owned(), read("infra/README.md")),
+    ];
+    for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
+        let name = entry.expect("an entry").file_name().into_string().unwrap();
+        if name.ends_with(".md") && name != "benchmarks-history.md" {
+            texts.push((format!("docs/{name}"), read(format!("docs/{name}"))));
+        }
+    }
+    let mut stated = 0;
+    for (file, text) in &texts {
+        for (n, phrase) in counted(text) {
+            assert_eq!(
+                n,
+                names.len(),
+                "{file} says \"{phrase}\": the template deploys {} functions, each with its log group",
+                names.len()
+            );
+            stated += 1;
+        }
+    }
+    assert!(
+        stated >= 4,
+        "only {stated} counts found: is the scan broken?"
+    );
+    assert!(
+        counted("the two Rust Lambda functions and both log groups")
+            == [
+                (2, "two rust lambda functions".to_owned()),
+                (2, "both log groups".to_owned())
+            ],
+        "the scan finds counts"
+    );
+    // The README's table of functions.
+    let readme = read("README.md");
+    let table: BTreeSet<String> = readme
+        .lines()
+        .skip_while(|l| l.trim() != "| function | started by | what it does |")
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cell = l.split('|').nth(1)?.trim().trim_matches('`');
+            cell.strip_prefix("<prefix>-").map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(table, names, "README.md's table of functions");
+    // Each function by name where they are listed.
+    let arch = read("docs/architecture.md");
+    let intro = arch.split("\n## ").next().unwrap();
+    let operations = read("docs/operations.md");
+    let params = &t.doc["Parameters"];
+    let prefix = params["FunctionNamePrefix"]["Description"]
+        .as_str()
+        .unwrap();
+    let retention = params["LogRetentionDays"]["Description"].as_str().unwrap();
+    let description = t.doc["Description"].as_str().unwrap();
+    let sar = t.doc["Metadata"]["AWS::ServerlessRepo::Application"]["Description"]
+        .as_str()
+        .unwrap();
+    for name in &names {
+        assert!(
+            intro.contains(&format!("`<prefix>-{name}`")),
+            "docs/architecture.md's introduction names {name}"
+        );
+        assert!(
+            operations.contains(&format!("`/aws/lambda/<prefix>-{name}`")),
+            "docs/operations.md names the log group of {name}"
+        );
+        assert!(
+            prefix.contains(&format!("<prefix>-{name}")),
+            "FunctionNamePrefix's description names {name}"
+        );
+        assert!(
+            retention.contains(&format!("-{name}")),
+            "LogRetentionDays' description names the log group of {name}"
+        );
+        for (what, text) in [("the stack's", description), ("the SAR", sar)] {
+            assert!(
+                text.contains(name.as_str()),
+                "{what} description names {name}"
+            );
+        }
+    }
+}
+
+/// docs/operations.md's metrics table names every metric the code emits, and no other.
+#[test]
+fn docs_metrics_table_lists_every_metric() {
+    let emitted: BTreeSet<String> = emitted_metrics().keys().cloned().collect();
+    let rows = docs_table(
+        "docs/operations.md",
+        "| line | dimensions | metrics | extra properties |",
+    );
+    assert!(!rows.is_empty());
+    let mut listed = BTreeSet::new();
+    for (_, row) in &rows {
+        let cell = row.split('|').nth(3).unwrap_or_default();
+        for name in cell.split('`').skip(1).step_by(2) {
+            // Metric names; the cell also names values such as `Function=resync`.
+            if name.chars().next().is_some_and(char::is_uppercase)
+                && name.chars().all(char::is_alphanumeric)
+            {
+                listed.insert(name.to_owned());
+            }
+        }
+    }
+    assert_eq!(
+        listed, emitted,
+        "docs/operations.md's metrics table and the metrics src/metrics.rs emits differ"
+    );
+}
+
+/// docs/operations.md's table of WatchNotRunningAlarm by ScheduleMinutes is the
+/// template's mapping.
+#[test]
+fn docs_watch_alarm_table_is_the_templates() {
+    let t = Template::load();
+    let rows = docs_table(
+        "docs/operations.md",
+        "| `ScheduleMinutes` | period | runs in a period | fires when fewer than this many, in 2 periods in a row |",
+    );
+    let mut documented = BTreeMap::new();
+    for (_, row) in &rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let minutes = cells[1].to_owned();
+        let period: u64 = cells[2]
+            .strip_suffix(" minutes")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("{row}: the period in minutes"));
+        let runs: u64 = cells[3].parse().expect("runs");
+        let threshold: u64 = cells[4].parse().expect("threshold");
+        documented.insert(minutes, (period, runs, threshold));
+    }
+    let mut templated = BTreeMap::new();
+    for minutes in as_list(&t.doc["Parameters"]["ScheduleMinutes"]["AllowedValues"]) {
+        let key = minutes.to_string();
+        let d = t.parameters(&[("ClusterName", "demo"), ("ScheduleMinutes", &key)]);
+        let a = RunAlarm::resolve(
+            "WatchNotRunningAlarm",
+            &t.resource("WatchNotRunningAlarm")["Properties"],
+            &d,
+        );
+        assert_eq!(a.datapoints_to_alarm, 2);
+        assert_eq!(a.evaluation_periods, 2);
+        let runs = d.mappings["WatchAlarm"][&key]["Runs"].as_u64().unwrap();
+        templated.insert(key, (a.period / 60, runs, a.threshold));
+    }
+    assert_eq!(
+        documented, templated,
+        "docs/operations.md's watch alarm table and the template differ"
+    );
+}
+
+/// The number after `marker` in `text` (`"CloudWatch alarms ("` → 6).
+fn number_after(text: &str, marker: &str) -> usize {
+    let at = text.find(marker).unwrap_or_else(|| panic!("no {marker:?}"));
+    let rest = &text[at + marker.len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {marker:?}: {}", &rest[..20]))
+}
+
+/// The cost table's counts are the template's and the code's: the alarms of a stack with
+/// watch mode on and off, and the metrics of the resync's run lines with and without it.
+#[test]
+fn docs_cost_table_counts_the_alarms_and_metrics() {
+    use tgsync::core::UnixMillis;
+    use tgsync::logging::LambdaLevel;
+    use tgsync::metrics::emf_lines;
+    use tgsync::report::Report;
+    let t = Template::load();
+    let doc = read("docs/operations.md");
+    let cost = doc
+        .split("\n## Cost\n")
+        .nth(1)
+        .expect("docs/operations.md has a `## Cost` section");
+    let alarms_of = |watch: &str| {
+        let d = t.parameters(&[("ClusterName", "demo"), ("WatchSeconds", watch)]);
+        alarms(&t)
+            .keys()
+            .filter(|name| {
+                t.resource(name)
+                    .get("Condition")
+                    .is_none_or(|c| d.conditions[c.as_str().unwrap()])
+            })
+            .count()
+    };
+    assert_eq!(
+        number_after(cost, "CloudWatch alarms ("),
+        alarms_of("55"),
+        "alarms with watch mode"
+    );
+    assert_eq!(
+        number_after(cost, "with watch mode; "),
+        alarms_of("0"),
+        "alarms without watch mode"
+    );
+    let resync: &'static str = Box::leak(served_as("functions/resync").into_boxed_str());
+    let run_metrics = |watch: bool| {
+        let mut r = Report::new(resync, "demo", false, UnixMillis(1_800_000_000_000));
+        if watch {
+            r.watch = Some(Default::default());
+        }
+        r.orphans = Some(Vec::new());
+        let r = r.finish(UnixMillis(1_800_000_000_500));
+        let mut names = BTreeSet::new();
+        for line in emf_lines(&r, LambdaLevel::Info) {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
+                for m in as_list(&directive["Metrics"]) {
+                    names.insert(m["Name"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+        names.len()
+    };
+    assert_eq!(
+        number_after(cost, "the resync's run lines: "),
+        run_metrics(true),
+        "run-line metrics with watch mode"
+    );
+    assert_eq!(
+        number_after(cost, "with watch mode, "),
+        run_metrics(false),
+        "run-line metrics without watch mode"
+    );
+}
+
+/// The cargo-lambda recipe of docs/install.md deploys each function as the template
+/// does at its defaults: the same timeout, memory and reserved concurrency, and the same
+/// settings as the function reads them from its environment.
+#[test]
+fn cargo_lambda_recipe_matches_the_template() {
+    let t = Template::load();
+    let doc = read("docs/install.md");
+    let section = doc
+        .split("### With cargo-lambda only")
+        .nth(1)
+        .expect("docs/install.md has the cargo-lambda recipe");
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the recipe's commands");
+    // One command per line: continuation lines joined.
+    let commands: Vec<Vec<String>> = block
+        .replace("\\\n", " ")
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|w| !w.is_empty() && !w[0].starts_with('#'))
+        .collect();
+    let flag = |words: &[String], name: &str| -> Option<String> {
+        words
+            .iter()
+            .position(|w| w == name)
+            .map(|i| words[i + 1].trim_matches('"').to_owned())
+    };
+    let d = t.parameters(&[("ClusterName", "prod")]);
+    let refs = BTreeMap::from([("StateTable", "tgsync-state")]);
+    let mut deployed = BTreeSet::new();
+    for (id, f) in t.of_type("AWS::Serverless::Function") {
+        let p = &f["Properties"];
+        let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap();
+        let deploy = commands
+            .iter()
+            .find(|w| w.len() > 3 && w[..3] == ["cargo", "lambda", "deploy"] && w[3] == binary)
+            .unwrap_or_else(|| panic!("{id}: no `cargo lambda deploy {binary}`"));
+        let number = |v: &Value| -> String {
+            match scalar_string(&resolve(v, &d, &refs)) {
+                Value::String(s) => s,
+                other => panic!("{id}: {other}"),
+            }
+        };
+        assert_eq!(
+            flag(deploy, "--timeout"),
+            Some(number(&p["Timeout"])),
+            "{id}: --timeout"
+        );
+        assert_eq!(
+            flag(deploy, "--memory"),
+            Some(number(&p["MemorySize"])),
+            "{id}: --memory"
+        );
+        // The settings, as the function reads them.
+        let recipe_env: BTreeMap<String, String> = flag(deploy, "--env-var")
+            .unwrap_or_else(|| panic!("{id}: --env-var"))
+            .split(',')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').expect("KEY=VALUE");
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let template_env: BTreeMap<String, String> = p["Environment"]["Variables"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                let v = resolve(v, &d, &refs);
+                (k.clone(), v.as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        let from_recipe = Settings::from_lookup(|k| recipe_env.get(k).cloned())
+            .unwrap_or_else(|e| panic!("{id}: the recipe's settings: {e}"));
+        let from_template = Settings::from_lookup(|k| template_env.get(k).cloned())
+            .unwrap_or_else(|e| panic!("{id}: the template's settings: {e}"));
+        assert_eq!(
+            from_recipe, from_template,
+            "{id}: the recipe's environment reads differently from the template's"
+        );
+        let function = binary.to_owned();
+        let reserved = commands
+            .iter()
+            .find(|w| {
+                w.len() > 2
+                    && w[..3] == ["aws", "lambda", "put-function-concurrency"]
+                    && flag(w, "--function-name").as_deref() == Some(function.as_str())
+            })
+            .and_then(|w| flag(w, "--reserved-concurrent-executions"))
+            .unwrap_or_else(|| panic!("{id}: no put-function-concurrency for {function}"));
+        assert_eq!(
+            reserved,
+            number(&p["ReservedConcurrentExecutions"]),
+            "{id}: reserved concurrency"
+        );
+        deployed.insert(function);
+    }
+    assert_eq!(deployed.len(), 3);
+    // The manual function's release alias.
+    assert!(
+        commands.iter().any(|w| w.len() > 2
+            && w[..3] == ["aws", "lambda", "create-alias"]
+            && flag(w, "--name").as_deref() == Some(tgsync::handlers::manual::RELEASE_ALIAS)),
+        "the recipe publishes the release alias"
     );
 }
