@@ -1997,6 +1997,12 @@ fn check_run_alarm(
                         fired > last,
                         "{name}, ScheduleMinutes={minutes}: fired at {fired} s while runs still came (last {last} s)"
                     );
+                    // docs/operations.md: "within three periods of the last run".
+                    assert!(
+                        fired - last <= 3 * alarm.period,
+                        "{name}, ScheduleMinutes={minutes}: fires {} s after the last run, more than three periods",
+                        fired - last
+                    );
                     assert!(
                         fired - last <= fires_within,
                         "{name}, ScheduleMinutes={minutes}: fires {} s after the last run, more than {fires_within} s",
