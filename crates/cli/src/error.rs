@@ -81,9 +81,7 @@ pub enum CliError {
         detail: String,
     },
     /// An AWS endpoint could not be reached (network, proxy, endpoint override).
-    #[error(
-        "cannot reach {service} ({cause}): check the network, the region and AWS_ENDPOINT_URL"
-    )]
+    #[error("cannot reach {service} ({cause}): check the network, the region and AWS_ENDPOINT_URL")]
     Unreachable {
         /// The service.
         service: &'static str,
