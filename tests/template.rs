@@ -132,6 +132,7 @@ impl Template {
             params: values,
             lists,
             conditions: BTreeMap::new(),
+            mappings: self.doc["Mappings"].clone(),
         };
         let conditions = self.doc["Conditions"]
             .as_object()
@@ -151,6 +152,8 @@ struct Deployment {
     /// The `CommaDelimitedList` parameters: a `Ref` to one is a list.
     lists: BTreeSet<String>,
     conditions: BTreeMap<String, bool>,
+    /// The template's `Mappings`, for `Fn::FindInMap`.
+    mappings: Value,
 }
 
 /// Evaluates the template condition `name` (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
@@ -208,8 +211,9 @@ fn scalar_string(v: &Value) -> Value {
 
 /// Replaces `{"Ref": <parameter>}` by the parameter's value (a list of strings for a
 /// `CommaDelimitedList`, split at commas as CloudFormation does), `{"Ref": <resource>}`
-/// by `refs[resource]` when given, `Fn::If` by its chosen branch, and `Fn::Join` of
-/// strings by the joined string; everything else is left as it is.
+/// by `refs[resource]` when given, `Fn::If` by its chosen branch, `Fn::FindInMap` by the
+/// mapping's value, and `Fn::Join` of strings by the joined string; everything else is
+/// left as it is.
 fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> Value {
     let params = &deployment.params;
     match v {
@@ -224,6 +228,22 @@ fn resolve(v: &Value, deployment: &Deployment, refs: &BTreeMap<&str, &str>) -> V
                 &args[2]
             };
             resolve(chosen, deployment, refs)
+        }
+        Value::Object(map) if map.len() == 1 && map.contains_key("Fn::FindInMap") => {
+            let args = map["Fn::FindInMap"]
+                .as_array()
+                .expect("Fn::FindInMap [map, top-level key, second-level key]");
+            let keys: Vec<String> = args
+                .iter()
+                .map(|a| match scalar_string(&resolve(a, deployment, refs)) {
+                    Value::String(s) => s,
+                    other => panic!("Fn::FindInMap: a key that is not a string: {other}"),
+                })
+                .collect();
+            deployment.mappings[&keys[0]][&keys[1]]
+                .get(&keys[2])
+                .unwrap_or_else(|| panic!("Mappings has no {keys:?}"))
+                .clone()
         }
         Value::Object(map) if map.len() == 1 && map.contains_key("Fn::Join") => {
             let args = map["Fn::Join"].as_array().expect("Fn::Join [sep, list]");
@@ -1538,16 +1558,15 @@ fn alarms(t: &Template) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// What src/metrics.rs emits, read from the EMF lines of sample reports and passes of
-/// both functions (a run line, a changed group, a failing one, an idle one, a lease
-/// held, an opened gate): for each metric name, the (namespace, dimension names) it is
-/// emitted under.
-fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
+/// The EMF lines src/metrics.rs writes for sample reports and passes of every function
+/// (a run line, a changed group, a failing one, an idle one, a lease held, an opened
+/// gate), parsed.
+fn sample_emf_lines() -> Vec<Value> {
     use tgsync::core::UnixMillis;
     use tgsync::logging::LambdaLevel;
     use tgsync::metrics::{PassDone, emf_lines, gate_lines, pass_lines};
     use tgsync::report::{GroupReport, Outcome, Report};
-    let mut out: BTreeMap<String, BTreeSet<(String, Vec<String>)>> = BTreeMap::new();
+    let mut out = Vec::new();
     let at = UnixMillis(1_800_000_000_500);
     for dir in FUNCTION_DIRS {
         let function: &'static str = Box::leak(served_as(dir).into_boxed_str());
@@ -1597,22 +1616,51 @@ fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
             2 + 4 + 1,
             "{dir}: run, orphans, four passes, a gate"
         );
-        for line in lines {
-            let v: Value = serde_json::from_str(&line).expect("EMF line is JSON");
-            for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
-                let namespace = directive["Namespace"].as_str().unwrap().to_owned();
-                for dims in as_list(&directive["Dimensions"]) {
-                    let mut dims: Vec<String> = as_list(&dims)
-                        .iter()
-                        .map(|d| d.as_str().unwrap().to_owned())
-                        .collect();
-                    dims.sort();
-                    for m in as_list(&directive["Metrics"]) {
-                        out.entry(m["Name"].as_str().unwrap().to_owned())
-                            .or_default()
-                            .insert((namespace.clone(), dims.clone()));
-                    }
+        out.extend(
+            lines
+                .iter()
+                .map(|l| serde_json::from_str::<Value>(l).expect("EMF line is JSON")),
+        );
+    }
+    out
+}
+
+/// What src/metrics.rs emits (see [`sample_emf_lines`]): for each metric name, the
+/// (namespace, dimension names) it is emitted under.
+fn emitted_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
+    let mut out: BTreeMap<String, BTreeSet<(String, Vec<String>)>> = BTreeMap::new();
+    for v in sample_emf_lines() {
+        for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
+            let namespace = directive["Namespace"].as_str().unwrap().to_owned();
+            for dims in as_list(&directive["Dimensions"]) {
+                let mut dims: Vec<String> = as_list(&dims)
+                    .iter()
+                    .map(|d| d.as_str().unwrap().to_owned())
+                    .collect();
+                dims.sort();
+                for m in as_list(&directive["Metrics"]) {
+                    out.entry(m["Name"].as_str().unwrap().to_owned())
+                        .or_default()
+                        .insert((namespace.clone(), dims.clone()));
                 }
+            }
+        }
+    }
+    out
+}
+
+/// The unit each emitted metric is declared with (`Count`, `Milliseconds`).
+fn metric_units() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for v in sample_emf_lines() {
+        for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
+            for m in as_list(&directive["Metrics"]) {
+                let (name, unit) = (m["Name"].as_str().unwrap(), m["Unit"].as_str().unwrap());
+                let before = out.insert(name.to_owned(), unit.to_owned());
+                assert!(
+                    before.is_none_or(|b| b == unit),
+                    "{name} is declared with two units"
+                );
             }
         }
     }
@@ -1775,8 +1823,207 @@ fn reconcile_error_alarms_outlast_the_backoff_gaps() {
     }
 }
 
+// ------------------------------------------------------------------------------------
+// Alarms on a metric every scheduled run writes once (RunsCompleted, WatchRunning),
+// evaluated as CloudWatch does over simulated runs.
+// ------------------------------------------------------------------------------------
+
+/// The latest a run's data point may come after its schedule tick (EventBridge's
+/// delivery, a run that starts late because the previous one still holds the resync's
+/// one slot, a run that ends early): the simulations below take every point up to this
+/// late.
+const RUN_JITTER_S: u64 = 59;
+
+/// A CloudWatch alarm on a metric each run writes once (value 1), `Statistic: Sum`,
+/// `LessThanThreshold`, as one deployment resolves it.
+#[derive(Debug)]
+struct RunAlarm {
+    period: u64,
+    threshold: u64,
+    evaluation_periods: usize,
+    datapoints_to_alarm: usize,
+    missing_breaches: bool,
+}
+
+impl RunAlarm {
+    fn resolve(name: &str, props: &Value, d: &Deployment) -> Self {
+        let refs = BTreeMap::new();
+        let number = |key: &str| -> u64 {
+            match scalar_string(&resolve(&props[key], d, &refs)) {
+                Value::String(s) => s
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name}: {key} = {s} is not a whole number")),
+                other => panic!("{name}: {key} = {other}"),
+            }
+        };
+        assert_eq!(props["Statistic"], "Sum", "{name}");
+        assert_eq!(props["ComparisonOperator"], "LessThanThreshold", "{name}");
+        let evaluation_periods = number("EvaluationPeriods") as usize;
+        let datapoints_to_alarm = if props.get("DatapointsToAlarm").is_some() {
+            number("DatapointsToAlarm") as usize
+        } else {
+            evaluation_periods
+        };
+        let period = number("Period");
+        assert!(
+            period % 60 == 0 && period > 0,
+            "{name}: CloudWatch takes periods of whole minutes here, not {period} s"
+        );
+        Self {
+            period,
+            threshold: number("Threshold"),
+            evaluation_periods,
+            datapoints_to_alarm,
+            missing_breaches: props["TreatMissingData"] == "breaching",
+        }
+    }
+
+    /// Each period's sum of the points in it, from 0 to `until` (None: no data).
+    fn sums(&self, points: &[u64], until: u64) -> Vec<Option<u64>> {
+        let mut sums = vec![None; (until / self.period) as usize];
+        for &p in points {
+            if let Some(s) = sums.get_mut((p / self.period) as usize) {
+                *s = Some(s.unwrap_or(0) + 1);
+            }
+        }
+        sums
+    }
+
+    fn breaching(&self, sum: Option<u64>) -> bool {
+        sum.map_or(self.missing_breaches, |s| s < self.threshold)
+    }
+
+    /// The end of the first period, evaluated from `from` on, at which the alarm is in
+    /// ALARM: `datapoints_to_alarm` of the last `evaluation_periods` breaching.
+    fn first_alarm(&self, points: &[u64], from: u64, until: u64) -> Option<u64> {
+        let sums = self.sums(points, until);
+        (0..sums.len())
+            .filter(|&i| i + 1 >= self.evaluation_periods && i as u64 * self.period >= from)
+            .find(|&i| {
+                sums[i + 1 - self.evaluation_periods..=i]
+                    .iter()
+                    .filter(|s| self.breaching(**s))
+                    .count()
+                    >= self.datapoints_to_alarm
+            })
+            .map(|i| (i as u64 + 1) * self.period)
+    }
+}
+
+/// How late each run's point comes after its tick, by run number: patterns that put
+/// the points early, late, alternating, and at pseudo-random offsets.
+fn jitter_patterns() -> Vec<Box<dyn Fn(u64) -> u64>> {
+    vec![
+        Box::new(|_| 0),
+        Box::new(|_| RUN_JITTER_S),
+        Box::new(|k| if k % 2 == 0 { 0 } else { RUN_JITTER_S }),
+        Box::new(|k| if k % 2 == 0 { RUN_JITTER_S } else { 0 }),
+        Box::new(|k| (k.wrapping_mul(2_654_435_761) >> 7) % (RUN_JITTER_S + 1)),
+    ]
+}
+
+const HOUR: u64 = 3600;
+
+/// Checks `name` (an alarm on a once-per-run metric) for every allowed `ScheduleMinutes`:
+/// a healthy stack (one point per run, every tick, each up to [`RUN_JITTER_S`] late, at
+/// every phase against the periods) writes no fewer points in any period than the
+/// threshold; one missed run (a handover) does not fire it; and when the runs stop
+/// (or stop writing the metric) it fires within `fires_within` seconds of the last point.
+/// Returns, per ScheduleMinutes, the alarm and the fewest and most points a healthy
+/// period held.
+fn check_run_alarm(
+    name: &str,
+    fires_within: u64,
+    given: &[(&str, &str)],
+) -> Vec<(u64, RunAlarm, u64, u64)> {
+    let t = Template::load();
+    let allowed: Vec<u64> = as_list(&t.doc["Parameters"]["ScheduleMinutes"]["AllowedValues"])
+        .iter()
+        .map(|v| v.as_u64().expect("ScheduleMinutes values are numbers"))
+        .collect();
+    assert!(!allowed.is_empty());
+    let mut out = Vec::new();
+    for minutes in allowed {
+        let schedule = minutes.to_string();
+        let mut params = vec![
+            ("ClusterName", "demo"),
+            ("ScheduleMinutes", schedule.as_str()),
+        ];
+        params.extend_from_slice(given);
+        let d = t.parameters(&params);
+        let a = t.resource(name);
+        if let Some(c) = a.get("Condition") {
+            assert!(d.conditions[c.as_str().unwrap()], "{name} exists here");
+        }
+        let alarm = RunAlarm::resolve(name, &a["Properties"], &d);
+        let tick = minutes * 60;
+        let until = 6 * HOUR;
+        let (mut fewest, mut most) = (u64::MAX, 0);
+        for (p, jitter) in jitter_patterns().iter().enumerate() {
+            for phase in (0..tick).step_by(5) {
+                let healthy: Vec<u64> = (0..until / tick)
+                    .map(|k| phase + k * tick + jitter(k))
+                    .collect();
+                // A healthy stack: every period from the first hour on holds enough.
+                let sums = alarm.sums(&healthy, until);
+                for s in &sums[(HOUR / alarm.period) as usize..sums.len() - 1] {
+                    let s = s.unwrap_or(0);
+                    fewest = fewest.min(s);
+                    most = most.max(s);
+                }
+                assert_eq!(
+                    alarm.first_alarm(&healthy, HOUR, until - tick),
+                    None,
+                    "{name}, ScheduleMinutes={minutes}: fires on a healthy stack (jitter pattern {p}, phase {phase} s)"
+                );
+                // One run missed, anywhere in the second hour: no alarm.
+                for missed in (HOUR / tick)..(2 * HOUR / tick) {
+                    let mut points = healthy.clone();
+                    points.remove(missed as usize);
+                    assert_eq!(
+                        alarm.first_alarm(&points, HOUR, until - tick),
+                        None,
+                        "{name}, ScheduleMinutes={minutes}: one missed run (run {missed}, jitter pattern {p}, phase {phase} s) fires it"
+                    );
+                }
+                // The runs stop: it fires, soon enough.
+                for stop in (2 * HOUR / tick)..(2 * HOUR / tick + 10) {
+                    let points = &healthy[..stop as usize];
+                    let last = *points.last().unwrap();
+                    let fired = alarm.first_alarm(points, HOUR, until).unwrap_or_else(|| {
+                        panic!("{name}, ScheduleMinutes={minutes}: never fires after the runs stop")
+                    });
+                    assert!(
+                        fired > last,
+                        "{name}, ScheduleMinutes={minutes}: fired at {fired} s while runs still came (last {last} s)"
+                    );
+                    // docs/operations.md: "within three periods of the last run".
+                    assert!(
+                        fired - last <= 3 * alarm.period,
+                        "{name}, ScheduleMinutes={minutes}: fires {} s after the last run, more than three periods",
+                        fired - last
+                    );
+                    assert!(
+                        fired - last <= fires_within,
+                        "{name}, ScheduleMinutes={minutes}: fires {} s after the last run, more than {fires_within} s",
+                        fired - last
+                    );
+                }
+            }
+        }
+        assert!(
+            fewest >= alarm.threshold,
+            "{name}, ScheduleMinutes={minutes}: a healthy period holds as few as {fewest} points, under the threshold {}",
+            alarm.threshold
+        );
+        out.push((minutes, alarm, fewest, most));
+    }
+    out
+}
+
 /// A resync that is never invoked, or never finishes, writes no metric at all, so no
-/// error alarm can see it: the heartbeat alarm fires on the missing RunsCompleted.
+/// error alarm can see it: the heartbeat alarm fires on the missing RunsCompleted, for
+/// every allowed schedule, and not on a healthy stack or one late or missed tick.
 #[test]
 fn resync_heartbeat_fires_when_runs_stop() {
     let t = Template::load();
@@ -1790,34 +2037,22 @@ fn resync_heartbeat_fires_when_runs_stop() {
         as_list(&a["Dimensions"]).contains(&json!({ "Name": "Function", "Value": resync })),
         "{name}"
     );
-    assert_eq!(a["Statistic"], "Sum", "{name}");
-    assert_eq!(a["ComparisonOperator"], "LessThanThreshold", "{name}");
     assert_eq!(a["Threshold"], 1, "{name}");
     assert_eq!(
         a["TreatMissingData"], "breaching",
         "{name}: no data is the signal"
     );
-    let period = a["Period"].as_u64().unwrap();
-    let needed = a["DatapointsToAlarm"]
-        .as_u64()
-        .unwrap_or_else(|| a["EvaluationPeriods"].as_u64().unwrap());
-    // The default schedule runs every minute: a period holds several runs, and more
-    // than one empty period is needed, so one late tick does not fire it.
-    assert_eq!(t.parameter_default("ScheduleMinutes"), Some(&json!(1)));
-    assert!(
-        period >= 120 && needed >= 2,
-        "{name}: {period} s x {needed}"
-    );
-    assert!(
-        period * needed <= 900,
-        "{name}: an outage is found within 15 minutes"
-    );
+    // An outage is found within 15 minutes, whatever the schedule.
+    let checked = check_run_alarm(&name, 15 * 60, &[]);
+    assert_eq!(checked.len(), 3, "ScheduleMinutes 1, 2 and 3");
 }
 
-/// The watch alarm: only with watch mode on, fires on missing `WatchRunning` minutes
-/// (breaching when no data comes at all), and not on one short gap at a handover.
+/// The watch alarm: only with watch mode on; each watching run writes one WatchRunning
+/// point when it ends, so what a healthy stack writes per period follows ScheduleMinutes.
+/// For every allowed value it must not fire on a healthy stack (nor on one missed run)
+/// and must fire when watching runs stop, within 20 minutes.
 #[test]
-fn watch_not_running_alarm_exists_with_watch_mode_only() {
+fn watch_not_running_alarm_fires_only_when_watching_runs_stop_for_every_schedule() {
     let t = Template::load();
     let a = t.resource("WatchNotRunningAlarm");
     assert_eq!(a["Condition"], "WatchEnabled");
@@ -1832,41 +2067,75 @@ fn watch_not_running_alarm_exists_with_watch_mode_only() {
         as_list(&p["Dimensions"]).contains(&json!({ "Name": "Function", "Value": resync })),
         "{p}"
     );
-    assert_eq!(p["Statistic"], "Sum");
-    assert_eq!(p["ComparisonOperator"], "LessThanThreshold");
     assert_eq!(p["TreatMissingData"], "breaching", "no run is no watch");
-    let period = p["Period"].as_u64().unwrap();
-    let threshold = p["Threshold"].as_u64().unwrap();
-    let needed = p["DatapointsToAlarm"].as_u64().unwrap();
-    // One watching minute each: a healthy watch gives period/60 a period; one handover
-    // gap (a minute) must not fire it, and it fires within 15 minutes.
-    assert!(
-        threshold < period / 60,
-        "{threshold} of {} minutes",
-        period / 60
-    );
-    assert!(threshold >= 1 && needed >= 2 && period * needed <= 900);
+    // WatchRunning is one point per watching run (the run line), never per minute.
+    let run_line = sample_emf_lines()
+        .into_iter()
+        .find(|l| l["Function"] == resync.as_str() && l.get("RunsCompleted").is_some())
+        .expect("the resync's run line");
+    assert_eq!(run_line["WatchRunning"], 1, "one WatchRunning per run");
+    let checked = check_run_alarm("WatchNotRunningAlarm", 20 * 60, &[("WatchSeconds", "55")]);
+    assert_eq!(checked.len(), 3, "ScheduleMinutes 1, 2 and 3");
+    for (minutes, alarm, fewest, most) in &checked {
+        // The mapping's description figures are the alarm's.
+        let d = t.parameters(&[
+            ("ClusterName", "demo"),
+            ("ScheduleMinutes", &minutes.to_string()),
+        ]);
+        let row = &d.mappings["WatchAlarm"][minutes.to_string()];
+        assert_eq!(row["Minutes"].as_u64(), Some(alarm.period / 60), "{row}");
+        let runs = row["Runs"].as_u64().expect("Runs");
+        assert_eq!(runs, alarm.period / 60 / minutes, "{row}");
+        assert!(
+            (*fewest..=*most).contains(&runs),
+            "ScheduleMinutes={minutes}: a healthy period holds {fewest} to {most} runs, not {row}"
+        );
+    }
 }
 
-/// The dashboard: valid JSON once CloudWatch substitutes it; every tgsync metric it
-/// graphs (directly or in a SEARCH) is one the code emits (or is announced to), under
-/// those dimensions, for this stack's cluster and a function that exists; the latencies
-/// as percentiles; the load balancers' own host counts.
-#[test]
-fn dashboard_graphs_what_the_code_emits() {
-    let t = Template::load();
-    let known = known_metrics();
-    let functions: BTreeSet<String> = FUNCTION_DIRS.into_iter().map(served_as).collect();
-    let p = t.props("Dashboard");
-    assert_eq!(
-        p["DashboardName"],
-        json!({ "Fn::Sub": "${FunctionNamePrefix}-${ClusterName}" })
-    );
-    let body = p["DashboardBody"]["Fn::Sub"]
-        .as_str()
-        .expect("DashboardBody is a !Sub string");
-    // What CloudWatch sees once CloudFormation substituted the body.
-    let mut substituted = body.to_owned();
+/// A fake ARN for each `{"Fn::GetAtt": [alarm, "Arn"]}` in `v`.
+fn alarm_arns(v: &Value) -> Value {
+    match v {
+        Value::Object(map) if map.len() == 1 && map.contains_key("Fn::GetAtt") => {
+            let args = as_list(&map["Fn::GetAtt"]);
+            assert_eq!(args[1], "Arn", "{v}");
+            json!(format!(
+                "arn:aws:cloudwatch:eu-west-1:111122223333:alarm:{}",
+                args[0].as_str().unwrap()
+            ))
+        }
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), alarm_arns(v)))
+            .collect::<Map<_, _>>()
+            .into(),
+        Value::Array(items) => items.iter().map(alarm_arns).collect(),
+        other => other.clone(),
+    }
+}
+
+/// The dashboard's body as CloudWatch gets it from one deployment (cluster `demo`,
+/// region eu-west-1, `DashboardTargetGroupSearch` = `shop-web-8080`): the `!Sub`
+/// string with its variables (a `!Sub [string, {var: value}]`'s, resolved for `d`),
+/// parameters, pseudo-parameters and alarm ARNs substituted, parsed.
+fn dashboard(t: &Template, d: &Deployment) -> Value {
+    let sub = &t.props("Dashboard")["DashboardBody"]["Fn::Sub"];
+    let (body, vars) = match sub {
+        Value::String(s) => (s.clone(), Map::new()),
+        Value::Array(items) => (
+            items[0].as_str().expect("the body string").to_owned(),
+            items[1].as_object().expect("the variables").clone(),
+        ),
+        other => panic!("DashboardBody is not a !Sub: {other}"),
+    };
+    let mut substituted = body;
+    for (var, value) in &vars {
+        let value = resolve(&alarm_arns(value), d, &BTreeMap::new());
+        let value = value
+            .as_str()
+            .unwrap_or_else(|| panic!("${{{var}}} does not resolve to a string: {value}"));
+        substituted = substituted.replace(&format!("${{{var}}}"), value);
+    }
     for (var, value) in [
         ("${ClusterName}", "demo"),
         ("${AWS::Region}", "eu-west-1"),
@@ -1874,8 +2143,7 @@ fn dashboard_graphs_what_the_code_emits() {
     ] {
         substituted = substituted.replace(var, value);
     }
-    let alarms = alarms(&t);
-    for name in alarms.keys() {
+    for name in alarms(t).keys() {
         substituted = substituted.replace(
             &format!("${{{name}.Arn}}"),
             &format!("arn:aws:cloudwatch:eu-west-1:111122223333:alarm:{name}"),
@@ -1885,8 +2153,75 @@ fn dashboard_graphs_what_the_code_emits() {
         !substituted.contains("${"),
         "an unknown !Sub variable: {substituted}"
     );
-    let doc: Value = serde_json::from_str(&substituted).expect("the dashboard body is JSON");
+    serde_json::from_str(&substituted).expect("the dashboard body is JSON")
+}
+
+/// The dashboard's alarm widget lists every alarm the deployment has, and none it lacks
+/// (CloudWatch refuses a dashboard that names an alarm that does not exist): with watch
+/// mode on and off.
+#[test]
+fn dashboard_lists_every_alarm_of_the_deployment() {
+    let t = Template::load();
+    let all = alarms(&t);
+    for watch in ["55", "0"] {
+        let d = t.parameters(&[("ClusterName", "demo"), ("WatchSeconds", watch)]);
+        let doc = dashboard(&t, &d);
+        let widgets: Vec<Value> = as_list(&doc["widgets"])
+            .into_iter()
+            .filter(|w| w["type"] == "alarm")
+            .collect();
+        assert_eq!(widgets.len(), 1, "one alarm widget");
+        let listed: Vec<String> = as_list(&widgets[0]["properties"]["alarms"])
+            .iter()
+            .map(|a| a.as_str().unwrap().rsplit(':').next().unwrap().to_owned())
+            .collect();
+        let unique: BTreeSet<String> = listed.iter().cloned().collect();
+        assert_eq!(
+            unique.len(),
+            listed.len(),
+            "an alarm listed twice: {listed:?}"
+        );
+        let existing: BTreeSet<String> = all
+            .keys()
+            .filter(|name| {
+                t.resource(name)
+                    .get("Condition")
+                    .is_none_or(|c| d.conditions[c.as_str().unwrap()])
+            })
+            .cloned()
+            .collect();
+        assert_eq!(
+            unique, existing,
+            "WatchSeconds={watch}: the alarm widget and the deployment's alarms differ"
+        );
+        assert_eq!(
+            existing.contains("WatchNotRunningAlarm"),
+            watch != "0",
+            "WatchSeconds={watch}"
+        );
+    }
+}
+
+/// The dashboard: valid JSON once CloudWatch substitutes it; every tgsync metric it
+/// graphs (directly or in a SEARCH) is one the code emits (or is announced to), under
+/// those dimensions, for this stack's cluster and a function that exists; the latencies
+/// as percentiles; counts and milliseconds never on one axis; every function's runs,
+/// duration, registrations, deregistrations and errors; the load balancers' own host
+/// counts.
+#[test]
+fn dashboard_graphs_what_the_code_emits() {
+    let t = Template::load();
+    let known = known_metrics();
+    let units = metric_units();
+    let functions: BTreeSet<String> = FUNCTION_DIRS.into_iter().map(served_as).collect();
+    let p = t.props("Dashboard");
+    assert_eq!(
+        p["DashboardName"],
+        json!({ "Fn::Sub": "${FunctionNamePrefix}-${ClusterName}" })
+    );
+    let doc = dashboard(&t, &t.parameters(&[("ClusterName", "demo")]));
     let mut graphed: BTreeSet<String> = BTreeSet::new();
+    let mut per_function: BTreeSet<(String, String)> = BTreeSet::new();
     let mut percentiles = BTreeSet::new();
     let mut load_balancer = BTreeSet::new();
     for w in as_list(&doc["widgets"]) {
@@ -1894,6 +2229,8 @@ fn dashboard_graphs_what_the_code_emits() {
         if w["type"] == "metric" {
             assert_eq!(props["region"], "eu-west-1", "{w}");
         }
+        // The units on each axis of the widget.
+        let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for row in as_list(&props["metrics"]) {
             let row = as_list(&row);
             if let Some(expr) = row.first().and_then(|e| e["expression"].as_str()) {
@@ -1912,6 +2249,7 @@ fn dashboard_graphs_what_the_code_emits() {
                     .nth(1)
                     .and_then(|r| r.split('"').next())
                     .expect("a MetricName");
+                let axis = row[0]["yAxis"].as_str().unwrap_or("left").to_owned();
                 if namespace == "tgsync" {
                     assert!(
                         expr.contains("Cluster=\"demo\""),
@@ -1922,6 +2260,7 @@ fn dashboard_graphs_what_the_code_emits() {
                         .is_some_and(|k| k.contains(&("tgsync".to_owned(), dims.clone())));
                     assert!(ok, "{metric} under {dims:?} is not emitted: {expr}");
                     graphed.insert(metric.to_owned());
+                    axes.entry(axis).or_default().insert(units[metric].clone());
                 } else {
                     assert!(
                         ["AWS/NetworkELB", "AWS/ApplicationELB"].contains(&namespace),
@@ -1932,6 +2271,8 @@ fn dashboard_graphs_what_the_code_emits() {
                         "narrowed by the parameter: {expr}"
                     );
                     load_balancer.insert(format!("{namespace} {metric}"));
+                    // Host counts.
+                    axes.entry(axis).or_default().insert("Count".to_owned());
                 }
                 continue;
             }
@@ -1943,7 +2284,10 @@ fn dashboard_graphs_what_the_code_emits() {
                 let (k, v) = (row[i].as_str().unwrap(), row[i + 1].as_str().unwrap());
                 match k {
                     "Cluster" => assert_eq!(v, "demo", "{metric}"),
-                    "Function" => assert!(functions.contains(v), "{metric}: Function {v}"),
+                    "Function" => {
+                        assert!(functions.contains(v), "{metric}: Function {v}");
+                        per_function.insert((metric.clone(), v.to_owned()));
+                    }
                     _ => {}
                 }
                 dims.push(k.to_owned());
@@ -1955,12 +2299,26 @@ fn dashboard_graphs_what_the_code_emits() {
                 .get(&metric)
                 .is_some_and(|k| k.contains(&("tgsync".to_owned(), dims.clone())));
             assert!(ok, "{metric} under {dims:?} is not emitted");
-            if let Some(stat) = row.last().and_then(|o| o["stat"].as_str())
+            let options = row.last().filter(|o| o.is_object());
+            if let Some(stat) = options.and_then(|o| o["stat"].as_str())
                 && stat.starts_with('p')
             {
                 percentiles.insert(metric.clone());
             }
+            let axis = options
+                .and_then(|o| o["yAxis"].as_str())
+                .unwrap_or("left")
+                .to_owned();
+            axes.entry(axis).or_default().insert(units[&metric].clone());
             graphed.insert(metric);
+        }
+        for (axis, on_it) in &axes {
+            assert_eq!(
+                on_it.len(),
+                1,
+                "{}: the {axis} axis mixes {on_it:?}",
+                props["title"]
+            );
         }
     }
     for m in [
@@ -1977,8 +2335,24 @@ fn dashboard_graphs_what_the_code_emits() {
         "BackingOff",
         "LeaseHeld",
         "RunsCompleted",
+        "Duration",
+        "OrphanedGroups",
     ] {
         assert!(graphed.contains(m), "the dashboard shows {m}");
+    }
+    for f in &functions {
+        for m in [
+            "RunsCompleted",
+            "Duration",
+            "Registered",
+            "Deregistered",
+            "ReconcileErrors",
+        ] {
+            assert!(
+                per_function.contains(&(m.to_owned(), f.clone())),
+                "the dashboard shows {m} of the {f} function"
+            );
+        }
     }
     assert_eq!(
         percentiles,
@@ -1991,32 +2365,18 @@ fn dashboard_graphs_what_the_code_emits() {
     ] {
         assert!(load_balancer.contains(m), "the dashboard shows {m}");
     }
-    // Its alarm widget lists alarms that exist unconditionally.
-    let listed: Vec<String> = as_list(&doc["widgets"])
-        .iter()
-        .filter(|w| w["type"] == "alarm")
-        .flat_map(|w| as_list(&w["properties"]["alarms"]))
-        .map(|a| a.as_str().unwrap().rsplit(':').next().unwrap().to_owned())
-        .collect();
-    assert!(!listed.is_empty());
-    for a in listed {
-        assert!(
-            t.resource(&a).get("Condition").is_none(),
-            "{a} may not exist; the dashboard would be refused"
-        );
-    }
 }
 
-/// README's alarm table lists exactly the template's alarms, each with the metric and
-/// namespace it watches.
+/// docs/operations.md's alarm table lists exactly the template's alarms, each with the
+/// metric and namespace it watches.
 #[test]
-fn readme_alarm_table_lists_every_alarm() {
+fn docs_alarm_table_lists_every_alarm() {
     let t = Template::load();
-    let readme = read("README.md");
-    let section = readme
-        .split("**Alarms**")
+    let doc = read("docs/operations.md");
+    let section = doc
+        .split("\n### Alarms\n")
         .nth(1)
-        .expect("README has an **Alarms** paragraph");
+        .expect("docs/operations.md has an `### Alarms` section");
     let rows: BTreeMap<String, String> = section
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -2031,7 +2391,7 @@ fn readme_alarm_table_lists_every_alarm() {
     assert_eq!(
         rows.keys().collect::<Vec<_>>(),
         alarms.keys().collect::<Vec<_>>(),
-        "README's alarm table and template.yaml's alarms differ"
+        "docs/operations.md's alarm table and template.yaml's alarms differ"
     );
     for (name, a) in &alarms {
         let row = &rows[name];
@@ -2041,7 +2401,7 @@ fn readme_alarm_table_lists_every_alarm() {
         ] {
             assert!(
                 row.contains(needle),
-                "README row of {name} does not name {needle}: {row}"
+                "docs/operations.md's row of {name} does not name {needle}: {row}"
             );
         }
     }
@@ -2438,17 +2798,17 @@ fn the_release_metadata_agrees_with_the_workspace() {
 }
 
 // ------------------------------------------------------------------------------------
-// README's parameter and configuration tables
+// The docs' tables against the template and the code
 // ------------------------------------------------------------------------------------
 
-/// The rows of the first README table whose header row is exactly `header`: each row's
-/// backticked names in the first cell, with the whole row.
-fn readme_table(header: &str) -> Vec<(Vec<String>, String)> {
-    let readme = read("README.md");
-    let mut lines = readme.lines().skip_while(|l| l.trim() != header);
+/// The rows of the first table of `file` whose header row is exactly `header`: each
+/// row's backticked names in the first cell, with the whole row.
+fn docs_table(file: &str, header: &str) -> Vec<(Vec<String>, String)> {
+    let text = read(file);
+    let mut lines = text.lines().skip_while(|l| l.trim() != header);
     assert!(
         lines.next().is_some(),
-        "README.md has no table with the header {header}"
+        "{file} has no table with the header {header}"
     );
     lines
         .skip(1) // separator
@@ -2466,19 +2826,19 @@ fn readme_table(header: &str) -> Vec<(Vec<String>, String)> {
         .collect()
 }
 
-/// README's parameter table lists every parameter of template.yaml (and no other), each
-/// with its default.
+/// docs/configuration.md's parameter table lists every parameter of template.yaml (and
+/// no other), each with its default.
 #[test]
-fn readme_parameter_table_lists_every_template_parameter() {
+fn docs_parameter_table_lists_every_template_parameter() {
     let t = Template::load();
-    let rows = readme_table("| parameter | default | meaning |");
+    let rows = docs_table("docs/configuration.md", "| parameter | default | meaning |");
     let mut documented = BTreeMap::new();
     for (names, row) in &rows {
         assert!(!names.is_empty(), "a row without a `parameter`: {row}");
         for name in names {
             assert!(
                 documented.insert(name.clone(), row.clone()).is_none(),
-                "README lists {name} twice"
+                "docs/configuration.md lists {name} twice"
             );
         }
     }
@@ -2493,7 +2853,7 @@ fn readme_parameter_table_lists_every_template_parameter() {
     let unknown: Vec<_> = listed.difference(&parameters).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "README's parameter table and template.yaml differ: not in README {missing:?}, not in template.yaml {unknown:?}"
+        "docs/configuration.md's parameter table and template.yaml differ: not in the docs {missing:?}, not in template.yaml {unknown:?}"
     );
     for (name, row) in &documented {
         let default_cell = row.split('|').nth(2).unwrap_or_default();
@@ -2504,18 +2864,18 @@ fn readme_parameter_table_lists_every_template_parameter() {
             }
             Some(Value::String(d)) => assert!(
                 default_cell.contains(&format!("`{d}`")),
-                "{name}: README's default is not `{d}`: {row}"
+                "{name}: the docs' default is not `{d}`: {row}"
             ),
             Some(other) => panic!("{name}: default {other}"),
         }
     }
 }
 
-/// README's configuration table lists every TGSYNC_* variable src/config.rs reads (and
-/// no other).
+/// docs/configuration.md's environment table lists every TGSYNC_* variable src/config.rs
+/// reads (and no other).
 #[test]
-fn readme_configuration_table_lists_every_variable() {
-    let rows = readme_table("| variable | default | meaning |");
+fn docs_configuration_table_lists_every_variable() {
+    let rows = docs_table("docs/configuration.md", "| variable | default | meaning |");
     let listed: BTreeSet<String> = rows
         .iter()
         .flat_map(|(names, _)| names.iter())
@@ -2527,6 +2887,499 @@ fn readme_configuration_table_lists_every_variable() {
     let unknown: Vec<_> = listed.difference(&read_by_code).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "README's configuration table and src/config.rs differ: not in README {missing:?}, not read by src/config.rs {unknown:?}"
+        "docs/configuration.md's environment table and src/config.rs differ: not in the docs {missing:?}, not read by src/config.rs {unknown:?}"
+    );
+}
+
+/// docs/configuration.md's outputs table lists every output of the stack, and no other.
+#[test]
+fn docs_outputs_table_lists_every_output() {
+    let t = Template::load();
+    let rows = docs_table("docs/configuration.md", "| output | what |");
+    let listed: Vec<String> = rows.iter().flat_map(|(names, _)| names.clone()).collect();
+    let unique: BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(unique.len(), listed.len(), "an output listed twice");
+    let outputs: BTreeSet<String> = t.doc["Outputs"]
+        .as_object()
+        .expect("Outputs")
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        unique, outputs,
+        "docs/configuration.md's outputs and template.yaml's differ"
+    );
+}
+
+/// docs/configuration.md's `TGSYNC_BUDGET_SHARE` row gives each function's share as the
+/// template sets it.
+#[test]
+fn docs_budget_shares_are_the_templates() {
+    let t = Template::load();
+    let rows = docs_table("docs/configuration.md", "| variable | default | meaning |");
+    let (_, row) = rows
+        .iter()
+        .find(|(names, _)| names.iter().any(|n| n == "TGSYNC_BUDGET_SHARE"))
+        .expect("a TGSYNC_BUDGET_SHARE row");
+    let meaning = row.split('|').nth(3).unwrap_or_default();
+    for (function, name) in [
+        ("ResyncFunction", "the resync"),
+        ("PodEventsFunction", "pod-events"),
+        ("ManualFunction", "the manual function"),
+    ] {
+        let share = t.props(function)["Environment"]["Variables"]["TGSYNC_BUDGET_SHARE"]
+            .as_str()
+            .expect("a constant share")
+            .to_owned();
+        assert!(
+            meaning.contains(&format!("{name} `{share}`")),
+            "{function}: the docs do not give {name} `{share}`: {meaning}"
+        );
+    }
+}
+
+/// The functions, as the template deploys them: `<prefix>-<name>`, one per crate under
+/// functions/ (package `tgsync-<name>`), each with its own log group
+/// `/aws/lambda/<prefix>-<name>`.
+fn deployed_functions(t: &Template) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (id, f) in t.of_type("AWS::Serverless::Function") {
+        let p = &f["Properties"];
+        let name = p["FunctionName"]["Fn::Sub"]
+            .as_str()
+            .and_then(|s| s.strip_prefix("${FunctionNamePrefix}-"))
+            .unwrap_or_else(|| panic!("{id}: FunctionName is not ${{FunctionNamePrefix}}-<name>"))
+            .to_owned();
+        assert_eq!(p["CodeUri"], format!("functions/{name}"), "{id}");
+        assert_eq!(
+            package_name(&format!("functions/{name}")),
+            format!("tgsync-{name}"),
+            "{id}"
+        );
+        let log_group = p["LoggingConfig"]["LogGroup"]["Ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{id}: LoggingConfig.LogGroup is a Ref to its log group"));
+        assert_eq!(
+            t.props(log_group)["LogGroupName"],
+            json!({ "Fn::Sub": format!("/aws/lambda/${{FunctionNamePrefix}}-{name}") }),
+            "{id}: its log group"
+        );
+        names.insert(name);
+    }
+    let crates: BTreeSet<String> = std::fs::read_dir(root().join("functions"))
+        .expect("functions/")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names, crates,
+        "the template's functions and functions/* differ"
+    );
+    assert_eq!(
+        t.of_type("AWS::Logs::LogGroup").count(),
+        names.len(),
+        "one log group per function"
+    );
+    names
+}
+
+const NUMBER_WORDS: [(&str, usize); 6] = [
+    ("one", 1),
+    ("two", 2),
+    ("both", 2),
+    ("three", 3),
+    ("four", 4),
+    ("five", 5),
+];
+
+/// Every count of functions or log groups in `text` ("three Rust Lambda functions",
+/// "both log groups", "the 3 functions"): (the count, the phrase).
+fn counted(text: &str) -> Vec<(usize, String)> {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    // Words that may stand between the count and what it counts.
+    let between = ["rust", "lambda", "small", "thin", "aws", "tgsync"];
+    let mut out = Vec::new();
+    for i in 0..words.len() {
+        let noun_start = match words[i].as_str() {
+            "functions" => i,
+            "groups" if i > 0 && words[i - 1] == "log" => i - 1,
+            _ => continue,
+        };
+        let mut j = noun_start;
+        while j > 0 && noun_start - j < 4 {
+            j -= 1;
+            let w = words[j].as_str();
+            if let Some((_, n)) = NUMBER_WORDS.iter().find(|(word, _)| *word == w) {
+                out.push((*n, words[j..=i].join(" ")));
+                break;
+            }
+            if let Ok(n) = w.parse::<usize>() {
+                out.push((n, words[j..=i].join(" ")));
+                break;
+            }
+            if !between.contains(&w) {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The docs and the template's own descriptions name the functions the template deploys:
+/// the count wherever one is stated ("three functions", "the three log groups"), and each
+/// function by name where they are listed (the README's table, the architecture, the
+/// log groups, `FunctionNamePrefix`, the stack's and the Serverless Application
+/// Repository's descriptions).
+#[test]
+fn docs_name_the_functions_the_template_deploys() {
+    let t = Template::load();
+    let names = deployed_functions(&t);
+    assert_eq!(names.len(), 3, "{names:?}");
+    // Every stated count.
+    let mut texts = vec![
+        ("README.md".to_owned(), read("README.md")),
+        ("template.yaml".to_owned(), read("template.yaml")),
+        ("infra/README.md".to_owned(), read("infra/README.md")),
+    ];
+    for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
+        let name = entry.expect("an entry").file_name().into_string().unwrap();
+        if name.ends_with(".md") && name != "benchmarks-history.md" {
+            texts.push((format!("docs/{name}"), read(format!("docs/{name}"))));
+        }
+    }
+    let mut stated = 0;
+    for (file, text) in &texts {
+        for (n, phrase) in counted(text) {
+            assert_eq!(
+                n,
+                names.len(),
+                "{file} says \"{phrase}\": the template deploys {} functions, each with its log group",
+                names.len()
+            );
+            stated += 1;
+        }
+    }
+    assert!(
+        stated >= 4,
+        "only {stated} counts found: is the scan broken?"
+    );
+    assert!(
+        counted("the two Rust Lambda functions and both log groups")
+            == [
+                (2, "two rust lambda functions".to_owned()),
+                (2, "both log groups".to_owned())
+            ],
+        "the scan finds counts"
+    );
+    // The README's table of functions.
+    let readme = read("README.md");
+    let table: BTreeSet<String> = readme
+        .lines()
+        .skip_while(|l| l.trim() != "| function | started by | what it does |")
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cell = l.split('|').nth(1)?.trim().trim_matches('`');
+            cell.strip_prefix("<prefix>-").map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(table, names, "README.md's table of functions");
+    // Each function by name where they are listed.
+    let arch = read("docs/architecture.md");
+    let intro = arch.split("\n## ").next().unwrap();
+    let operations = read("docs/operations.md");
+    let params = &t.doc["Parameters"];
+    let prefix = params["FunctionNamePrefix"]["Description"]
+        .as_str()
+        .unwrap();
+    let retention = params["LogRetentionDays"]["Description"].as_str().unwrap();
+    let description = t.doc["Description"].as_str().unwrap();
+    let sar = t.doc["Metadata"]["AWS::ServerlessRepo::Application"]["Description"]
+        .as_str()
+        .unwrap();
+    for name in &names {
+        assert!(
+            intro.contains(&format!("`<prefix>-{name}`")),
+            "docs/architecture.md's introduction names {name}"
+        );
+        assert!(
+            operations.contains(&format!("`/aws/lambda/<prefix>-{name}`")),
+            "docs/operations.md names the log group of {name}"
+        );
+        assert!(
+            prefix.contains(&format!("<prefix>-{name}")),
+            "FunctionNamePrefix's description names {name}"
+        );
+        assert!(
+            retention.contains(&format!("-{name}")),
+            "LogRetentionDays' description names the log group of {name}"
+        );
+        for (what, text) in [("the stack's", description), ("the SAR", sar)] {
+            assert!(
+                text.contains(name.as_str()),
+                "{what} description names {name}"
+            );
+        }
+    }
+}
+
+/// docs/operations.md's metrics table names every metric the code emits, and no other.
+#[test]
+fn docs_metrics_table_lists_every_metric() {
+    let emitted: BTreeSet<String> = emitted_metrics().keys().cloned().collect();
+    let rows = docs_table(
+        "docs/operations.md",
+        "| line | dimensions | metrics | extra properties |",
+    );
+    assert!(!rows.is_empty());
+    let mut listed = BTreeSet::new();
+    for (_, row) in &rows {
+        let cell = row.split('|').nth(3).unwrap_or_default();
+        for name in cell.split('`').skip(1).step_by(2) {
+            // Metric names; the cell also names values such as `Function=resync`.
+            if name.chars().next().is_some_and(char::is_uppercase)
+                && name.chars().all(char::is_alphanumeric)
+            {
+                listed.insert(name.to_owned());
+            }
+        }
+    }
+    assert_eq!(
+        listed, emitted,
+        "docs/operations.md's metrics table and the metrics src/metrics.rs emits differ"
+    );
+}
+
+/// docs/operations.md's table of WatchNotRunningAlarm by ScheduleMinutes is the
+/// template's mapping.
+#[test]
+fn docs_watch_alarm_table_is_the_templates() {
+    let t = Template::load();
+    let rows = docs_table(
+        "docs/operations.md",
+        "| `ScheduleMinutes` | period | runs in a period | fires when fewer than this many, in 2 periods in a row |",
+    );
+    let mut documented = BTreeMap::new();
+    for (_, row) in &rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let minutes = cells[1].to_owned();
+        let period: u64 = cells[2]
+            .strip_suffix(" minutes")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("{row}: the period in minutes"));
+        let runs: u64 = cells[3].parse().expect("runs");
+        let threshold: u64 = cells[4].parse().expect("threshold");
+        documented.insert(minutes, (period, runs, threshold));
+    }
+    let mut templated = BTreeMap::new();
+    for minutes in as_list(&t.doc["Parameters"]["ScheduleMinutes"]["AllowedValues"]) {
+        let key = minutes.to_string();
+        let d = t.parameters(&[("ClusterName", "demo"), ("ScheduleMinutes", &key)]);
+        let a = RunAlarm::resolve(
+            "WatchNotRunningAlarm",
+            &t.resource("WatchNotRunningAlarm")["Properties"],
+            &d,
+        );
+        assert_eq!(a.datapoints_to_alarm, 2);
+        assert_eq!(a.evaluation_periods, 2);
+        let runs = d.mappings["WatchAlarm"][&key]["Runs"].as_u64().unwrap();
+        templated.insert(key, (a.period / 60, runs, a.threshold));
+    }
+    assert_eq!(
+        documented, templated,
+        "docs/operations.md's watch alarm table and the template differ"
+    );
+}
+
+/// The number after `marker` in `text` (`"CloudWatch alarms ("` → 6).
+fn number_after(text: &str, marker: &str) -> usize {
+    let at = text.find(marker).unwrap_or_else(|| panic!("no {marker:?}"));
+    let rest = &text[at + marker.len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {marker:?}: {}", &rest[..20]))
+}
+
+/// The cost table's counts are the template's and the code's: the alarms of a stack with
+/// watch mode on and off, and the metrics of the resync's run lines with and without it.
+#[test]
+fn docs_cost_table_counts_the_alarms_and_metrics() {
+    use tgsync::core::UnixMillis;
+    use tgsync::logging::LambdaLevel;
+    use tgsync::metrics::emf_lines;
+    use tgsync::report::Report;
+    let t = Template::load();
+    let doc = read("docs/operations.md");
+    let cost = doc
+        .split("\n## Cost\n")
+        .nth(1)
+        .expect("docs/operations.md has a `## Cost` section");
+    let alarms_of = |watch: &str| {
+        let d = t.parameters(&[("ClusterName", "demo"), ("WatchSeconds", watch)]);
+        alarms(&t)
+            .keys()
+            .filter(|name| {
+                t.resource(name)
+                    .get("Condition")
+                    .is_none_or(|c| d.conditions[c.as_str().unwrap()])
+            })
+            .count()
+    };
+    assert_eq!(
+        number_after(cost, "CloudWatch alarms ("),
+        alarms_of("55"),
+        "alarms with watch mode"
+    );
+    assert_eq!(
+        number_after(cost, "with watch mode; "),
+        alarms_of("0"),
+        "alarms without watch mode"
+    );
+    let resync: &'static str = Box::leak(served_as("functions/resync").into_boxed_str());
+    let run_metrics = |watch: bool| {
+        let mut r = Report::new(resync, "demo", false, UnixMillis(1_800_000_000_000));
+        if watch {
+            r.watch = Some(Default::default());
+        }
+        r.orphans = Some(Vec::new());
+        let r = r.finish(UnixMillis(1_800_000_000_500));
+        let mut names = BTreeSet::new();
+        for line in emf_lines(&r, LambdaLevel::Info) {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            for directive in as_list(&v["_aws"]["CloudWatchMetrics"]) {
+                for m in as_list(&directive["Metrics"]) {
+                    names.insert(m["Name"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+        names.len()
+    };
+    assert_eq!(
+        number_after(cost, "the resync's run lines: "),
+        run_metrics(true),
+        "run-line metrics with watch mode"
+    );
+    assert_eq!(
+        number_after(cost, "with watch mode, "),
+        run_metrics(false),
+        "run-line metrics without watch mode"
+    );
+}
+
+/// The cargo-lambda recipe of docs/install.md deploys each function as the template
+/// does at its defaults: the same timeout, memory and reserved concurrency, and the same
+/// settings as the function reads them from its environment.
+#[test]
+fn cargo_lambda_recipe_matches_the_template() {
+    let t = Template::load();
+    let doc = read("docs/install.md");
+    let section = doc
+        .split("### With cargo-lambda only")
+        .nth(1)
+        .expect("docs/install.md has the cargo-lambda recipe");
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the recipe's commands");
+    // One command per line: continuation lines joined.
+    let commands: Vec<Vec<String>> = block
+        .replace("\\\n", " ")
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|w| !w.is_empty() && !w[0].starts_with('#'))
+        .collect();
+    let flag = |words: &[String], name: &str| -> Option<String> {
+        words
+            .iter()
+            .position(|w| w == name)
+            .map(|i| words[i + 1].trim_matches('"').to_owned())
+    };
+    let d = t.parameters(&[("ClusterName", "prod")]);
+    let refs = BTreeMap::from([("StateTable", "tgsync-state")]);
+    let mut deployed = BTreeSet::new();
+    for (id, f) in t.of_type("AWS::Serverless::Function") {
+        let p = &f["Properties"];
+        let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap();
+        let deploy = commands
+            .iter()
+            .find(|w| w.len() > 3 && w[..3] == ["cargo", "lambda", "deploy"] && w[3] == binary)
+            .unwrap_or_else(|| panic!("{id}: no `cargo lambda deploy {binary}`"));
+        let number = |v: &Value| -> String {
+            match scalar_string(&resolve(v, &d, &refs)) {
+                Value::String(s) => s,
+                other => panic!("{id}: {other}"),
+            }
+        };
+        assert_eq!(
+            flag(deploy, "--timeout"),
+            Some(number(&p["Timeout"])),
+            "{id}: --timeout"
+        );
+        assert_eq!(
+            flag(deploy, "--memory"),
+            Some(number(&p["MemorySize"])),
+            "{id}: --memory"
+        );
+        // The settings, as the function reads them.
+        let recipe_env: BTreeMap<String, String> = flag(deploy, "--env-var")
+            .unwrap_or_else(|| panic!("{id}: --env-var"))
+            .split(',')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').expect("KEY=VALUE");
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let template_env: BTreeMap<String, String> = p["Environment"]["Variables"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                let v = resolve(v, &d, &refs);
+                (k.clone(), v.as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        let from_recipe = Settings::from_lookup(|k| recipe_env.get(k).cloned())
+            .unwrap_or_else(|e| panic!("{id}: the recipe's settings: {e}"));
+        let from_template = Settings::from_lookup(|k| template_env.get(k).cloned())
+            .unwrap_or_else(|e| panic!("{id}: the template's settings: {e}"));
+        assert_eq!(
+            from_recipe, from_template,
+            "{id}: the recipe's environment reads differently from the template's"
+        );
+        let function = binary.to_owned();
+        let reserved = commands
+            .iter()
+            .find(|w| {
+                w.len() > 2
+                    && w[..3] == ["aws", "lambda", "put-function-concurrency"]
+                    && flag(w, "--function-name").as_deref() == Some(function.as_str())
+            })
+            .and_then(|w| flag(w, "--reserved-concurrent-executions"))
+            .unwrap_or_else(|| panic!("{id}: no put-function-concurrency for {function}"));
+        assert_eq!(
+            reserved,
+            number(&p["ReservedConcurrentExecutions"]),
+            "{id}: reserved concurrency"
+        );
+        deployed.insert(function);
+    }
+    assert_eq!(deployed.len(), 3);
+    // The manual function's release alias.
+    assert!(
+        commands.iter().any(|w| w.len() > 2
+            && w[..3] == ["aws", "lambda", "create-alias"]
+            && flag(w, "--name").as_deref() == Some(tgsync::handlers::manual::RELEASE_ALIAS)),
+        "the recipe publishes the release alias"
     );
 }

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use aws_config::BehaviorVersion;
 use aws_sdk_lambda::config::retry::RetryConfig;
 use aws_sdk_lambda::config::timeout::TimeoutConfig;
 use aws_sdk_lambda::primitives::Blob;
@@ -11,8 +10,9 @@ use serde_json::Value;
 use tgsync::aws::{Elbv2TargetGroups, MutationRate};
 use tgsync::report::Report;
 
-use crate::error::CliError;
+use crate::error::{Call, CliError};
 use crate::progress::Progress;
+use crate::session::Session;
 
 /// The longest a Lambda invocation can run (its maximum timeout), plus a margin: the
 /// answer of a synchronous invoke is waited for that long.
@@ -23,16 +23,17 @@ pub struct Manual {
     client: aws_sdk_lambda::Client,
     elb: Elbv2TargetGroups,
     function: String,
+    region: String,
     wait: Duration,
 }
 
 impl Manual {
-    /// A client for `function` (name or ARN) with the standard AWS settings
-    /// (`AWS_REGION`, `AWS_PROFILE`, `AWS_ENDPOINT_URL[_LAMBDA]`, ...). Retries are the
+    /// A client for `function` (name or ARN) with the session's region and credentials
+    /// (and the SDK's other settings: `AWS_ENDPOINT_URL[_LAMBDA]`, ...). Retries are the
     /// CLI's own: only a 429 (Lambda ran nothing) is tried again, for up to `wait`; an
     /// invocation that may have run is never sent twice.
-    pub async fn new(function: &str, wait: Duration) -> Self {
-        let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
+    pub async fn new(session: &Session, function: &str, wait: Duration) -> Self {
+        let sdk = session.defaults().await;
         let conf = aws_sdk_lambda::config::Builder::from(&sdk)
             .retry_config(RetryConfig::disabled())
             .timeout_config(
@@ -42,11 +43,11 @@ impl Manual {
                     .build(),
             )
             .build();
-        let tg_sdk = tgsync::aws::sdk_config().await;
         Self {
             client: aws_sdk_lambda::Client::from_conf(conf),
-            elb: Elbv2TargetGroups::from_sdk_config(&tg_sdk, MutationRate::default()),
+            elb: Elbv2TargetGroups::from_sdk_config(&session.sdk, MutationRate::default()),
             function: function.to_owned(),
+            region: session.region.clone(),
             wait,
         }
     }
@@ -100,11 +101,27 @@ impl Manual {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(8));
                 }
-                Err(e) => {
-                    return Err(CliError::Invoke {
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                {
+                    return Err(CliError::FunctionNotFound {
                         function: target,
-                        message: aws_sdk_lambda::error::DisplayErrorContext(&e).to_string(),
+                        region: self.region.clone(),
+                        detail: aws_sdk_lambda::error::DisplayErrorContext(&e).to_string(),
                     });
+                }
+                Err(e) => {
+                    return Err(CliError::from_sdk(
+                        &e,
+                        Call {
+                            service: "Lambda",
+                            operation: "Lambda Invoke",
+                            action: "lambda:InvokeFunction",
+                            on: Some(format!("`{target}`")),
+                            advice: "your credentials need lambda:InvokeFunction on the manual function (releases: on its `release` alias)",
+                        },
+                    ));
                 }
             }
         };

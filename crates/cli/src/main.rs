@@ -6,26 +6,36 @@
 //!   way the README's `aws lambda invoke` does; a release goes through its `release`
 //!   alias, after showing its plan and asking.
 //!
-//! Everything it prints for people goes to stdout as tables (stderr for progress and
-//! errors); `--json` prints the machine form instead. Exit codes: [`exit`].
+//! The deployment is named by its CloudFormation stack (`--stack`, whose outputs give the
+//! cluster, state table and manual function) or by those names themselves. Everything
+//! it prints for people goes to stdout as tables (stderr for progress and errors, each
+//! error one line with what to do); `--json` prints the machine form instead. Exit
+//! codes: [`exit`]. docs/cli.md is its manual.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 mod invoke;
 mod output;
 mod progress;
+mod session;
+mod stack;
 mod status;
+mod style;
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::error::CliError;
 use crate::invoke::Manual;
+use crate::session::Session;
+use crate::stack::{Deployment, Given};
+use crate::style::{ColorChoice, Style};
 
-/// The exit codes, as the README documents them.
+/// The exit codes, as docs/cli.md documents them.
 pub mod exit {
     /// Done; for `plan`, nothing to do.
     pub const OK: u8 = 0;
@@ -35,6 +45,10 @@ pub mod exit {
     pub const CHANGES: u8 = 2;
     /// `release`: not confirmed (answered no, or no terminal and no `--yes`).
     pub const NOT_CONFIRMED: u8 = 3;
+    /// The deployment could not be looked at: no credentials or region, access denied,
+    /// the stack, one of its outputs or the manual function not found, a setting
+    /// missing or invalid, an endpoint out of reach. Nothing was read or changed.
+    pub const SETUP: u8 = 4;
     /// The command line is wrong.
     pub const USAGE: u8 = 64;
 }
@@ -51,23 +65,35 @@ struct Cli {
 
 #[derive(Debug, clap::Args)]
 struct Global {
-    /// The EKS cluster the deployment serves (status).
+    /// The deployment's CloudFormation stack: the cluster, state table and manual
+    /// function are read from its outputs (flags and variables below win over it).
+    #[arg(long, env = "TGSYNC_STACK", global = true, value_name = "NAME")]
+    stack: Option<String>,
+    /// The EKS cluster the deployment serves (status; the stack's ClusterName).
     #[arg(long, env = "TGSYNC_CLUSTER_NAME", global = true)]
     cluster: Option<String>,
-    /// The deployment's state table, the stack's StateTableName output (status).
+    /// The deployment's state table (status; the stack's StateTableName output).
     #[arg(long, env = "TGSYNC_TABLE_NAME", global = true)]
     table: Option<String>,
-    /// The manual function, the stack's ManualFunctionName output (plan, sync, release).
-    #[arg(
-        long = "function",
-        env = "TGSYNC_MANUAL_FUNCTION",
-        default_value = "tgsync-manual",
-        global = true
-    )]
-    function: String,
-    /// Print JSON for machines instead of tables.
+    /// The manual function (plan, sync, release; the stack's ManualFunctionName output;
+    /// without a stack: tgsync-manual).
+    #[arg(long = "function", env = "TGSYNC_MANUAL_FUNCTION", global = true)]
+    function: Option<String>,
+    /// The AWS region (default: AWS_REGION, then the profile's).
+    #[arg(long, global = true)]
+    region: Option<String>,
+    /// The AWS profile of the shared config files (default: AWS_PROFILE, then default).
+    #[arg(long, global = true)]
+    profile: Option<String>,
+    /// Print JSON for machines instead of tables (never coloured).
     #[arg(long, global = true)]
     json: bool,
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true, value_name = "WHEN")]
+    color: ColorChoice,
+    /// On failure, also print what the AWS SDK said.
+    #[arg(long, short = 'v', global = true)]
+    verbose: bool,
     /// How long to keep retrying while another manual run holds the manual function's
     /// slot (Lambda answers 429).
     #[arg(long, default_value_t = 60, value_name = "SECONDS", global = true)]
@@ -85,7 +111,7 @@ enum Command {
         #[arg(long)]
         targets: bool,
     },
-    /// The dry run, as a diff. Exit 0: nothing to do; 2: changes planned; 1: error.
+    /// The dry run, as a diff. Exit 0: nothing to do; 2: changes planned; 1 or 4: error.
     Plan {
         /// Target group names or ARNs (default: every bound group).
         groups: Vec<String>,
@@ -108,6 +134,12 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Print the shell completion script (e.g. `tgsync completions bash >
+    /// ~/.local/share/bash-completion/completions/tgsync`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -125,6 +157,11 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(shell, &mut Cli::command(), "tgsync", &mut std::io::stdout());
+        return ExitCode::from(exit::OK);
+    }
+    let (verbose, errors) = (cli.global.verbose, Style::stderr(cli.global.color));
     tgsync::app::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -132,36 +169,49 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("tgsync: cannot start: {e}");
+            eprintln!("{} cannot start: {e}", errors.red("tgsync:"));
             return ExitCode::from(exit::ERROR);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("tgsync: {e}");
-            ExitCode::from(exit::ERROR)
+            // One line: the cause and what to do; the SDK's account only when asked.
+            let line = e.to_string().replace('\n', " ");
+            eprintln!("{} {line}", errors.red("tgsync:"));
+            if verbose && let Some(detail) = e.detail() {
+                eprintln!("{} {detail}", errors.dim("tgsync: detail:"));
+            }
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
     let g = cli.global;
+    let style = Style::stdout(g.color, g.json);
+    let session = Session::connect(g.region.as_deref(), g.profile.as_deref()).await?;
+    let deployment = Deployment::resolve(
+        &session,
+        Given {
+            stack: g.stack,
+            cluster: g.cluster,
+            table: g.table,
+            function: g.function,
+        },
+    )
+    .await?;
+    let wait = Duration::from_secs(g.wait);
     match cli.command {
         Command::Status { groups, targets } => {
-            let cluster = g.cluster.ok_or(CliError::Missing {
-                flag: "--cluster",
-                variable: "TGSYNC_CLUSTER_NAME",
-            })?;
-            let table = g.table.ok_or(CliError::Missing {
-                flag: "--table",
-                variable: "TGSYNC_TABLE_NAME",
-            })?;
-            let status = status::read(&cluster, &table, &groups).await?;
+            let cluster = deployment.cluster()?;
+            let table = deployment.table()?;
+            let status =
+                status::read(&session, &cluster, &table, &groups, &deployment.settings()).await?;
             if g.json {
                 print_json(&status)?;
             } else {
-                print!("{}", output::status(&status, targets));
+                print(&output::status(&status, targets, style))?;
             }
             Ok(if status.has_errors() {
                 exit::ERROR
@@ -170,7 +220,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             })
         }
         Command::Plan { groups } => {
-            let manual = Manual::new(&g.function, Duration::from_secs(g.wait)).await;
+            let manual = Manual::new(&session, &deployment.function()?, wait).await;
             let arns = manual.resolve(&groups).await?;
             let report = manual
                 .run(payload(&arns, json!({ "dryRun": true })), None, "planning")
@@ -178,7 +228,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             if g.json {
                 print_json(&report)?;
             } else {
-                print!("{}", output::plan(&report));
+                print(&output::plan(&report, style))?;
             }
             Ok(if output::failed(&report) {
                 exit::ERROR
@@ -189,7 +239,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             })
         }
         Command::Sync { force, groups } => {
-            let manual = Manual::new(&g.function, Duration::from_secs(g.wait)).await;
+            let manual = Manual::new(&session, &deployment.function()?, wait).await;
             let arns = manual.resolve(&groups).await?;
             let body = if force {
                 json!({ "force": true })
@@ -200,7 +250,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             if g.json {
                 print_json(&report)?;
             } else {
-                print!("{}", output::sync(&report));
+                print(&output::sync(&report, style))?;
             }
             Ok(if output::failed(&report) {
                 exit::ERROR
@@ -209,7 +259,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             })
         }
         Command::Release { groups, yes } => {
-            let manual = Manual::new(&g.function, Duration::from_secs(g.wait)).await;
+            let manual = Manual::new(&session, &deployment.function()?, wait).await;
             let arns = manual.resolve(&groups).await?;
             let plan = manual
                 .run(
@@ -219,7 +269,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                 )
                 .await?;
             if !g.json {
-                print!("{}", output::release_plan(&plan));
+                print(&output::release_plan(&plan, style))?;
             }
             if output::failed(&plan) {
                 if g.json {
@@ -251,7 +301,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             if g.json {
                 print_json(&json!({ "plan": plan, "release": report }))?;
             } else {
-                print!("{}", output::released(&report));
+                print(&output::released(&report, style))?;
             }
             Ok(if output::failed(&report) {
                 exit::ERROR
@@ -259,6 +309,8 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                 exit::OK
             })
         }
+        // Answered in main, before any AWS setup.
+        Command::Completions { .. } => Ok(exit::OK),
     }
 }
 
@@ -271,6 +323,15 @@ fn payload(arns: &[String], mut body: Value) -> Value {
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    print(&format!("{}\n", serde_json::to_string_pretty(value)?))
+}
+
+/// Writes `text` to stdout; a closed pipe (`tgsync status | head`) ends quietly instead
+/// of panicking as `print!` does.
+fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::Io(e)),
+        _ => Ok(()),
+    }
 }

@@ -6,17 +6,27 @@ use tgsync::core::{Plan, Target, UnixMillis};
 use tgsync::report::{GroupReport, Outcome, Report};
 
 use crate::status::Status;
+use crate::style::Style;
 
 /// Columns separated by two spaces, each as wide as its widest cell.
+#[cfg(test)]
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    table_lines(header, rows)
+        .into_iter()
+        .map(|l| l + "\n")
+        .collect()
+}
+
+/// The lines of a table: the header first, then one per row (aligned before any colour,
+/// so escapes never skew the columns).
+fn table_lines(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
             widths[i] = widths[i].max(cell.chars().count());
         }
     }
-    let mut out = String::new();
-    let mut line = |cells: Vec<&str>| {
+    let line = |cells: Vec<&str>| {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
             if i + 1 == cells.len() {
@@ -25,14 +35,32 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
                 let _ = write!(l, "{c:<w$}  ", w = widths[i]);
             }
         }
-        out.push_str(l.trim_end());
-        out.push('\n');
+        l.trim_end().to_owned()
     };
-    line(header.to_vec());
+    let mut out = vec![line(header.to_vec())];
     for row in rows {
-        line(row.iter().map(String::as_str).collect());
+        out.push(line(row.iter().map(String::as_str).collect()));
     }
     out
+}
+
+/// Appends a table: the header in bold, the rows `failing` says so in red.
+fn push_table(
+    out: &mut String,
+    header: &[&str],
+    rows: &[Vec<String>],
+    failing: impl Fn(usize) -> bool,
+    style: Style,
+) {
+    for (i, l) in table_lines(header, rows).into_iter().enumerate() {
+        let painted = match i {
+            0 => style.bold(&l),
+            i if failing(i - 1) => style.red(&l),
+            _ => l,
+        };
+        out.push_str(&painted);
+        out.push('\n');
+    }
 }
 
 /// `12 s ago`, `in 3 min`, from `now`.
@@ -68,7 +96,7 @@ fn plan_changes(p: &Plan) -> bool {
 }
 
 /// `tgsync status`.
-pub fn status(s: &Status, with_targets: bool) -> String {
+pub fn status(s: &Status, with_targets: bool, style: Style) -> String {
     let now = s.read_at;
     let mut out = format!(
         "cluster {}, state table {}: {} group(s)\n\n",
@@ -102,7 +130,8 @@ pub fn status(s: &Status, with_targets: bool) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(
+    push_table(
+        &mut out,
         &[
             "GROUP",
             "DESIRED",
@@ -115,11 +144,13 @@ pub fn status(s: &Status, with_targets: bool) -> String {
             "VERIFIED",
         ],
         &rows,
-    ));
+        |i| s.groups[i].error.is_some(),
+        style,
+    );
     for g in &s.groups {
         let mut notes = Vec::new();
         if let Some(e) = &g.error {
-            notes.push(format!("error: {e}"));
+            notes.push(style.red(&format!("error: {e}")));
         }
         if let Some(p) = g.pending.as_ref().filter(|p| plan_changes(p)) {
             let mut parts = Vec::new();
@@ -133,7 +164,7 @@ pub fn status(s: &Status, with_targets: bool) -> String {
                     parts.push(format!("{what} {}", list(t)));
                 }
             }
-            notes.push(format!("pending: {}", parts.join("; ")));
+            notes.push(style.yellow(&format!("pending: {}", parts.join("; "))));
         }
         if g.other_clusters > 0 {
             notes.push(format!(
@@ -165,8 +196,11 @@ pub fn status(s: &Status, with_targets: bool) -> String {
                     ]
                 })
                 .collect();
-            for l in table(&["TARGET", "HEALTH", "OWNER"], &rows).lines() {
-                let _ = writeln!(out, "  {l}");
+            for (i, l) in table_lines(&["TARGET", "HEALTH", "OWNER"], &rows)
+                .into_iter()
+                .enumerate()
+            {
+                let _ = writeln!(out, "  {}", if i == 0 { style.bold(&l) } else { l });
             }
         }
     }
@@ -177,27 +211,42 @@ pub fn status(s: &Status, with_targets: bool) -> String {
         }
     }
     for e in &s.errors {
-        let _ = writeln!(out, "\nerror: {e}");
+        let _ = writeln!(out, "\n{}", style.red(&format!("error: {e}")));
     }
     out
 }
 
+/// How a kind of line is coloured.
+type Paint = fn(Style, &str) -> String;
+
 /// One group's plan as a diff, indented.
-fn diff(out: &mut String, p: &Plan, foreign_kept: &[Target]) {
+fn diff(out: &mut String, p: &Plan, foreign_kept: &[Target], style: Style) {
     let kept: &[Target] = if p.foreign_kept.is_empty() {
         foreign_kept
     } else {
         &p.foreign_kept
     };
-    for (mark, what, targets) in [
-        ("-", "deregister", &p.deregister[..]),
-        ("+", "register", &p.register[..]),
-        ("~", "adopt (present, not yet owned)", &p.adopt[..]),
-        ("x", "forget (gone; drop the ledger entry)", &p.forget[..]),
-        ("=", "foreign, kept", kept),
-    ] {
+    let paints: [(&str, &str, &[Target], Paint); 5] = [
+        ("-", "deregister", &p.deregister[..], Style::red),
+        ("+", "register", &p.register[..], Style::green),
+        (
+            "~",
+            "adopt (present, not yet owned)",
+            &p.adopt[..],
+            Style::yellow,
+        ),
+        (
+            "x",
+            "forget (gone; drop the ledger entry)",
+            &p.forget[..],
+            Style::dim,
+        ),
+        ("=", "foreign, kept", kept, Style::dim),
+    ];
+    for (mark, what, targets, paint) in paints {
         for t in targets {
-            let _ = writeln!(out, "  {mark} {:<22} {what}", t.to_string());
+            let line = format!("  {mark} {:<22} {what}", t.to_string());
+            let _ = writeln!(out, "{}", paint(style, &line));
         }
     }
 }
@@ -210,20 +259,25 @@ fn outcome_name(o: Outcome) -> String {
 }
 
 /// A group's trouble, if any: its error and its failed targets.
-fn trouble(out: &mut String, g: &GroupReport) {
+fn trouble(out: &mut String, g: &GroupReport, style: Style) {
     if let Some(e) = &g.error {
-        let _ = writeln!(out, "  ! {e}");
+        let _ = writeln!(out, "{}", style.red(&format!("  ! {e}")));
     }
     for f in &g.failed_targets {
-        let _ = writeln!(out, "  ! {} {}: {}", f.operation, f.target, f.error);
+        let line = format!("  ! {} {}: {}", f.operation, f.target, f.error);
+        let _ = writeln!(out, "{}", style.red(&line));
     }
     for e in &g.pod_errors {
-        let _ = writeln!(out, "  ! pod {}: {}", e.pod, e.error);
+        let _ = writeln!(
+            out,
+            "{}",
+            style.red(&format!("  ! pod {}: {}", e.pod, e.error))
+        );
     }
 }
 
 /// `tgsync plan`.
-pub fn plan(r: &Report) -> String {
+pub fn plan(r: &Report, style: Style) -> String {
     let mut out = format!(
         "plan of cluster {} (dry run): {} group(s), {} ms\n",
         r.cluster, r.totals.groups, r.duration_ms
@@ -238,18 +292,22 @@ pub fn plan(r: &Report) -> String {
                 dereg += p.deregister.len();
                 adopt += p.adopt.len();
                 forget += p.forget.len();
-                let _ = writeln!(out, "{} ({} desired)", g.name, g.desired);
-                diff(&mut out, p, &g.foreign_kept);
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    style.bold(&format!("{} ({} desired)", g.name, g.desired))
+                );
+                diff(&mut out, p, &g.foreign_kept, style);
             }
             Some(p) => {
                 let _ = writeln!(out, "{}: in sync ({} desired)", g.name, g.desired);
-                diff(&mut out, p, &[]);
+                diff(&mut out, p, &[], style);
             }
             None => {
                 let _ = writeln!(out, "{}: {}", g.name, outcome_name(g.outcome));
             }
         }
-        trouble(&mut out, g);
+        trouble(&mut out, g, style);
     }
     for o in r.orphans.iter().flatten() {
         let _ = writeln!(
@@ -259,20 +317,17 @@ pub fn plan(r: &Report) -> String {
         );
     }
     for e in &r.errors {
-        let _ = writeln!(out, "\nerror: {e}");
+        let _ = writeln!(out, "\n{}", style.red(&format!("error: {e}")));
     }
-    let _ = writeln!(
-        out,
-        "\n{}",
-        if changing == 0 {
-            "nothing to do".to_owned()
-        } else {
-            format!(
-                "{reg} to register, {dereg} to deregister, {adopt} to adopt, {forget} to forget, in {changing} of {} group(s)",
-                r.groups.len()
-            )
-        }
-    );
+    let summary = if changing == 0 {
+        "nothing to do".to_owned()
+    } else {
+        format!(
+            "{reg} to register, {dereg} to deregister, {adopt} to adopt, {forget} to forget, in {changing} of {} group(s)",
+            r.groups.len()
+        )
+    };
+    let _ = writeln!(out, "\n{}", style.bold(&summary));
     out
 }
 
@@ -293,7 +348,7 @@ pub fn failed(r: &Report) -> bool {
 }
 
 /// `tgsync sync`.
-pub fn sync(r: &Report) -> String {
+pub fn sync(r: &Report, style: Style) -> String {
     let mut out = format!(
         "sync of cluster {}: {} group(s), {} changed, {} ms\n\n",
         r.cluster, r.totals.groups, r.totals.changed, r.duration_ms
@@ -313,7 +368,8 @@ pub fn sync(r: &Report) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(
+    push_table(
+        &mut out,
         &[
             "GROUP",
             "OUTCOME",
@@ -324,32 +380,38 @@ pub fn sync(r: &Report) -> String {
             "ERROR",
         ],
         &rows,
-    ));
+        |i| r.groups[i].outcome.is_error() || r.groups[i].error.is_some(),
+        style,
+    );
     for e in &r.errors {
-        let _ = writeln!(out, "\nerror: {e}");
+        let _ = writeln!(out, "\n{}", style.red(&format!("error: {e}")));
     }
     out
 }
 
 /// The release plan shown before asking.
-pub fn release_plan(r: &Report) -> String {
+pub fn release_plan(r: &Report, style: Style) -> String {
     let mut out = format!("release plan for cluster {} (dry run):\n", r.cluster);
     for g in &r.groups {
         out.push('\n');
-        let _ = writeln!(out, "{} ({})", g.name, g.target_group_arn);
+        let _ = writeln!(
+            out,
+            "{}",
+            style.bold(&format!("{} ({})", g.name, g.target_group_arn))
+        );
         match &g.plan {
-            Some(p) => diff(&mut out, p, &g.foreign_kept),
+            Some(p) => diff(&mut out, p, &g.foreign_kept, style),
             None => {
                 let _ = writeln!(out, "  {}", outcome_name(g.outcome));
             }
         }
-        trouble(&mut out, g);
+        trouble(&mut out, g, style);
     }
     for n in &r.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
     for e in &r.errors {
-        let _ = writeln!(out, "\nerror: {e}");
+        let _ = writeln!(out, "\n{}", style.red(&format!("error: {e}")));
     }
     out
 }
@@ -370,7 +432,7 @@ pub fn release_question(r: &Report) -> String {
 }
 
 /// The release's result.
-pub fn released(r: &Report) -> String {
+pub fn released(r: &Report, style: Style) -> String {
     let mut out = format!(
         "released {} of {} group(s) of cluster {}:\n\n",
         r.totals.released,
@@ -391,7 +453,8 @@ pub fn released(r: &Report) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(
+    push_table(
+        &mut out,
         &[
             "GROUP",
             "OUTCOME",
@@ -401,7 +464,9 @@ pub fn released(r: &Report) -> String {
             "ERROR",
         ],
         &rows,
-    ));
+        |i| r.groups[i].outcome.is_error() || r.groups[i].error.is_some(),
+        style,
+    );
     for n in &r.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
@@ -441,11 +506,24 @@ mod tests {
         });
         r.groups.push(g);
         let r = r.finish(UnixMillis(5));
-        let text = plan(&r);
+        let text = plan(&r, Style::PLAIN);
         assert!(text.contains("  - 10.0.1.9:80"), "{text}");
         assert!(text.contains("  + 10.0.1.2:80"), "{text}");
         assert!(text.contains("  = 10.0.9.9:80"), "{text}");
         assert!(text.contains("1 to register, 1 to deregister"), "{text}");
         assert!(has_changes(&r) && !failed(&r));
+        let painted = plan(&r, Style::new(crate::style::ColorChoice::Always, false));
+        assert!(painted.contains("\x1b[32m  + 10.0.1.2:80"), "{painted}");
+        assert!(painted.contains("\x1b[31m  - 10.0.1.9:80"), "{painted}");
+        assert_eq!(
+            painted
+                .replace("\x1b[0m", "")
+                .replace("\x1b[1m", "")
+                .replace("\x1b[2m", "")
+                .replace("\x1b[31m", "")
+                .replace("\x1b[32m", ""),
+            text,
+            "the same text, painted"
+        );
     }
 }

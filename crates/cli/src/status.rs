@@ -23,8 +23,9 @@ use tgsync::reconcile::RunOptions;
 use tgsync::report::{Orphan, Outcome};
 use tgsync::state::StateStore;
 
-use crate::error::CliError;
+use crate::error::{Call, CliError};
 use crate::progress::Progress;
+use crate::session::Session;
 
 /// Everything `status` shows.
 #[derive(Debug, Serialize)]
@@ -146,26 +147,38 @@ pub fn health_name(h: &HealthState) -> String {
 /// Reads the status of `groups` (names or ARNs; all bound groups when empty) of
 /// `cluster`'s deployment, whose state is in `table`. The other settings of the
 /// functions (`TGSYNC_TARGET_ACCOUNT_ROLES`, `TGSYNC_CLUSTER_ENDPOINT`, ...) are read
-/// from the environment as they would be.
-pub async fn read(cluster: &str, table: &str, groups: &[String]) -> Result<Status, CliError> {
-    let mut vars: HashMap<String, String> = std::env::vars()
-        .filter(|(k, _)| k.starts_with("TGSYNC_"))
+/// from the environment as they would be, else from `defaults` (the stack's).
+///
+/// A failure before anything could be read (the caller may not list target groups, no
+/// group named so, every account's discovery failed) is an error, not an empty table.
+pub async fn read(
+    session: &Session,
+    cluster: &str,
+    table: &str,
+    groups: &[String],
+    defaults: &[(&'static str, String)],
+) -> Result<Status, CliError> {
+    let mut vars: HashMap<String, String> = defaults
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
         .collect();
+    vars.extend(std::env::vars().filter(|(k, _)| k.starts_with("TGSYNC_")));
     vars.insert("TGSYNC_CLUSTER_NAME".into(), cluster.to_owned());
     vars.insert("TGSYNC_TABLE_NAME".into(), table.to_owned());
     let settings = Settings::from_lookup(|k| vars.get(k).cloned())?;
-    let sdk = tgsync::aws::sdk_config().await;
-    let progress = Progress::start(format!("reading the status of cluster {cluster}"));
+    let sdk = &session.sdk;
     let clock = Arc::new(SystemClock);
-    let app = App::build(settings, &sdk, clock.clone(), "cli")?;
+    let app = App::build(settings, sdk, clock.clone(), "cli")?;
     let engine = &app.engine;
+    may_list_target_groups(sdk).await?;
     let elb =
-        tgsync::aws::Elbv2TargetGroups::from_sdk_config(&sdk, tgsync::aws::MutationRate::default());
+        tgsync::aws::Elbv2TargetGroups::from_sdk_config(sdk, tgsync::aws::MutationRate::default());
     let only = if groups.is_empty() {
         None
     } else {
         Some(crate::invoke::resolve(&elb, groups).await?)
     };
+    let progress = Progress::start(format!("reading the status of cluster {cluster}"));
     let plan = engine
         .resync(&RunOptions {
             dry_run: true,
@@ -281,6 +294,33 @@ pub async fn read(cluster: &str, table: &str, groups: &[String]) -> Result<Statu
             .cmp(&b.name)
             .then_with(|| a.target_group_arn.cmp(&b.target_group_arn))
     });
+    if out.groups.is_empty() && out.orphans.is_empty() && !out.errors.is_empty() {
+        return Err(CliError::Unread(out.errors.join("; ")));
+    }
     progress.done();
     Ok(out)
+}
+
+/// One DescribeTargetGroups of a single group in the caller's account: what every read
+/// of `status` starts with, tried first so that a refusal (or an endpoint out of reach)
+/// is one line about the caller's credentials, not an error per account in a table.
+async fn may_list_target_groups(sdk: &aws_config::SdkConfig) -> Result<(), CliError> {
+    aws_sdk_elasticloadbalancingv2::Client::new(sdk)
+        .describe_target_groups()
+        .page_size(1)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            CliError::from_sdk(
+                &e,
+                Call {
+                    service: "ELBv2",
+                    operation: "ELBv2 DescribeTargetGroups",
+                    action: "elasticloadbalancing:DescribeTargetGroups",
+                    on: None,
+                    advice: "use credentials that may read target groups, the state table and the cluster (docs/cli.md lists the permissions)",
+                },
+            )
+        })
 }

@@ -15,6 +15,8 @@ mod runtime_api;
 #[path = "../../../tests/support/world.rs"]
 mod world;
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
@@ -107,31 +109,67 @@ impl Setup {
         }
     }
 
+    /// The environment of an operator's shell for this deployment: credentials, region,
+    /// the local endpoints, and the deployment's names in `TGSYNC_*` variables.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = aws_env();
+        env.extend([
+            ("AWS_ENDPOINT_URL", self.proxy.url().to_owned()),
+            ("AWS_ENDPOINT_URL_STS", moto::endpoint().to_owned()),
+            (
+                "AWS_ENDPOINT_URL_CLOUDFORMATION",
+                moto::endpoint().to_owned(),
+            ),
+            ("AWS_ENDPOINT_URL_LAMBDA", self.lambda.endpoint().to_owned()),
+            ("TGSYNC_CLUSTER_NAME", self.w.cluster.clone()),
+            ("TGSYNC_TABLE_NAME", self.w.table.clone()),
+            ("TGSYNC_MANUAL_FUNCTION", self.manual.clone()),
+            ("TGSYNC_CLUSTER_ENDPOINT", self.w.emulator.url().to_string()),
+            ("TGSYNC_CLUSTER_CA_FILE", self.ca.display().to_string()),
+        ]);
+        env
+    }
+
     /// `tgsync ARGS` as an operator's shell runs it (no terminal: stdin is empty).
     fn tgsync(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tgsync"))
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_REGION", moto::REGION)
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_SESSION_TOKEN", "testing")
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("AWS_ENDPOINT_URL", self.proxy.url())
-            .env("AWS_ENDPOINT_URL_STS", moto::endpoint())
-            .env("AWS_ENDPOINT_URL_LAMBDA", self.lambda.endpoint())
-            .env("TGSYNC_CLUSTER_NAME", &self.w.cluster)
-            .env("TGSYNC_TABLE_NAME", &self.w.table)
-            .env("TGSYNC_MANUAL_FUNCTION", &self.manual)
-            .env("TGSYNC_CLUSTER_ENDPOINT", self.w.emulator.url())
-            .env("TGSYNC_CLUSTER_CA_FILE", &self.ca)
-            .stdin(Stdio::null())
-            .output()
-            .expect("tgsync runs")
+        tgsync_with(args, &self.env())
     }
+}
+
+/// Credentials and region for moto, and nothing read from this machine's AWS files.
+fn aws_env() -> Vec<(&'static str, String)> {
+    [
+        ("AWS_REGION", moto::REGION),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_SESSION_TOKEN", "testing"),
+        ("AWS_CONFIG_FILE", "/dev/null"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_owned()))
+    .collect()
+}
+
+/// `tgsync ARGS` with exactly `env` (and PATH), stdin empty.
+fn tgsync_with(args: &[&str], env: &[(&'static str, String)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tgsync"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .expect("tgsync runs")
+}
+
+/// `env` without the variables named in `drop`.
+fn without(env: &[(&'static str, String)], drop: &[&str]) -> Vec<(&'static str, String)> {
+    env.iter()
+        .filter(|(k, _)| !drop.contains(k))
+        .cloned()
+        .collect()
 }
 
 impl Drop for Setup {
@@ -160,6 +198,21 @@ fn web_pod(name: &str, ip: &str) -> k8s_openapi::api::core::v1::Pod {
         .build()
 }
 
+/// `version = "..."` of the root Cargo.toml's `[workspace.package]`: the release's.
+fn workspace_version() -> String {
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    let section = manifest
+        .split("\n[")
+        .find(|s| s.starts_with("workspace.package]"))
+        .expect("[workspace.package] in Cargo.toml");
+    section
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .expect("a workspace version")
+        .trim_matches('"')
+        .to_owned()
+}
+
 #[test]
 fn version_and_usage() {
     let o = Command::new(env!("CARGO_BIN_EXE_tgsync"))
@@ -167,10 +220,29 @@ fn version_and_usage() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0));
+    // The workspace's version, which every crate takes (the release's, the template's
+    // SemanticVersion): not one the CLI's manifest pins.
+    let version = workspace_version();
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
-        format!("tgsync {}", env!("CARGO_PKG_VERSION"))
+        format!("tgsync {version}")
     );
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    let members = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = "))
+        .expect("workspace members");
+    for member in members
+        .trim_matches(['[', ']'])
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+    {
+        let own = std::fs::read_to_string(repo_root().join(member).join("Cargo.toml")).unwrap();
+        assert!(
+            own.lines().any(|l| l.trim() == "version.workspace = true"),
+            "{member}/Cargo.toml must take the workspace's version"
+        );
+    }
     for bad in [
         &["frobnicate"][..],
         &["release"][..],
@@ -468,4 +540,511 @@ async fn a_busy_manual_function_is_waited_for() {
         assert_eq!(first.join().unwrap().status.code(), Some(2));
     });
     assert!(s.lambda.throttles(&s.manual) >= 2);
+}
+
+/// Creates stack `name` in moto with the template's shape: the `ClusterName` parameter
+/// (and `AllowedNamespaces`), the `StateTableName` and `ManualFunctionName` outputs.
+async fn create_stack(
+    sdk: &aws_config::SdkConfig,
+    name: &str,
+    parameters: &[(&str, &str)],
+    outputs: &[(&str, &str)],
+) {
+    let template = json!({
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Parameters": {
+            "ClusterName": { "Type": "String" },
+            "AllowedNamespaces": { "Type": "String", "Default": "" },
+        },
+        "Resources": { "Queue": { "Type": "AWS::SQS::Queue" } },
+        "Outputs": outputs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!({ "Value": v })))
+            .collect::<serde_json::Map<_, _>>(),
+    });
+    let cfn = aws_sdk_cloudformation::Client::new(sdk);
+    cfn.create_stack()
+        .stack_name(name)
+        .template_body(template.to_string())
+        .set_parameters(Some(
+            parameters
+                .iter()
+                .map(|(k, v)| {
+                    aws_sdk_cloudformation::types::Parameter::builder()
+                        .parameter_key(*k)
+                        .parameter_value(*v)
+                        .build()
+                })
+                .collect(),
+        ))
+        .send()
+        .await
+        .expect("stack created");
+}
+
+/// `--stack` (or `TGSYNC_STACK`) is all a command needs: the cluster from the stack's
+/// `ClusterName` parameter, the table and the manual function from its outputs, and the
+/// functions' `AllowedNamespaces` for what `status` plans.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stack_names_the_deployment() {
+    let s = Setup::new().await;
+    let w = &s.w;
+    let web = w.group("shop", "app=web", 8080, &[]).await;
+    let elsewhere = w.group("other", "app=web", 8080, &[]).await;
+    w.put_pod(web_pod("web-1", "10.0.1.1"));
+    let stack = moto::unique("tgsync");
+    create_stack(
+        &w.sdk,
+        &stack,
+        &[("ClusterName", &w.cluster), ("AllowedNamespaces", "shop")],
+        &[
+            ("StateTableName", &w.table),
+            ("ManualFunctionName", &s.manual),
+        ],
+    )
+    .await;
+    let env = without(
+        &s.env(),
+        &[
+            "TGSYNC_CLUSTER_NAME",
+            "TGSYNC_TABLE_NAME",
+            "TGSYNC_MANUAL_FUNCTION",
+        ],
+    );
+    // Without the stack, nothing says which deployment.
+    let o = tgsync_with(&["status"], &env);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--cluster is not set: pass --stack NAME"),
+        "{}",
+        text(&o)
+    );
+
+    let o = tgsync_with(&["--stack", &stack, "status", "--json"], &env);
+    // The group of a namespace the stack does not allow is a binding error: exit 1.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let status = json_of(&o);
+    assert_eq!(status["cluster"], w.cluster.as_str(), "{status}");
+    assert_eq!(status["table"], w.table.as_str(), "{status}");
+    let group = |arn: &str| {
+        status["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["targetGroupArn"] == arn)
+            .unwrap_or_else(|| panic!("{arn} in {status}"))
+            .clone()
+    };
+    assert_eq!(group(&web)["desired"], 1, "{status}");
+    assert!(group(&web).get("error").is_none(), "{status}");
+    assert!(
+        group(&elsewhere)["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("may not serve")),
+        "AllowedNamespaces from the stack: {status}"
+    );
+
+    // TGSYNC_STACK does the same; plan goes through the stack's manual function.
+    let mut by_variable = env.clone();
+    by_variable.push(("TGSYNC_STACK", stack.clone()));
+    let o = tgsync_with(&["plan", &web], &by_variable);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("  + 10.0.1.1:8080"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(s.lambda.invocations(&s.manual), 1);
+    // A flag wins over the stack's output.
+    let o = tgsync_with(
+        &["plan", "--function", "not-the-stacks", &web],
+        &by_variable,
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("function `not-the-stacks` not found"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// The error lines of `o`: stderr without the progress lines.
+fn error_lines(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| !l.ends_with(" ..."))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `--verbose` line with the SDK's account of a failure.
+fn detail_line(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .find(|l| l.starts_with("tgsync: detail: "))
+        .unwrap_or_else(|| panic!("a detail line: {}", text(o)))
+        .to_owned()
+}
+
+/// A failure is one line on stderr that names the cause and what to do, exit 4, and
+/// nothing on stdout; `--verbose` adds the SDK's account of it.
+fn assert_one_line(o: &Output, says: &[&str]) {
+    assert_eq!(o.status.code(), Some(4), "{}", text(o));
+    assert!(o.stdout.is_empty(), "nothing on stdout: {}", text(o));
+    let lines = error_lines(o);
+    assert_eq!(lines.len(), 1, "one line: {}", text(o));
+    for s in says {
+        assert!(lines[0].contains(s), "{s:?}: {}", text(o));
+    }
+    for noise in [
+        "DispatchFailure",
+        "ConnectorError",
+        "Some(",
+        "sts:AssumeRole",
+        "trusts the function roles",
+    ] {
+        assert!(!lines[0].contains(noise), "{noise:?}: {}", text(o));
+    }
+}
+
+/// No credentials and no region, as on a machine that never ran `aws configure`.
+#[test]
+fn without_credentials_or_region_one_line_says_what_to_do() {
+    let home = std::env::temp_dir().join(moto::unique("empty-home"));
+    std::fs::create_dir_all(&home).unwrap();
+    let bare = vec![
+        ("HOME", home.display().to_string()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+    ];
+    let mut with_region = bare.clone();
+    with_region.push(("AWS_REGION", "eu-west-1".to_owned()));
+    for args in [
+        &["--cluster", "prod", "--table", "t", "status"][..],
+        &["plan"][..],
+        &["--stack", "tgsync", "status"][..],
+        &["release", "--yes", "web"][..],
+    ] {
+        let o = tgsync_with(args, &with_region);
+        assert_one_line(
+            &o,
+            &[
+                "no AWS credentials: run `aws configure` or `aws sso login`",
+                "AWS_PROFILE",
+            ],
+        );
+    }
+    // A profile asked for, and none of it there.
+    let o = tgsync_with(&["--profile", "prod", "plan"], &with_region);
+    assert_one_line(
+        &o,
+        &["no AWS credentials for profile `prod`: run `aws sso login --profile prod`"],
+    );
+    // Under --verbose, what the SDK said too.
+    let o = tgsync_with(&["plan", "--verbose"], &with_region);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 2, "{}", text(&o));
+    assert!(
+        err.lines().nth(1).unwrap().starts_with("tgsync: detail: "),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        err.contains("no providers in chain provided credentials"),
+        "{}",
+        text(&o)
+    );
+
+    let mut no_region = bare.clone();
+    no_region.extend([
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "secret".to_owned()),
+    ]);
+    let o = tgsync_with(&["plan"], &no_region);
+    assert_one_line(&o, &["no AWS region: pass --region, set AWS_REGION"]);
+    // --region is enough (the call then fails on its endpoint: a closed local port).
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    no_region.push(("AWS_ENDPOINT_URL", format!("http://{closed}")));
+    let o = tgsync_with(
+        &[
+            "--region",
+            "eu-west-1",
+            "--cluster",
+            "c",
+            "--table",
+            "t",
+            "status",
+        ],
+        &no_region,
+    );
+    assert_one_line(&o, &["cannot reach ELBv2", "check the network"]);
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// A stack or a function that is not there, against moto and the Lambda model.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_is_not_there_is_named() {
+    let s = Setup::new().await;
+    let missing = moto::unique("no-such-stack");
+    let o = s.tgsync(&["--stack", &missing, "status"]);
+    assert_one_line(
+        &o,
+        &[&format!(
+            "stack `{missing}` not found in us-east-1: check the name (--stack or TGSYNC_STACK) and the region"
+        )],
+    );
+    let o = s.tgsync(&["--function", "tgsync-nope", "plan"]);
+    assert_one_line(
+        &o,
+        &[
+            "function `tgsync-nope` not found in us-east-1",
+            "--stack",
+            "--function",
+        ],
+    );
+    let o = s.tgsync(&["--function", "tgsync-nope", "plan", "-v"]);
+    let detail = detail_line(&o);
+    assert!(
+        detail.contains("ResourceNotFoundException: Function not found"),
+        "{}",
+        text(&o)
+    );
+    // A stack without the outputs of tgsync's template.
+    let other = moto::unique("other-stack");
+    create_stack(
+        &s.w.sdk,
+        &other,
+        &[("ClusterName", "prod")],
+        &[("Something", "else")],
+    )
+    .await;
+    let o = s.tgsync(&["--stack", &other, "--cluster", "x", "status"]);
+    let o2 = tgsync_with(
+        &["--stack", &other, "status"],
+        &without(&s.env(), &["TGSYNC_CLUSTER_NAME", "TGSYNC_TABLE_NAME"]),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .starts_with(&format!("cluster x, state table {}: 0 group(s)", s.w.table)),
+        "--cluster and TGSYNC_TABLE_NAME win over the stack: {}",
+        text(&o)
+    );
+    assert_one_line(
+        &o2,
+        &[
+            &format!("stack `{other}` (CREATE_COMPLETE) has no output `StateTableName`"),
+            "--table",
+        ],
+    );
+}
+
+/// A local endpoint that refuses every call as IAM does: 403 with AccessDenied in the
+/// body of the service's protocol (Lambda's JSON for Invoke, the query protocol's XML
+/// for CloudFormation and ELBv2).
+fn denying_endpoint() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || deny(stream));
+        }
+    });
+    url
+}
+
+fn deny(mut stream: TcpStream) {
+    let mut request = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let (head_end, length) = loop {
+        let Ok(n) = stream.read(&mut chunk) else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        request.extend_from_slice(&chunk[..n]);
+        if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (end + 4, length);
+        }
+    };
+    while request.len() < head_end + length {
+        let Ok(n) = stream.read(&mut chunk) else {
+            return;
+        };
+        if n == 0 {
+            break;
+        }
+        request.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&request[..head_end]);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let who = "User: arn:aws:iam::123456789012:user/dev is not authorized to perform";
+    let (kind, extra, body) = if path.starts_with("/2015-03-31/functions/") {
+        (
+            "application/json",
+            "x-amzn-ErrorType: AccessDeniedException\r\n",
+            json!({ "Type": "User", "Message": format!("{who}: lambda:InvokeFunction because no identity-based policy allows the lambda:InvokeFunction action") }).to_string(),
+        )
+    } else {
+        (
+            "text/xml",
+            "",
+            format!(
+                "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>{who} this action</Message></Error><RequestId>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</RequestId></ErrorResponse>"
+            ),
+        )
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 403 Forbidden\r\nContent-Type: {kind}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// IAM's refusal names the action, and under --verbose what AWS said (the identity).
+#[test]
+fn access_denied_names_the_action() {
+    let denied = denying_endpoint();
+    let mut env = aws_env();
+    env.push(("AWS_ENDPOINT_URL", denied.clone()));
+    let o = tgsync_with(&["--stack", "tgsync", "status"], &env);
+    assert_one_line(
+        &o,
+        &[
+            "access denied: cloudformation:DescribeStacks on stack `tgsync`; use credentials that may describe the stack",
+        ],
+    );
+    let o = tgsync_with(&["--cluster", "prod", "--table", "t", "status"], &env);
+    assert_one_line(
+        &o,
+        &[
+            "access denied: elasticloadbalancing:DescribeTargetGroups; use credentials that may read target groups",
+        ],
+    );
+    let o = tgsync_with(&["--function", "tgsync-manual", "sync"], &env);
+    assert_one_line(
+        &o,
+        &[
+            "access denied: lambda:InvokeFunction on `tgsync-manual`; your credentials need lambda:InvokeFunction",
+        ],
+    );
+    let o = tgsync_with(&["--function", "tgsync-manual", "sync", "--verbose"], &env);
+    let detail = detail_line(&o);
+    assert!(
+        detail.contains("AccessDeniedException")
+            && detail.contains("User: arn:aws:iam::123456789012:user/dev is not authorized"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Colour on a terminal (run under `script`, which gives the command one), none with
+/// NO_COLOR, with --json, or when stdout is a pipe.
+#[tokio::test(flavor = "multi_thread")]
+async fn colour_only_on_a_terminal() {
+    let s = Setup::new().await;
+    let web = s.w.group("shop", "app=web", 8080, &[]).await;
+    s.w.put_pod(web_pod("web-1", "10.0.1.1"));
+    let on_a_terminal = |args: &str, extra: &[(&'static str, String)]| {
+        let mut env = s.env();
+        env.extend_from_slice(extra);
+        let command = format!("{} {args}", env!("CARGO_BIN_EXE_tgsync"));
+        let o = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().map(|(k, v)| (*k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .expect("script (util-linux) runs");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let painted = on_a_terminal(&format!("plan {web}"), &[]);
+    assert!(painted.contains("\x1b[32m  + 10.0.1.1:8080"), "{painted:?}");
+    let plain = on_a_terminal(&format!("plan {web}"), &[("NO_COLOR", "1".to_owned())]);
+    assert!(
+        plain.contains("  + 10.0.1.1:8080") && !plain.contains("\x1b[3"),
+        "{plain:?}"
+    );
+    let json = on_a_terminal(&format!("plan --json {web}"), &[]);
+    assert!(
+        json.contains("\"dryRun\"") && !json.contains("\x1b[3"),
+        "{json:?}"
+    );
+    let forced = s.tgsync(&["plan", "--color", "always", &web]);
+    assert!(
+        String::from_utf8_lossy(&forced.stdout).contains("\x1b[32m  + 10.0.1.1:8080"),
+        "{}",
+        text(&forced)
+    );
+    let piped = s.tgsync(&["plan", &web]);
+    assert!(
+        !String::from_utf8_lossy(&piped.stdout).contains('\x1b'),
+        "{}",
+        text(&piped)
+    );
+}
+
+/// `tgsync completions bash` completes subcommands and flags in a real bash.
+#[test]
+fn shell_completions() {
+    let script = Command::new(env!("CARGO_BIN_EXE_tgsync"))
+        .args(["completions", "bash"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(script.status.code(), Some(0), "{}", text(&script));
+    let file = std::env::temp_dir().join(moto::unique("tgsync-completion.bash"));
+    std::fs::write(&file, &script.stdout).unwrap();
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let program = format!(
+            "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _tgsync tgsync '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            file.display(),
+            words
+                .iter()
+                .map(|w| format!("'{w}'"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            words.len() - 1,
+            line.len(),
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let o = Command::new("bash")
+            .args(["--norc", "-c", &program])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(complete("tgsync st"), ["status"]);
+    assert!(complete("tgsync status --st").contains(&"--stack".to_owned()));
+    assert!(complete("tgsync completions ").contains(&"zsh".to_owned()));
+    let _ = std::fs::remove_file(&file);
+    for shell in ["zsh", "fish"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tgsync"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        for word in [
+            "status", "plan", "sync", "release", "stack", "region", "profile",
+        ] {
+            assert!(out.contains(word), "{shell}: {word}");
+        }
+    }
 }

@@ -1,6 +1,6 @@
 # tgsync for one target group: an IP target group bound by tgsync/* tags, the security
 # group rule that lets the load balancer reach the pods, and (once per cluster) the tgsync
-# stack itself. See README, "Deploy".
+# stack itself. See README.md, "Install", and docs/install.md, "Terraform".
 
 locals {
   binding_tags = merge(

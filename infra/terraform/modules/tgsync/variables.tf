@@ -98,7 +98,7 @@ variable "target_port" {
 }
 
 variable "deregistration_delay" {
-  description = "Seconds the load balancer drains a deregistered target; keep the pods' preStop sleep a little longer (README, Graceful termination)."
+  description = "Seconds the load balancer drains a deregistered target; keep the pods' preStop sleep a little longer (docs/operations.md, Graceful termination)."
   type        = number
   default     = 30
 }
@@ -165,7 +165,7 @@ variable "stack" {
     blocks of the cluster's other target groups). Either from the Serverless Application
     Repository (application_id, semantic_version) or from a packaged template in S3
     (template_url: `sam package` of dist/template.yaml). parameters: template.yaml's
-    parameters beside ClusterName (README, Parameters).
+    parameters beside ClusterName (docs/configuration.md, Parameters).
   EOT
   type = object({
     name             = optional(string, "tgsync")

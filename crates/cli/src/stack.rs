@@ -1,0 +1,286 @@
+//! The deployment a command works on: its cluster, state table and manual function,
+//! given on the command line (or in `TGSYNC_*` variables) or read from the outputs of
+//! its CloudFormation stack (`--stack`, one DescribeStacks call), so nobody copies them
+//! by hand.
+
+use std::collections::HashMap;
+
+use aws_smithy_types::error::display::DisplayErrorContext;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+
+use crate::error::{Call, CliError};
+use crate::session::Session;
+
+/// The manual function's name when neither a flag nor a stack names it (the template's
+/// default `FunctionNamePrefix` is `tgsync`).
+pub const DEFAULT_FUNCTION: &str = "tgsync-manual";
+
+/// The stack outputs and parameters the CLI reads.
+pub mod names {
+    /// Output: the state table in use.
+    pub const TABLE: &str = "StateTableName";
+    /// Output: the manual function.
+    pub const FUNCTION: &str = "ManualFunctionName";
+    /// Output (when the template has it), else parameter: the cluster.
+    pub const CLUSTER: &str = "ClusterName";
+    /// Parameter: `TGSYNC_ALLOWED_NAMESPACES` of the functions.
+    pub const ALLOWED_NAMESPACES: &str = "AllowedNamespaces";
+    /// Parameter: `TGSYNC_ALLOW_EXCLUSIVE` of the functions.
+    pub const ALLOW_EXCLUSIVE: &str = "AllowExclusive";
+}
+
+/// What the command line says about the deployment.
+#[derive(Debug, Default)]
+pub struct Given {
+    /// `--stack` / `TGSYNC_STACK`.
+    pub stack: Option<String>,
+    /// `--cluster` / `TGSYNC_CLUSTER_NAME`.
+    pub cluster: Option<String>,
+    /// `--table` / `TGSYNC_TABLE_NAME`.
+    pub table: Option<String>,
+    /// `--function` / `TGSYNC_MANUAL_FUNCTION`.
+    pub function: Option<String>,
+}
+
+/// A stack's outputs and parameters, as DescribeStacks gives them.
+#[derive(Debug, Default)]
+pub struct Stack {
+    /// The stack's name.
+    pub name: String,
+    /// `CREATE_COMPLETE`, `UPDATE_ROLLBACK_COMPLETE`, ...
+    pub status: String,
+    /// Output key to value.
+    pub outputs: HashMap<String, String>,
+    /// Parameter key to value.
+    pub parameters: HashMap<String, String>,
+}
+
+impl Stack {
+    /// Reads stack `name` (a name or a stack ID) with one DescribeStacks.
+    pub async fn describe(session: &Session, name: &str) -> Result<Self, CliError> {
+        let client = aws_sdk_cloudformation::Client::new(&session.sdk);
+        let out = client
+            .describe_stacks()
+            .stack_name(name)
+            .send()
+            .await
+            .map_err(|e| {
+                // CloudFormation's answer for a stack that does not exist: ValidationError,
+                // "Stack with id NAME does not exist".
+                if e.code() == Some("ValidationError")
+                    && e.message().is_some_and(|m| m.contains("does not exist"))
+                {
+                    return CliError::StackNotFound {
+                        stack: name.to_owned(),
+                        region: session.region.clone(),
+                        detail: DisplayErrorContext(&e).to_string(),
+                    };
+                }
+                CliError::from_sdk(
+                    &e,
+                    Call {
+                        service: "CloudFormation",
+                        operation: "CloudFormation DescribeStacks",
+                        action: "cloudformation:DescribeStacks",
+                        on: Some(format!("stack `{name}`")),
+                        advice: "use credentials that may describe the stack, or give --cluster, --table and --function instead of --stack",
+                    },
+                )
+            })?;
+        let Some(stack) = out.stacks().first() else {
+            return Err(CliError::StackNotFound {
+                stack: name.to_owned(),
+                region: session.region.clone(),
+                detail: "DescribeStacks returned no stack".into(),
+            });
+        };
+        Ok(Self {
+            name: stack.stack_name().unwrap_or(name).to_owned(),
+            status: stack
+                .stack_status()
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
+            outputs: stack
+                .outputs()
+                .iter()
+                .filter_map(|o| Some((o.output_key()?.to_owned(), o.output_value()?.to_owned())))
+                .collect(),
+            parameters: stack
+                .parameters()
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.parameter_key()?.to_owned(),
+                        p.parameter_value()?.to_owned(),
+                    ))
+                })
+                .collect(),
+        })
+    }
+
+    fn output(&self, name: &'static str, flag: &'static str) -> Result<String, CliError> {
+        self.outputs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CliError::StackOutput {
+                stack: self.name.clone(),
+                status: self.status.clone(),
+                what: "output",
+                name,
+                flag,
+            })
+    }
+}
+
+/// The deployment: what was given, completed from the stack.
+#[derive(Debug)]
+pub struct Deployment {
+    given: Given,
+    stack: Option<Stack>,
+}
+
+impl Deployment {
+    /// `given`, with its stack read when one is named.
+    pub async fn resolve(session: &Session, given: Given) -> Result<Self, CliError> {
+        let stack = match &given.stack {
+            Some(name) => Some(Stack::describe(session, name).await?),
+            None => None,
+        };
+        Ok(Self { given, stack })
+    }
+
+    /// The cluster: `--cluster`, else the stack's `ClusterName` output, else its
+    /// `ClusterName` parameter (the template's outputs have no cluster).
+    pub fn cluster(&self) -> Result<String, CliError> {
+        if let Some(c) = &self.given.cluster {
+            return Ok(c.clone());
+        }
+        let Some(stack) = &self.stack else {
+            return Err(CliError::Missing {
+                flag: "--cluster",
+                variable: "TGSYNC_CLUSTER_NAME",
+            });
+        };
+        stack
+            .outputs
+            .get(names::CLUSTER)
+            .or_else(|| stack.parameters.get(names::CLUSTER))
+            .cloned()
+            .ok_or_else(|| CliError::StackOutput {
+                stack: stack.name.clone(),
+                status: stack.status.clone(),
+                what: "output or parameter",
+                name: names::CLUSTER,
+                flag: "--cluster",
+            })
+    }
+
+    /// The state table: `--table`, else the stack's `StateTableName` output.
+    pub fn table(&self) -> Result<String, CliError> {
+        match (&self.given.table, &self.stack) {
+            (Some(t), _) => Ok(t.clone()),
+            (None, Some(stack)) => stack.output(names::TABLE, "--table"),
+            (None, None) => Err(CliError::Missing {
+                flag: "--table",
+                variable: "TGSYNC_TABLE_NAME",
+            }),
+        }
+    }
+
+    /// The manual function: `--function`, else the stack's `ManualFunctionName` output,
+    /// else [`DEFAULT_FUNCTION`].
+    pub fn function(&self) -> Result<String, CliError> {
+        match (&self.given.function, &self.stack) {
+            (Some(f), _) => Ok(f.clone()),
+            (None, Some(stack)) => stack.output(names::FUNCTION, "--function"),
+            (None, None) => Ok(DEFAULT_FUNCTION.to_owned()),
+        }
+    }
+
+    /// The functions' settings that shape what `status` plans, from the stack's
+    /// parameters (`TGSYNC_ALLOWED_NAMESPACES`, `TGSYNC_ALLOW_EXCLUSIVE`), so its
+    /// bindings are the functions'. Empty without a stack.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let Some(stack) = &self.stack else {
+            return Vec::new();
+        };
+        [
+            ("TGSYNC_ALLOWED_NAMESPACES", names::ALLOWED_NAMESPACES),
+            ("TGSYNC_ALLOW_EXCLUSIVE", names::ALLOW_EXCLUSIVE),
+        ]
+        .into_iter()
+        .filter_map(|(var, param)| Some((var, stack.parameters.get(param)?.clone())))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(outputs: &[(&str, &str)], parameters: &[(&str, &str)]) -> Stack {
+        let map = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        Stack {
+            name: "tgsync".into(),
+            status: "CREATE_COMPLETE".into(),
+            outputs: map(outputs),
+            parameters: map(parameters),
+        }
+    }
+
+    #[test]
+    fn flags_win_over_the_stack_and_the_stack_over_defaults() {
+        let d = Deployment {
+            given: Given {
+                table: Some("mine".into()),
+                ..Given::default()
+            },
+            stack: Some(stack(
+                &[("StateTableName", "t"), ("ManualFunctionName", "f")],
+                &[("ClusterName", "prod"), ("AllowExclusive", "true")],
+            )),
+        };
+        assert_eq!(d.table().unwrap(), "mine");
+        assert_eq!(d.function().unwrap(), "f");
+        assert_eq!(d.cluster().unwrap(), "prod");
+        assert_eq!(
+            d.settings(),
+            [("TGSYNC_ALLOW_EXCLUSIVE", "true".to_owned())]
+        );
+        let bare = Deployment {
+            given: Given::default(),
+            stack: None,
+        };
+        assert_eq!(bare.function().unwrap(), DEFAULT_FUNCTION);
+        assert!(matches!(
+            bare.cluster(),
+            Err(CliError::Missing {
+                flag: "--cluster",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_missing_output_is_named_with_the_stack_status() {
+        let d = Deployment {
+            given: Given::default(),
+            stack: Some(Stack {
+                status: "ROLLBACK_COMPLETE".into(),
+                ..stack(&[], &[])
+            }),
+        };
+        let e = d.table().unwrap_err().to_string();
+        assert!(
+            e.contains("stack `tgsync` (ROLLBACK_COMPLETE) has no output `StateTableName`"),
+            "{e}"
+        );
+        assert!(e.contains("--table"), "{e}");
+        let e = d.cluster().unwrap_err().to_string();
+        assert!(e.contains("no output or parameter `ClusterName`"), "{e}");
+    }
+}

@@ -1,0 +1,455 @@
+//! The docs against the repository, from the files alone: the README's length, every
+//! relative link and anchor, the version the docs state, the source layout, the
+//! Kubernetes permissions they attribute to `infra/rbac.yaml`, the Terraform provider
+//! range, and the release assets they name. (What the docs say about `template.yaml`
+//! and the code is checked in `tests/template.rs`.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = root().join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The docs a reader is sent to: the README, the pages under `docs/`, BENCHMARKS.md, the
+/// CHANGELOG and `infra/README.md` (repository-relative paths).
+fn markdown_files() -> Vec<String> {
+    let mut files = vec![
+        "README.md".to_owned(),
+        "BENCHMARKS.md".to_owned(),
+        "CHANGELOG.md".to_owned(),
+        "infra/README.md".to_owned(),
+    ];
+    let mut pages: Vec<String> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("a docs/ entry").file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    pages.sort();
+    files.extend(pages);
+    files
+}
+
+/// The docs that state current facts (not the CHANGELOG's or the benchmark log's history).
+fn current_docs() -> Vec<String> {
+    markdown_files()
+        .into_iter()
+        .filter(|f| f != "CHANGELOG.md" && f != "docs/benchmarks-history.md")
+        .collect()
+}
+
+/// The lines of a markdown text outside fenced code blocks, with their line numbers.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push((i + 1, line));
+        }
+    }
+    out
+}
+
+/// The anchor GitHub gives a heading: lower case, letters, digits, `-` and `_` kept,
+/// spaces made `-`, everything else dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a markdown file's headings (a repeated heading's get `-1`, `-2`, ...).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    for (_, line) in prose_lines(text) {
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        let heading = heading.trim_start_matches('#');
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let base = slug(heading);
+        let n = seen.entry(base.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The targets of the inline links `[text](target)` of a line, outside code spans.
+fn link_targets(line: &str) -> Vec<String> {
+    // Drop code spans, so that `[a](b)` shown as code is no link.
+    let mut prose = String::new();
+    for (i, part) in line.split('`').enumerate() {
+        if i % 2 == 0 {
+            prose.push_str(part);
+        }
+    }
+    let mut out = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find(')') else { break };
+        out.push(after[..end].to_owned());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// The README is what a newcomer reads in ten minutes: under 400 lines, and it sends
+/// the reader to every page under docs/.
+#[test]
+fn readme_is_a_ten_minute_read_that_links_every_page() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(
+        lines < 400,
+        "README.md has {lines} lines; keep it under 400"
+    );
+    let linked: BTreeSet<String> = prose_lines(&readme)
+        .into_iter()
+        .flat_map(|(_, l)| link_targets(l))
+        .map(|t| t.split('#').next().unwrap_or_default().to_owned())
+        .collect();
+    for page in markdown_files() {
+        if page.starts_with("docs/") {
+            assert!(
+                linked.contains(&page),
+                "README.md does not link {page}: a page nobody is sent to"
+            );
+        }
+    }
+}
+
+/// Every relative link of the docs names a file that exists, and every `#anchor` a
+/// heading of that file: moving a section breaks no link without this failing.
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = read(&file);
+        let dir = Path::new(&file).parent().unwrap_or(Path::new(""));
+        for (line_no, line) in prose_lines(&text) {
+            for target in link_targets(line) {
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, fragment) = match target.split_once('#') {
+                    Some((p, f)) => (p, Some(f)),
+                    None => (target.as_str(), None),
+                };
+                let resolved = if path.is_empty() {
+                    PathBuf::from(&file)
+                } else {
+                    dir.join(path)
+                };
+                checked += 1;
+                let full = root().join(&resolved);
+                if !full.exists() {
+                    broken.push(format!("{file}:{line_no}: {target}: no such file"));
+                    continue;
+                }
+                if let Some(fragment) = fragment {
+                    assert!(
+                        resolved.extension().is_some_and(|e| e == "md"),
+                        "{file}:{line_no}: {target}: an anchor into a file that is not markdown"
+                    );
+                    let in_target = anchors(&read(&resolved));
+                    if !in_target.contains(fragment) {
+                        broken.push(format!(
+                            "{file}:{line_no}: {target}: {} has no heading #{fragment}",
+                            resolved.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the parser broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The `key = "value"` of the workspace's `[workspace.package]` table.
+fn workspace_version() -> String {
+    let manifest = read("Cargo.toml");
+    let table = manifest
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|t| t.split("\n[").next())
+        .expect("Cargo.toml has [workspace.package]");
+    table
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "version").then(|| v.trim().trim_matches('"').to_owned())
+        })
+        .expect("[workspace.package] has a version")
+}
+
+/// A semantic version at the start of `s` (`1.2.3`), if any.
+fn version_at(s: &str) -> Option<String> {
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let v = s[..end].trim_end_matches('.');
+    (v.split('.').count() == 3 && v.split('.').all(|p| !p.is_empty())).then(|| v.to_owned())
+}
+
+/// Every place the docs state tgsync's version (the install's `VERSION=`, what `tgsync
+/// --version` prints, a Serverless Application Repository version, a release's S3
+/// prefix) names the workspace's version: a release never ships docs for another.
+#[test]
+fn the_version_the_docs_state_is_the_workspaces() {
+    let version = workspace_version();
+    // The ways the docs state it; each is followed by the version.
+    let markers = [
+        "VERSION=",
+        "version=",
+        "# tgsync ",
+        "--semantic-version ",
+        "semantic_version = \"",
+        "SemanticVersion: ",
+        "/tgsync/",
+    ];
+    let mut stated = Vec::new();
+    for file in current_docs() {
+        let text = read(&file);
+        for marker in markers {
+            for (at, _) in text.match_indices(marker) {
+                if let Some(v) = version_at(&text[at + marker.len()..]) {
+                    stated.push((file.clone(), marker, v));
+                }
+            }
+        }
+    }
+    let wrong: Vec<_> = stated.iter().filter(|(_, _, v)| *v != version).collect();
+    assert!(
+        wrong.is_empty(),
+        "the workspace is {version}, the docs state {wrong:?}"
+    );
+    // Not vacuous: the README's install states it, and the docs show what `tgsync
+    // --version` prints.
+    assert!(
+        stated
+            .iter()
+            .any(|(f, m, _)| f == "README.md" && *m == "VERSION="),
+        "README.md's install no longer states the version: {stated:?}"
+    );
+    assert!(
+        stated.iter().any(|(_, m, _)| *m == "# tgsync "),
+        "no doc shows what `tgsync --version` prints: {stated:?}"
+    );
+}
+
+/// The release assets the docs name (`tgsync-<function>-<version>-arm64.zip`) are the
+/// functions of the workspace: one zip per package under functions/, and no other.
+#[test]
+fn the_function_zips_the_docs_name_are_the_workspaces_functions() {
+    let mut packages = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("functions")).expect("functions/") {
+        let dir = entry.expect("a functions/ entry").path();
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+        let name = manifest
+            .split("[package]")
+            .nth(1)
+            .and_then(|p| {
+                p.lines().find_map(|l| {
+                    let (k, v) = l.split_once('=')?;
+                    (k.trim() == "name").then(|| v.trim().trim_matches('"').to_owned())
+                })
+            })
+            .expect("a package name");
+        packages.insert(name);
+    }
+    for file in ["README.md", "docs/install.md"] {
+        let text = read(file);
+        let mut named = BTreeSet::new();
+        for version in ["-$VERSION-arm64.zip", "-<version>-arm64.zip"] {
+            for (at, _) in text.match_indices(version) {
+                let start = text[..at]
+                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                    .map_or(0, |i| i + 1);
+                named.insert(text[start..at].to_owned());
+            }
+        }
+        assert_eq!(
+            named, packages,
+            "{file}: the function zips it names and the packages under functions/ differ"
+        );
+    }
+}
+
+/// docs/architecture.md's `## Layout` names only paths that exist, and every module of
+/// `src/`: when modules move, the section is rewritten.
+#[test]
+fn the_source_layout_names_every_module() {
+    let text = read("docs/architecture.md");
+    let section = text
+        .split("\n## Layout\n")
+        .nth(1)
+        .expect("docs/architecture.md has a `## Layout` section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut named = BTreeSet::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let first = line.split('|').nth(1).unwrap_or_default();
+        for path in first.split('`').skip(1).step_by(2) {
+            named.insert(path.trim_end_matches('/').to_owned());
+        }
+    }
+    assert!(!named.is_empty(), "the Layout table has no paths");
+    for path in &named {
+        // `functions/*/benches`: the part before the wildcard.
+        let fixed = path.split('*').next().unwrap_or(path);
+        assert!(
+            root().join(fixed).exists(),
+            "docs/architecture.md, Layout: {path} does not exist"
+        );
+    }
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root().join("src")).expect("src/") {
+        let name = entry
+            .expect("a src/ entry")
+            .file_name()
+            .into_string()
+            .unwrap();
+        let path = format!("src/{}", name.trim_end_matches('/'));
+        if !named.contains(&path) {
+            missing.push(path);
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md, Layout, does not name {missing:?}"
+    );
+}
+
+/// The Kubernetes permissions docs/install.md attributes to `infra/rbac.yaml` are its
+/// ClusterRoles' rules, each role has its row, and no row claims the manifest grants
+/// what it does not (reading pods comes from the access entries).
+#[test]
+fn the_rbac_rows_of_the_docs_are_the_manifest() {
+    let manifest = read("infra/rbac.yaml");
+    let mut roles: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for doc in serde_norway::Deserializer::from_str(&manifest) {
+        let doc = Value::deserialize(doc).expect("infra/rbac.yaml is YAML");
+        if doc["kind"] != "ClusterRole" {
+            continue;
+        }
+        let name = doc["metadata"]["name"].as_str().expect("a name").to_owned();
+        let mut grants = BTreeSet::new();
+        for rule in doc["rules"].as_array().expect("rules") {
+            for resource in rule["resources"].as_array().expect("resources") {
+                for verb in rule["verbs"].as_array().expect("verbs") {
+                    grants.insert((
+                        resource.as_str().unwrap().to_owned(),
+                        verb.as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+        }
+        roles.insert(name, grants);
+    }
+    assert!(roles.len() >= 2, "{roles:?}");
+    let text = read("docs/install.md");
+    let header = "| resource | verbs | for | granted by |";
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(!rows.is_empty(), "docs/install.md has no table {header}");
+    let mut documented: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for row in &rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let code = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        let (resources, verbs, granted_by) = (code(cells[1]), code(cells[2]), cells[4]);
+        if !granted_by.contains("infra/rbac.yaml") {
+            continue;
+        }
+        let role = code(granted_by)
+            .into_iter()
+            .find(|c| roles.contains_key(c))
+            .unwrap_or_else(|| panic!("{row}: names no ClusterRole of infra/rbac.yaml"));
+        let grants = documented.entry(role).or_default();
+        for r in &resources {
+            for v in &verbs {
+                grants.insert((r.clone(), v.clone()));
+            }
+        }
+    }
+    assert_eq!(
+        documented, roles,
+        "docs/install.md's infra/rbac.yaml rows and the manifest differ"
+    );
+}
+
+/// The AWS provider range the docs state is the Terraform module's.
+#[test]
+fn the_terraform_provider_range_the_docs_state_is_the_modules() {
+    let versions = read("infra/terraform/modules/tgsync/versions.tf");
+    let range = versions
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "version").then(|| v.trim().trim_matches('"').to_owned())
+        })
+        .expect("versions.tf names the provider's version");
+    let example = read("infra/terraform/example-nlb.tf");
+    assert!(
+        example.contains(&format!("version = \"{range}\"")),
+        "infra/terraform/example-nlb.tf asks for another range than the module's {range}"
+    );
+    let mut stated = 0;
+    for file in current_docs() {
+        let text = read(&file).replace('\n', " ");
+        for (at, _) in text.match_indices("AWS provider") {
+            let after = &text[at..(at + 80).min(text.len())];
+            let Some(code) = after.split('`').nth(1) else {
+                continue;
+            };
+            if code.starts_with('~') || code.starts_with('>') || code.starts_with('=') {
+                assert_eq!(code, range, "{file}: {after}");
+                stated += 1;
+            }
+        }
+    }
+    assert!(
+        stated >= 2,
+        "the docs state the provider range {stated} time(s)"
+    );
+}
