@@ -1022,9 +1022,16 @@ async fn cold_change(
     }
     let group = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(web("web-1", "10.0.1.1").build());
-    let until = w.clock.now().plus(Duration::from_secs(3));
-    w.engine.run_scheduled(&scheduled(), until).await;
-    assert_eq!(w.targets(&group).await, ["10.0.1.1:8080"]);
+    // On a loaded machine a 3-s run can end before its full diff reaches web's group:
+    // the next run serves it.
+    for first in 1.. {
+        let until = w.clock.now().plus(Duration::from_secs(3));
+        w.engine.run_scheduled(&scheduled(), until).await;
+        if w.targets(&group).await == ["10.0.1.1:8080"] {
+            break;
+        }
+        assert!(first < 5, "web-1 not registered after {first} runs");
+    }
     if earlier_row {
         use aws_sdk_dynamodb::types::AttributeValue::S;
         w.ddb

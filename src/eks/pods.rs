@@ -284,19 +284,20 @@ fn body_error(error: std::io::Error) -> kube::Error {
 }
 
 /// The reason for an error answer of the API server, with what to check for the two an
-/// operator can fix (401: the access entry; 403: the RBAC).
+/// operator can fix (401: the access entry; 403: its namespace scope).
 fn api_failure(cluster: &str, namespace: &str, status: &Status) -> String {
     let message = &status.message;
     match status.code {
         401 => format!(
             "HTTP 401 Unauthorized: {message}; the cluster rejected the function's token: check \
-             that the EKS access entry for the function role exists in cluster `{cluster}` and \
-             maps it to the Kubernetes group bound in infra/"
+             that the EKS access entry for the function role exists in cluster `{cluster}` (the \
+             stack's CreateAccessEntries) and that the cluster's authentication mode includes API"
         ),
         403 => format!(
             "HTTP 403 Forbidden: {message}; the function role is authenticated but not allowed: \
-             check that the RBAC in infra/ (get/list pods in namespace `{namespace}`) is applied \
-             to cluster `{cluster}`"
+             check that its access entry's AmazonEKSViewPolicy covers namespace `{namespace}` \
+             (the stack's AllowedNamespaces) in cluster `{cluster}`, or, with \
+             CreateAccessEntries=false, that your RBAC grants get/list/watch on pods there"
         ),
         code if status.reason.is_empty() => format!("HTTP {code}: {message}"),
         code => format!("HTTP {code} {}: {message}", status.reason),
@@ -705,7 +706,7 @@ mod tests {
         );
         let err = pods.list("shop", None).await.unwrap_err().to_string();
         assert!(
-            err.contains("403") && err.contains("RBAC in infra/"),
+            err.contains("403") && err.contains("AllowedNamespaces"),
             "{err}"
         );
         let err = pods.get("shop", "a").await.unwrap_err();
