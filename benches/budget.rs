@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 
 use chaos_proxy::{ChaosProxy, is_describe, is_mutation, max_in_window, times_of};
 use serde_json::{Value, json};
+use tgsync::Engine;
 use tgsync::aws::{DynamoState, Elbv2TargetGroups, MutationRate};
 use tgsync::clock::SystemClock;
 use tgsync::eks::{ClusterAccess, KubePods, Overrides};
-use tgsync::reconcile::{Engine, RunOptions};
+use tgsync::reconcile::RunOptions;
 use tgsync::testkit::PodBuilder;
 use world::{LiveEngine, World};
 

@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
+use tgsync::Engine;
 use tgsync::clock::ManualClock;
 use tgsync::core::{Target, UnixMillis};
 use tgsync::fakes::{FakeElb, FakePods, FakeState};
-use tgsync::reconcile::{Engine, RunOptions};
+use tgsync::reconcile::RunOptions;
 use tgsync::testkit::{PodBuilder, bound_group};
 
 const GROUPS: usize = 1_000;

@@ -10,10 +10,11 @@ use crate::aws::dynamo::DynamoState;
 use crate::aws::elbv2::{Elbv2TargetGroups, MutationRate};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, Settings};
+use crate::controller::Engine;
 use crate::core::UnixMillis;
 use crate::eks::access::{AccessError, ClusterAccess, Overrides};
 use crate::eks::pods::KubePods;
-use crate::reconcile::{Engine, EngineSettings};
+use crate::reconcile::EngineSettings;
 
 /// The engine with the production adapters (ELBv2 in this account and in every target
 /// account of `TGSYNC_TARGET_ACCOUNT_ROLES`).

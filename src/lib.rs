@@ -34,7 +34,10 @@ pub mod metrics;
 pub mod pods;
 pub mod reconcile;
 pub mod report;
+pub mod settings;
 pub mod state;
 pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testkit;
+
+pub use controller::Engine;

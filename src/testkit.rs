@@ -574,7 +574,7 @@ impl Fleet {
     pub fn fake_engine(
         &self,
         clock: crate::clock::ManualClock,
-    ) -> crate::reconcile::Engine<
+    ) -> crate::controller::Engine<
         crate::fakes::FakePods,
         crate::fakes::FakeElb,
         crate::fakes::FakeState,
@@ -593,7 +593,7 @@ impl Fleet {
                 pods.put(self.pod(g, p));
             }
         }
-        crate::reconcile::Engine::new(
+        crate::controller::Engine::new(
             "demo",
             pods,
             elb,

@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
+use tgsync::Engine;
 use tgsync::clock::ManualClock;
 use tgsync::core::{BindingPolicy, HealthState, Target, UnixMillis};
 use tgsync::fakes::{FakeElb, FakePods, FakeState};
-use tgsync::reconcile::{Engine, EngineSettings, RunOptions};
+use tgsync::reconcile::{EngineSettings, RunOptions};
 use tgsync::report::Outcome;
 use tgsync::testkit::{PodBuilder, bound_group};
 

@@ -25,7 +25,7 @@ fn scheduled_event() -> Value {
 /// One scheduled invocation of `engine` watching for `watch`, as the function runs it
 /// (180 s deadline); its report.
 async fn invoke<P, G, S>(
-    engine: &tgsync::reconcile::Engine<P, G, S>,
+    engine: &tgsync::Engine<P, G, S>,
     clock: &tgsync::clock::ManualClock,
     watch: Duration,
 ) -> Value

@@ -16,7 +16,7 @@ use world::World;
 
 /// One scheduled invocation of `engine` watching for `watch` (180 s deadline).
 async fn invoke<P, G, S>(
-    engine: &tgsync::reconcile::Engine<P, G, S>,
+    engine: &tgsync::Engine<P, G, S>,
     clock: &tgsync::clock::ManualClock,
     watch: Duration,
 ) -> Value

@@ -10,11 +10,12 @@
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
+use tgsync::Engine;
 use tgsync::clock::ManualClock;
 use tgsync::core::UnixMillis;
 use tgsync::fakes::{FakeElb, FakePods, FakeState};
 use tgsync::logging::LambdaLevel;
-use tgsync::reconcile::{Engine, RunOptions};
+use tgsync::reconcile::RunOptions;
 use tgsync::testkit::{Fleet, LogCapture};
 
 const FLEET: Fleet = Fleet {

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
+use super::Engine;
 use super::queue::{Queue, Want};
 use super::runner::{Ending, Runner, within};
 use crate::core::checkpoint::rank_order;
@@ -22,7 +23,7 @@ use crate::core::{PodFacts, PodIndex, Selector, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
 use crate::reconcile::{
-    Action, Bindings, BoundGroup, DEFERRED, Engine, Observed, PodReads, ReadAhead, RunOptions,
+    Action, Bindings, BoundGroup, DEFERRED, Observed, PodReads, ReadAhead, RunOptions,
     START_CUTOFF, Scope, Settled,
 };
 use crate::report::{GroupReport, Outcome, Report};

@@ -9,12 +9,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::Engine;
 use crate::core::{PodFacts, UnixMillis};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
-use crate::reconcile::{
-    BoundGroup, Engine, PodEvent, PodEventError, RunOptions, START_CUTOFF, Scope,
-};
+use crate::reconcile::{BoundGroup, PodEvent, PodEventError, RunOptions, START_CUTOFF, Scope};
 use crate::report::Report;
 use crate::state::{IndexedGroup, StateStore};
 

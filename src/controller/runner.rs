@@ -17,11 +17,12 @@ use futures::future::FusedFuture as _;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
+use super::Engine;
 use super::queue::{LEASE_POLL, Now, Queue, Room, Want};
 use crate::clock::Clock;
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
-use crate::reconcile::{Action, Engine};
+use crate::reconcile::Action;
 use crate::state::StateStore;
 use crate::sync::lock;
 

@@ -2,6 +2,7 @@
 //! ways a pass can end.
 
 use super::*;
+use discovery::{Priority, visit_order};
 
 #[test]
 fn the_full_diff_starts_with_the_groups_looked_at_longest_ago_new_first_due_last() {
@@ -53,10 +54,11 @@ mod fakes {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use crate::Engine;
     use crate::clock::{Clock as _, ManualClock};
     use crate::core::UnixMillis;
     use crate::fakes::{FakeElb, FakePods, FakeState};
-    use crate::reconcile::{Engine, EngineSettings, RunOptions};
+    use crate::reconcile::{EngineSettings, RunOptions};
     use crate::report::Report;
     use crate::testkit::{PodBuilder, bound_group, set_condition};
 

@@ -16,12 +16,12 @@
 use serde_json::Value;
 
 use super::HandlerError;
+use crate::controller::Engine;
 use crate::core::UnixMillis;
 use crate::groups::TargetGroupApi;
 use crate::input::InputError;
 use crate::input::resync::ResyncRequest;
 use crate::pods::PodSource;
-use crate::reconcile::Engine;
 use crate::state::StateStore;
 
 /// The alias through which the manual function may release groups (`template.yaml`

@@ -5,11 +5,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::HandlerError;
+use crate::controller::Engine;
 use crate::core::UnixMillis;
 use crate::groups::TargetGroupApi;
 use crate::input::pod_event::{Parsed, parse};
 use crate::pods::PodSource;
-use crate::reconcile::{Engine, RunOptions};
+use crate::reconcile::RunOptions;
 use crate::report::Report;
 use crate::state::StateStore;
 

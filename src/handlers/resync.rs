@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::HandlerError;
+use crate::controller::Engine;
 use crate::core::UnixMillis;
 use crate::groups::TargetGroupApi;
 use crate::input::resync::ResyncRequest;
 use crate::pods::PodSource;
-use crate::reconcile::Engine;
 use crate::state::StateStore;
 
 /// Stop watching this long before the invocation's deadline, so the report gets out.

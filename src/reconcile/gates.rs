@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoundGroup, Engine};
+use super::{BoundGroup, Reconciler};
 use crate::core::gate::{GateVerdict, GroupHealth, GroupView, verdict};
 use crate::core::{PodFacts, TargetHealth, contribution};
 use crate::groups::{ElbError, TargetGroupApi};
@@ -74,7 +74,7 @@ pub(crate) enum Settled {
     Failed,
 }
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// One DescribeTargetHealth of `arn`, remembered for the gates.
     pub(crate) async fn read_health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
         let health = self.groups.health(arn).await?;

@@ -9,7 +9,7 @@
 //! `dirty`, and the group is reconciled again.
 
 use super::pass::{CUT, PodReads, PriorRead};
-use super::{Action, BoundGroup, Engine, RunOptions};
+use super::{Action, BoundGroup, Reconciler, RunOptions};
 use crate::groups::TargetGroupApi;
 use crate::lease::{self, RunEnd, Taken};
 use crate::pods::PodSource;
@@ -20,7 +20,7 @@ use crate::state::{GroupState, StateStore};
 pub(crate) const DEFERRED: &str =
     "the invocation is near its deadline; the next run reconciles this group";
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Takes the group's lease (or leaves the change to its holder) and runs passes,
     /// with pods from `reads` and, for the first pass, the observation's health read;
     /// the report and what should happen next.

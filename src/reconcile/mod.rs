@@ -41,70 +41,15 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::core::checkpoint::Rotation;
-use crate::core::{BackoffPolicy, Binding, BindingPolicy, GroupFacts, UnixMillis};
+use crate::core::{Binding, GroupFacts, UnixMillis};
 use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
-use crate::lease::{self, Timings};
+use crate::lease;
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Outcome};
 use crate::state::{StateError, StateStore};
 
-/// Tunables of the engine.
-#[derive(Debug, Clone)]
-pub struct EngineSettings {
-    /// Groups observed or reconciled at once (bounded so ELBv2's Describe token bucket
-    /// is not drained).
-    pub concurrency: usize,
-    /// Lease duration, heartbeat and polling.
-    pub lease: Timings,
-    /// How long a one-shot run (a manual run, a pod event) keeps a request parked on a
-    /// lease another process holds, for the holder to give the lease back (or die) so
-    /// that the request's own pass runs; `None`: the holder, asked to run again, serves
-    /// it. (A watching run keeps it parked for as long as it runs.)
-    pub lease_wait: Option<Duration>,
-    /// Passes under one lease before giving up on a group that keeps being marked dirty.
-    pub max_passes: u32,
-    /// Backoff delays.
-    pub backoff: BackoffPolicy,
-    /// A pass under the lease re-reads the group's tags when its binding is older than
-    /// this (pod-events and watch mode work from cached bindings).
-    pub binding_max_age: Duration,
-    /// Target-health reads the schedule may spend per second on re-verifying groups
-    /// nothing has changed (the account-wide budget; `TGSYNC_VERIFY_DESCRIBES_PER_SECOND`).
-    pub verify_describes_per_second: f64,
-    /// The schedule's period (`TGSYNC_SCHEDULE_MINUTES`): with the rate above, how many
-    /// groups one scheduled run re-verifies.
-    pub schedule_period: Duration,
-    /// What the deployment lets binding tags ask for (`TGSYNC_ALLOWED_NAMESPACES`,
-    /// `TGSYNC_ALLOW_EXCLUSIVE`); a binding outside it is a binding error.
-    pub binding_policy: BindingPolicy,
-    /// How long one watch request asks the server to keep its stream open (watch mode).
-    pub watch_request: Duration,
-    /// A watched namespace whose LIST is older than this is listed again, a safety net
-    /// beside the watch (`TGSYNC_RELIST_MINUTES`; `None`: never).
-    pub relist_after: Option<Duration>,
-}
-
-impl Default for EngineSettings {
-    fn default() -> Self {
-        let lease = Timings::default();
-        Self {
-            concurrency: 16,
-            lease_wait: Some(lease.duration + Duration::from_secs(2)),
-            lease,
-            max_passes: 5,
-            backoff: BackoffPolicy::default(),
-            binding_max_age: Duration::from_secs(5),
-            verify_describes_per_second: 2.0,
-            schedule_period: Duration::from_secs(60),
-            // The engine alone imposes no limits (the tag table decides); a deployment's
-            // limits come from its settings (`App::build`), whose default is stricter.
-            binding_policy: BindingPolicy::unrestricted(),
-            watch_request: crate::controller::WATCH_REQUEST,
-            relist_after: Some(crate::controller::RELIST_AFTER),
-        }
-    }
-}
+pub use crate::settings::EngineSettings;
 
 /// What a run should do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -161,8 +106,10 @@ pub(crate) struct Scope<'a> {
     pub(crate) ahead: Option<&'a read_ahead::ReadAhead>,
 }
 
-/// The reconcile engine. Cheap to share behind an `Arc`.
-pub struct Engine<P, G, S> {
+/// The reconcile core: one group's pass and what passes share (I/O, clock, settings,
+/// the index of bound groups, the gates' and tag reads' memory). The controller's
+/// engine holds it beside its warm state.
+pub struct Reconciler<P, G, S> {
     /// The EKS cluster this deployment serves.
     pub cluster: String,
     /// Pod reads.
@@ -180,9 +127,6 @@ pub struct Engine<P, G, S> {
     pub settings: EngineSettings,
     /// Prefix of lease owner ids (`resync`, `pod-events`), for debugging held leases.
     pub owner_prefix: String,
-    /// The controller's warm state (watch stores, last bindings), kept between the
-    /// scheduled invocations a container serves.
-    pub controller: crate::controller::Controller,
     rng: Mutex<fastrand::Rng>,
     /// Set when the process is told to stop (SIGTERM): passes stop before their next
     /// change and give their leases back.
@@ -208,7 +152,7 @@ pub struct Engine<P, G, S> {
     tag_reads: tag_reads::TagReads,
 }
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// An engine with default settings, the system clock and no faults.
     pub fn new(
         cluster: impl Into<String>,
@@ -227,7 +171,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             faults: Arc::new(crate::faults::NoFaults),
             settings: EngineSettings::default(),
             owner_prefix: "tgsync".into(),
-            controller: crate::controller::Controller::default(),
             rng: Mutex::new(fastrand::Rng::new()),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown: tokio::sync::Notify::new(),
@@ -322,7 +265,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// An account whose discovery failed is listed in `accounts_failed`; `Err` only when
     /// the single account there is could not be read. Nothing is written: the caller
     /// makes them the container's ([`crate::index::BoundIndex::discovered`]) and, unless
-    /// it is a dry run, the state table's ([`Engine::publish_bindings`]).
+    /// it is a dry run, the state table's ([`Reconciler::publish_bindings`]).
     pub async fn bindings(&self) -> Result<Bindings, crate::groups::ElbError> {
         let read_at = self.clock.now();
         let discovery = self.groups.discover_accounts().await?;
@@ -519,7 +462,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         self.shutdown.notify_waiters();
     }
 
-    /// Whether [`Engine::shut_down`] was called.
+    /// Whether [`Reconciler::shut_down`] was called.
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -536,7 +479,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         Holding(&self.leased)
     }
 
-    /// Completes when [`Engine::shut_down`] is called (after this was created).
+    /// Completes when [`Reconciler::shut_down`] is called (after this was created).
     pub(crate) fn shutdown_notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.shutdown.notified()
     }
@@ -621,7 +564,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     }
 }
 
-/// A held lease, counted in [`Engine::passes_in_flight`] until dropped.
+/// A held lease, counted in [`Reconciler::passes_in_flight`] until dropped.
 pub(crate) struct Holding<'a>(&'a std::sync::atomic::AtomicUsize);
 
 impl Drop for Holding<'_> {

@@ -5,7 +5,7 @@
 
 use super::Action;
 use super::read_ahead::Ahead;
-use super::{BoundGroup, Engine, RunOptions, Scope};
+use super::{BoundGroup, Reconciler, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
     BackoffState, Checkpoint, Desired, Gate, Labels, PodIndex, Rules, TargetHealth, UnixMillis,
@@ -42,7 +42,7 @@ pub(super) fn note_backoff(
     ));
 }
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Observes `bound` against `pods` (one consistent LIST of its namespace, or the
     /// controller's store).
     pub(crate) async fn observe(

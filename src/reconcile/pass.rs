@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::observe::{note_backoff, pod_errors};
 use super::refusals::{Settled, capacity_error};
-use super::{BoundGroup, Engine, RunOptions};
+use super::{BoundGroup, Reconciler, RunOptions};
 use crate::core::checkpoint::fingerprint;
 use crate::core::{
     Binding, Checkpoint, Gate, MAX_TARGETS_PER_CALL, PodFacts, PodIndex, Rules, Target,
@@ -104,7 +104,7 @@ impl From<FaultPoint> for Stop {
     }
 }
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// The pods a pass plans from, and the `resourceVersion` they are current to: pods
     /// held for it — the observation's LIST in `prior`, else the caller's (`reads`) —
     /// unless they are behind what the group's last pass decided from; else a LIST.
@@ -132,7 +132,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         Ok(Arc::new((listing.pods, listing.resource_version)))
     }
 
-    /// One pass under the lease: pods from `reads` (see [`Engine::pass_pods`]), health
+    /// One pass under the lease: pods from `reads` (see [`Reconciler::pass_pods`]), health
     /// from `prior` when it may stand for a fresh read.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn pass(

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::Engine;
+use super::Reconciler;
 use super::pass::fail;
 use crate::core::{Desired, Target};
 use crate::groups::{ElbError, Refusal, Refused, TargetGroupApi};
@@ -43,7 +43,7 @@ pub(super) fn capacity_error(over_capacity: usize) -> String {
     )
 }
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Settles the targets of one RegisterTargets call that ELBv2 refused; the targets
     /// registered on a second try (in a zone) go to `report.registered`.
     pub(super) async fn settle_refusals(

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::pass::fail;
-use super::{Action, Engine, RunOptions};
+use super::{Action, Reconciler, RunOptions};
 use crate::core::binding::TAG_CLUSTER;
 use crate::core::{MAX_TARGETS_PER_CALL, release_plan};
 use crate::groups::{ElbError, TargetGroupApi};
@@ -21,7 +21,7 @@ fn name_of(arn: &str) -> String {
     arn.rsplit('/').nth(1).unwrap_or(arn).to_owned()
 }
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// One group's release: the report, a note when the group is still bound (it would
     /// be filled again), and what should happen next (a lease held elsewhere parks it).
     pub(crate) async fn release_group(

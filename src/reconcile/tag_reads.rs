@@ -15,14 +15,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{BoundGroup, Engine};
+use super::{BoundGroup, Reconciler};
 use crate::aws::elbv2::TAGS_BATCH;
 use crate::core::UnixMillis;
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::state::StateStore;
 
-impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// `bound`'s tags read now, in one DescribeTags with those of up to 19 other bound
     /// groups of its account (the stalest reads first), which are remembered for their
     /// own passes when they still bind their groups.

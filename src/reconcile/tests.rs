@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{Engine, RunOptions};
+use super::RunOptions;
 use crate::clock::{Clock, ManualClock};
+use crate::controller::Engine;
 use crate::core::{HealthState, Target, UnixMillis};
 use crate::fakes::{FakeElb, FakePods, FakeState};
 use crate::faults::{CrashAt, FaultPoint};

@@ -1615,7 +1615,7 @@ pub fn engine_on(
     let pods = KubePods::new(Arc::new(access)).with_page_size(100);
     let groups = Elbv2TargetGroups::from_sdk_config(sdk, rate).with_describe_rate(describe_rate());
     let state = DynamoState::from_sdk_config(sdk, world.table.as_str(), world.cluster.as_str());
-    tgsync::reconcile::Engine::new(world.cluster.as_str(), pods, groups, state, clock).with_seed(1)
+    tgsync::Engine::new(world.cluster.as_str(), pods, groups, state, clock).with_seed(1)
 }
 
 // ---------------------------------------------------------------------------------------

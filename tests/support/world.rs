@@ -12,11 +12,12 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
 use kube_emulator::{Emulator, EmulatorConfig};
+use tgsync::Engine;
 use tgsync::aws::{DynamoState, Elbv2TargetGroups, MutationRate};
 use tgsync::clock::ManualClock;
 use tgsync::core::UnixMillis;
 use tgsync::eks::{ClusterAccess, KubePods, Overrides};
-use tgsync::reconcile::{Engine, RunOptions};
+use tgsync::reconcile::RunOptions;
 use tgsync::report::Report;
 
 use crate::moto;
