@@ -453,3 +453,33 @@ fn the_terraform_provider_range_the_docs_state_is_the_modules() {
         "the docs state the provider range {stated} time(s)"
     );
 }
+
+/// The app's side of a QUIC server ID, as the README and docs/configuration.md give it
+/// (a shell line on `POD_UID`), computes the ID tgsync registers the pod with.
+#[test]
+fn the_documented_quic_server_id_is_the_one_registered() {
+    let uid = "9f0c2d4e-1b7a-4c3e-8d2f-5a6b7c8d9e0f";
+    let want = tgsync::core::QuicServerId::from_uid(uid).to_string();
+    for file in ["README.md", "docs/configuration.md"] {
+        let text = read(file);
+        let line = text
+            .lines()
+            .find(|l| l.contains("sha256sum") && l.contains("POD_UID"))
+            .unwrap_or_else(|| panic!("{file} gives no shell line for the server ID"));
+        let command = line
+            .split_once("printf '0x%s'")
+            .map(|(_, rest)| format!("printf '0x%s'{rest}"))
+            .unwrap_or_else(|| panic!("{file}: {line}"));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .env("POD_UID", uid)
+            .output()
+            .expect("sh runs");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            want,
+            "{file}: `{command}`"
+        );
+    }
+}

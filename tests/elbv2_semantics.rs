@@ -173,8 +173,9 @@ async fn udp_group(w: &World, port: i32) -> String {
 
 const QUIC_ID: &str = "tgsync/quic-server-id";
 
-/// A QUIC group registers each pod with the server ID of its annotation; a pod without
-/// a valid one is a pod error and never registered; a changed ID is a deregistration and
+/// A QUIC group registers each pod with the server ID of its annotation, or without one
+/// with the ID derived from its UID (`0x` + the first 16 hex digits of its SHA-256); a
+/// pod with an invalid one is a pod error and never registered; a changed ID is a deregistration and
 /// a registration (ELBv2 cannot change it in place); the ID is part of the target in
 /// the ledger; and a group of another protocol never sends one.
 #[tokio::test]
@@ -202,31 +203,42 @@ async fn quic_targets_carry_their_pods_server_ids() {
     );
     let r = w.resync().await;
     let g = r.group(&quic).unwrap();
+    // web-2's UID is uid-shop-web-2:
+    // printf %s uid-shop-web-2 | sha256sum | cut -c1-16 → 1dadb1884e684c2c
     assert_eq!(
         strings(&g.registered),
-        ["10.0.1.1:443@0x00000000000000a1"],
+        [
+            "10.0.1.1:443@0x00000000000000a1",
+            "10.0.1.2:443@0x1dadb1884e684c2c"
+        ],
         "{r:#?}"
     );
     assert_eq!(
         proxy.held(&quic),
-        BTreeMap::from([(
-            "10.0.1.1:443".to_owned(),
-            (None, Some("0x00000000000000a1".to_owned()))
-        )])
+        BTreeMap::from([
+            (
+                "10.0.1.1:443".to_owned(),
+                (None, Some("0x00000000000000a1".to_owned()))
+            ),
+            (
+                "10.0.1.2:443".to_owned(),
+                (None, Some("0x1dadb1884e684c2c".to_owned()))
+            )
+        ])
     );
     let errors: BTreeMap<&str, &str> = g
         .pod_errors
         .iter()
         .map(|e| (e.pod.as_str(), e.error.as_str()))
         .collect();
-    assert!(
-        errors["shop/web-2"].contains("no `tgsync/quic-server-id` annotation"),
-        "{errors:?}"
-    );
+    assert!(!errors.contains_key("shop/web-2"), "{errors:?}");
     assert!(errors["shop/web-3"].contains("lowercase"), "{errors:?}");
     assert_eq!(
         w.ledger(&quic).await,
-        ["10.0.1.1:443@0x00000000000000a1"],
+        [
+            "10.0.1.1:443@0x00000000000000a1",
+            "10.0.1.2:443@0x1dadb1884e684c2c"
+        ],
         "the ledger keys the target with its ID"
     );
     // The TCP group takes all three pods, without an ID (the proxy refuses one there).
@@ -268,7 +280,13 @@ async fn quic_targets_carry_their_pods_server_ids() {
         .map(|(op, _)| op)
         .collect();
     assert_eq!(calls, ["DeregisterTargets", "RegisterTargets"]);
-    assert_eq!(w.ledger(&quic).await, ["10.0.1.1:443@0x00000000000000b1"]);
+    assert_eq!(
+        w.ledger(&quic).await,
+        [
+            "10.0.1.1:443@0x00000000000000b1",
+            "10.0.1.2:443@0x1dadb1884e684c2c"
+        ]
+    );
 }
 
 /// What DescribeTargetHealth says beyond the state reaches the report: targets that are

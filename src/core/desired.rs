@@ -39,8 +39,9 @@ pub enum SkipReason {
         /// The port name looked for.
         port: String,
     },
-    /// The group is QUIC or TCP_QUIC and the pod has no `tgsync/quic-server-id`
-    /// annotation: ELBv2 registers no target there without a server ID. A pod error.
+    /// The group is QUIC or TCP_QUIC and the pod has neither a `tgsync/quic-server-id`
+    /// annotation nor a UID to derive a server ID from: ELBv2 registers no target there
+    /// without one. A pod error.
     QuicServerIdMissing,
     /// The pod's `tgsync/quic-server-id` annotation is not a server ID: a pod error.
     QuicServerIdInvalid {
@@ -96,7 +97,7 @@ impl fmt::Display for SkipReason {
                 "no container declares a port named `{port}`; fix the pod spec or the tgsync/port tag"
             ),
             Self::QuicServerIdMissing => f.write_str(
-                "the group is QUIC or TCP_QUIC and the pod has no `tgsync/quic-server-id` annotation; give every pod of the workload its own server ID (0x + 16 lowercase hex digits), e.g. in its admission policy",
+                "the group is QUIC or TCP_QUIC and the pod has no UID to derive its server ID from (and no `tgsync/quic-server-id` annotation)",
             ),
             Self::QuicServerIdInvalid { error } => {
                 write!(f, "annotation `tgsync/quic-server-id`: {error}")
@@ -259,14 +260,18 @@ fn target_of(pod: &PodFacts, binding: &Binding) -> Result<Target, SkipReason> {
         // Other protocols never send a server ID, whatever the pod says.
         return Ok(target);
     }
-    let id = pod
-        .quic_server_id
-        .as_deref()
-        .ok_or(SkipReason::QuicServerIdMissing)?
-        .parse::<QuicServerId>()
-        .map_err(|e| SkipReason::QuicServerIdInvalid {
-            error: e.to_string(),
-        })?;
+    // The annotation wins; without it, the ID derived from the pod's UID.
+    let id = match pod.quic_server_id.as_deref() {
+        Some(written) => {
+            written
+                .parse::<QuicServerId>()
+                .map_err(|e| SkipReason::QuicServerIdInvalid {
+                    error: e.to_string(),
+                })?
+        }
+        None if !pod.pod.uid.is_empty() => QuicServerId::from_uid(&pod.pod.uid),
+        None => return Err(SkipReason::QuicServerIdMissing),
+    };
     Ok(target.with_quic_server_id(id))
 }
 
@@ -482,7 +487,6 @@ mod tests {
     fn a_quic_pod_without_a_valid_server_id_is_a_pod_error() {
         let b = quic(shop_web(443));
         for (id, expect) in [
-            (None, "has no `tgsync/quic-server-id` annotation"),
             (Some("0x0123"), "exactly 16 hex digits"),
             (Some("0x0123456789ABCDEF"), "lowercase"),
             (Some("123456789abcdef01"), "`0x`"),
@@ -496,6 +500,53 @@ mod tests {
         // A pod that is not ready is not ready, whatever its annotation.
         let d = desired_targets([&with_id("not-ready", None)], &b);
         assert_eq!(d.skipped[0].reason, SkipReason::NotReady);
+    }
+
+    /// Nothing in the cluster need write a server ID: a pod without the annotation
+    /// takes `0x` and the first 16 hex digits of SHA-256 of its UID (the app computes
+    /// the same from `metadata.uid`); the annotation still wins; a pod with neither is a
+    /// pod error; two pods whose IDs collide keep the first.
+    #[test]
+    fn a_quic_pod_without_the_annotation_takes_the_id_of_its_uid() {
+        let b = quic(shop_web(443));
+        let mut pod = with_id("running", None);
+        pod.pod = Arc::new(PodRef {
+            namespace: "shop".into(),
+            name: "web-1".into(),
+            uid: "9f0c2d4e-1b7a-4c3e-8d2f-5a6b7c8d9e0f".into(),
+        });
+        let d = desired_targets([&pod], &b);
+        let t = d.targets.keys().next().expect("a target");
+        // printf %s 9f0c2d4e-1b7a-4c3e-8d2f-5a6b7c8d9e0f | sha256sum | cut -c1-16
+        assert_eq!(t.to_string(), "10.0.1.10:443@0x63842863fc2f30ab");
+        let mut written = pod.clone();
+        written.quic_server_id = Some("0x0123456789abcdef".into());
+        let d = desired_targets([&written], &b);
+        let t = d.targets.keys().next().expect("a target");
+        assert_eq!(t.to_string(), "10.0.1.10:443@0x0123456789abcdef");
+        let mut no_uid = pod.clone();
+        no_uid.pod = Arc::new(PodRef {
+            namespace: "shop".into(),
+            name: "web-1".into(),
+            uid: String::new(),
+        });
+        let d = desired_targets([&no_uid], &b);
+        assert!(d.targets.is_empty());
+        assert!(d.skipped[0].reason.is_error());
+        assert!(
+            d.skipped[0].reason.to_string().contains("no UID"),
+            "{}",
+            d.skipped[0].reason
+        );
+        // Another pod (another address) given web-1's derived ID by hand: a collision.
+        let mut twin = with_id("running", Some("0x63842863fc2f30ab"));
+        twin.ipv4 = Some("10.0.1.11".parse().unwrap());
+        let d = desired_targets([&pod, &twin], &b);
+        assert_eq!(d.targets.len(), 1);
+        assert!(matches!(
+            d.skipped[0].reason,
+            SkipReason::DuplicateQuicServerId { .. }
+        ));
     }
 
     #[test]

@@ -106,6 +106,18 @@ impl QuicServerId {
     pub fn from_bytes(bytes: [u8; 8]) -> Self {
         Self(bytes)
     }
+
+    /// The server ID of a pod without a `tgsync/quic-server-id` annotation: `0x` and
+    /// the first 16 hex digits of SHA-256 of its UID (`metadata.uid`), so nothing in the
+    /// cluster has to write one: the app computes the same from its UID (Downward API),
+    /// e.g. `printf %s "$POD_UID" | sha256sum | cut -c1-16`.
+    pub fn from_uid(uid: &str) -> Self {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(uid.as_bytes());
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&digest[..8]);
+        Self(bytes)
+    }
 }
 
 /// `0x0123456789abcdef`, as RegisterTargets takes it and DescribeTargetHealth returns it.
