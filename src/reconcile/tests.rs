@@ -746,3 +746,31 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
         );
     }
 }
+
+/// A `dirty` flag no holder serves (its holder gave up, or a run handed a change on and
+/// no run took it) is served by the next scheduled run that can take the lease: its pass
+/// clears it and records the checkpoint the flag kept from the group (without one, every
+/// run reads the group's health outside the verification budget).
+#[tokio::test]
+async fn a_dirty_flag_with_no_holder_is_served_by_the_next_run() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    scheduled(&e).await;
+    e.groups.settle();
+    clock.advance(60_000);
+    scheduled(&e).await;
+    assert!(e.state.stored(TG).checkpoint.is_some(), "verified at rest");
+    // A flag left set, with no lease on the item.
+    let mut left = e.state.stored(TG);
+    left.dirty = true;
+    left.checkpoint = None;
+    e.state.put(TG, left);
+    clock.advance(60_000);
+    scheduled(&e).await;
+    let served = e.state.stored(TG);
+    assert!(!served.dirty, "the flag is still set: {served:?}");
+    assert!(
+        served.checkpoint.is_some(),
+        "no checkpoint recorded: {served:?}"
+    );
+}
