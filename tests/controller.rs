@@ -22,6 +22,13 @@ fn scheduled_event() -> Value {
     serde_json::from_str(include_str!("../events/scheduled.json")).expect("event JSON")
 }
 
+/// A world on this binary's own moto server: a test here binds 300 groups, which would
+/// slow every later binary's discovery (each lists every group of the account).
+async fn world() -> World {
+    moto::use_own_server();
+    World::new().await
+}
+
 /// One scheduled invocation of `engine` watching for `watch`, as the function runs it
 /// (180 s deadline); its report.
 async fn invoke<P, G, S>(
@@ -77,7 +84,7 @@ fn pod_lists(w: &World) -> usize {
 /// B's target leaves within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_waiting_for_its_lease_never_delays_another_groups_deregistration() {
-    let w = World::new().await;
+    let w = world().await;
     let a = w.group("shop", "app=a", 8080, &[]).await;
     let b = w.group("shop", "app=b", 8080, &[]).await;
     w.put_pod(pod("shop", "a", "a-1", "10.0.1.1").build());
@@ -130,7 +137,7 @@ async fn a_group_waiting_for_its_lease_never_delays_another_groups_deregistratio
 /// makes the next one list again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
-    let w = World::new().await;
+    let w = world().await;
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
     w.put_pod(pod("shop", "web", "web-2", "10.0.1.2").ready(false).build());
@@ -199,7 +206,7 @@ async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
 /// here), gives its lease back, and is in the invocation's report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
-    let mut w = World::new().await;
+    let mut w = world().await;
     let proxy = chaos_proxy::ChaosProxy::transparent().await;
     w.engine = chaos_proxy::engine(
         &w,
@@ -250,7 +257,7 @@ async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
 /// changing, a NotReady pod of a 17th group still leaves its group within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
-    let w = World::new().await;
+    let w = world().await;
     let mut arns = Vec::new();
     for i in 0..17 {
         let app = format!("app{i}");
@@ -321,7 +328,7 @@ async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
 /// (and a discovery that takes 5 s), within 3 s of its start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_merged_into_a_pass_at_the_end_of_a_run_is_served_first_by_the_next() {
-    let mut w = World::new().await;
+    let mut w = world().await;
     let proxy = chaos_proxy::ChaosProxy::transparent().await;
     w.engine = chaos_proxy::engine(
         &w,
