@@ -136,7 +136,12 @@ pub struct PassDone<'a> {
 pub fn pass_lines(pass: &PassDone<'_>, level: LambdaLevel) -> Vec<String> {
     let g = pass.report;
     let held = g.outcome == Outcome::LeaseHeld;
-    if pass.dry_run || !(g.is_eventful() || held || pass.reaction.is_some()) {
+    let unusable = g
+        .pod_errors
+        .iter()
+        .filter(|e| e.unusable_address.is_some())
+        .count();
+    if pass.dry_run || !(g.is_eventful() || held || pass.reaction.is_some() || unusable > 0) {
         return Vec::new();
     }
     let failed = g.outcome.is_error();
@@ -154,6 +159,10 @@ pub fn pass_lines(pass: &PassDone<'_>, level: LambdaLevel) -> Vec<String> {
             json!(u8::from(g.outcome == Outcome::BackingOff)),
         ),
     ];
+    if unusable > 0 {
+        // Pods whose address ELBv2 never takes (never sent): their network is wrong.
+        fields.push(("UnusableAddresses", json!(unusable)));
+    }
     if let Some(reaction) = pass.reaction {
         fields.push((
             "ReactionLatency",
@@ -321,7 +330,7 @@ pub fn emit_gate(function: &str, cluster: &str, at: UnixMillis, latency: Duratio
 
 /// Every metric tgsync emits and its unit; a line declares those among its fields (each
 /// in the directives whose dimensions it is meant for, see [`per_group`]).
-const UNITS: [(&str, &str); 20] = [
+const UNITS: [(&str, &str); 21] = [
     ("DriftFound", "Count"),
     ("Registered", "Count"),
     ("Deregistered", "Count"),
@@ -342,6 +351,7 @@ const UNITS: [(&str, &str); 20] = [
     ("DesiredTargets", "Count"),
     ("RegisteredTargets", "Count"),
     ("HealthyTargets", "Count"),
+    ("UnusableAddresses", "Count"),
 ];
 
 /// Which metrics a directive with the `TargetGroup` dimension carries (the per-group

@@ -98,6 +98,10 @@ pub struct PodError {
     pub pod: String,
     /// What is wrong.
     pub error: String,
+    /// The pod's address, when it is one ELBv2 never takes (never sent; counted in the
+    /// `UnusableAddresses` metric).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unusable_address: Option<String>,
 }
 
 /// One group's result.

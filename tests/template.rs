@@ -1578,6 +1578,12 @@ fn sample_emf_lines() -> Vec<Value> {
         let mut changed = GroupReport::new("arn:a", "web", Outcome::Changed);
         changed.registered_targets = Some(2);
         changed.healthy_targets = Some(1);
+        // A pod whose address ELBv2 never takes.
+        changed.pod_errors.push(tgsync::report::PodError {
+            pod: "shop/web-9".into(),
+            error: "address 169.254.1.1 is link-local".into(),
+            unusable_address: Some("169.254.1.1".into()),
+        });
         let groups = [
             changed,
             GroupReport::new("arn:b", "quiet", Outcome::InSync),

@@ -30,6 +30,14 @@ pub enum SkipReason {
         /// The family the group needs.
         family: AddressFamily,
     },
+    /// The pod's address is one ELBv2 never takes (loopback, link-local, unspecified,
+    /// multicast, broadcast, IPv4-mapped): never sent. A pod error.
+    UnusableAddress {
+        /// The address.
+        address: String,
+        /// What kind of address it is.
+        why: &'static str,
+    },
     /// The `Ready` condition is not True.
     NotReady,
     /// Gated pod whose `ContainersReady` condition is not True yet.
@@ -72,6 +80,7 @@ impl SkipReason {
         matches!(
             self,
             Self::PortNotFound { .. }
+                | Self::UnusableAddress { .. }
                 | Self::DuplicateTarget { .. }
                 | Self::QuicServerIdMissing
                 | Self::QuicServerIdInvalid { .. }
@@ -88,6 +97,10 @@ impl fmt::Display for SkipReason {
             Self::NotRunning { phase } if phase.is_empty() => f.write_str("no phase yet"),
             Self::NotRunning { phase } => write!(f, "phase is {phase}, not Running"),
             Self::NoAddress { family } => write!(f, "no {family} address in status.podIPs"),
+            Self::UnusableAddress { address, why } => write!(
+                f,
+                "address {address} is {why}: ELBv2 never registers such an address, so it is not sent; check the pod's network (status.podIPs)"
+            ),
             Self::NotReady => f.write_str("Ready condition is not True"),
             Self::ContainersNotReady => f.write_str(
                 "ContainersReady condition is not True (readiness gate tgsync/target-health)",
@@ -238,7 +251,15 @@ fn serving(pod: &PodFacts, family: AddressFamily) -> Result<IpAddr, SkipReason> 
             phase: pod.phase.clone(),
         });
     }
-    let ip = pod.ip(family).ok_or(SkipReason::NoAddress { family })?;
+    let Some(ip) = pod.ip(family) else {
+        return Err(match pod.unusable_ip {
+            Some((ip, why)) if AddressFamily::of(ip) == family => SkipReason::UnusableAddress {
+                address: ip.to_string(),
+                why,
+            },
+            _ => SkipReason::NoAddress { family },
+        });
+    };
     match pod.gate {
         Some(_) if !pod.containers_ready => Err(SkipReason::ContainersNotReady),
         None if !pod.ready => Err(SkipReason::NotReady),
@@ -456,6 +477,66 @@ mod tests {
         assert_eq!(d.targets.len(), 1);
         assert_eq!(d.skipped.len(), 1);
         assert!(d.skipped[0].reason.is_error());
+    }
+
+    /// Addresses ELBv2 can never take are never sent: the pod is a pod error naming the
+    /// address and why, whichever decoder read it (the typed pod or the LIST decoder's
+    /// shared [`Addresses`](super::super::pod::Addresses)).
+    #[test]
+    fn an_address_elbv2_never_takes_is_a_pod_error_not_a_target() {
+        let b = shop_web(8080);
+        for (ip, why) in [
+            ("127.0.0.1", "loopback"),
+            ("169.254.10.20", "link-local"),
+            ("0.0.0.0", "unspecified"),
+            ("224.0.0.5", "multicast"),
+            ("255.255.255.255", "broadcast"),
+        ] {
+            let mut pod = fixture("running");
+            let status = pod.status.as_mut().unwrap();
+            status.pod_ip = Some(ip.into());
+            status.pod_ips = None;
+            let facts = PodFacts::from_pod(pod);
+            let d = desired_targets([&facts], &b);
+            assert!(d.targets.is_empty(), "{ip} was made a target");
+            let reason = &d.skipped[0].reason;
+            assert!(reason.is_error(), "{ip}: {reason}");
+            let said = reason.to_string();
+            assert!(said.contains(ip) && said.contains(why), "{ip}: {said}");
+        }
+        let mut v6 = b.clone();
+        v6.family = AddressFamily::Ipv6;
+        for (ip, why) in [
+            ("::1", "loopback"),
+            ("fe80::1", "link-local"),
+            ("::", "unspecified"),
+            ("ff02::1", "multicast"),
+            ("::ffff:10.0.1.10", "IPv4-mapped"),
+        ] {
+            let mut pod = fixture("running");
+            let status = pod.status.as_mut().unwrap();
+            status.pod_ip = Some(ip.into());
+            status.pod_ips = None;
+            let facts = PodFacts::from_pod(pod);
+            let d = desired_targets([&facts], &v6);
+            assert!(d.targets.is_empty(), "{ip} was made a target");
+            let said = d.skipped[0].reason.to_string();
+            assert!(said.contains(why), "{ip}: {said}");
+        }
+        // A usable address beside an unusable one is the pod's.
+        let mut pod = fixture("running");
+        let status = pod.status.as_mut().unwrap();
+        status.pod_ips = Some(vec![
+            k8s_openapi::api::core::v1::PodIP {
+                ip: "169.254.1.1".into(),
+            },
+            k8s_openapi::api::core::v1::PodIP {
+                ip: "10.0.1.10".into(),
+            },
+        ]);
+        let facts = PodFacts::from_pod(pod);
+        let d = desired_targets([&facts], &b);
+        assert_eq!(d.targets.len(), 1, "{d:?}");
     }
 
     fn quic(mut b: Binding) -> Binding {

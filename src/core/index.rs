@@ -115,6 +115,7 @@ mod tests {
             terminating: false,
             ipv4: Some(format!("10.0.0.{}", name.len()).parse().unwrap()),
             ipv6: None,
+            unusable_ip: None,
             ready: true,
             containers_ready: true,
             gate: None,

@@ -63,6 +63,9 @@ pub struct PodFacts {
     pub ipv4: Option<Ipv4Addr>,
     /// First IPv6 address of `status.podIPs` (or `status.podIP`).
     pub ipv6: Option<Ipv6Addr>,
+    /// The first listed address ELBv2 could never take, and why ([`unusable`]): never
+    /// the pod's address, but the pod is reported for it.
+    pub unusable_ip: Option<(IpAddr, &'static str)>,
     /// The `Ready` condition is True.
     pub ready: bool,
     /// The `ContainersReady` condition is True.
@@ -84,6 +87,57 @@ pub struct PodFacts {
     pub node_name: Option<Arc<str>>,
 }
 
+/// Why ELBv2 could never take `ip` as a target, if it could not: it refuses loopback,
+/// link-local, unspecified, multicast and broadcast addresses, and IPv4-mapped IPv6
+/// ones, for themselves. Such an address is never sent (a refusal would cost a call and
+/// tell nothing new); the pod is reported with the reason instead.
+pub fn unusable(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => Some("loopback"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
+        IpAddr::V4(v4) if v4.is_unspecified() => Some("unspecified"),
+        IpAddr::V4(v4) if v4.is_multicast() => Some("multicast"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
+        IpAddr::V6(v6) if v6.is_loopback() => Some("loopback"),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("link-local"),
+        IpAddr::V6(v6) if v6.is_unspecified() => Some("unspecified"),
+        IpAddr::V6(v6) if v6.is_multicast() => Some("multicast"),
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Some("IPv4-mapped"),
+        IpAddr::V4(_) | IpAddr::V6(_) => None,
+    }
+}
+
+/// A pod's addresses as its status lists them: the first usable one of each family,
+/// and the first one ELBv2 could never take (with why). Both pod decoders (the typed
+/// pod here and the LIST decoder) read addresses through it, so they agree.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Addresses {
+    /// The first usable IPv4 address.
+    pub ipv4: Option<Ipv4Addr>,
+    /// The first usable IPv6 address.
+    pub ipv6: Option<Ipv6Addr>,
+    /// The first unusable address and why ([`unusable`]).
+    pub unusable: Option<(IpAddr, &'static str)>,
+}
+
+impl Addresses {
+    /// Takes one listed address (an unparsable one is ignored).
+    pub fn offer(&mut self, ip: &str) {
+        let Ok(ip) = ip.parse::<IpAddr>() else {
+            return;
+        };
+        if let Some(why) = unusable(ip) {
+            self.unusable.get_or_insert((ip, why));
+            return;
+        }
+        match ip {
+            IpAddr::V4(v4) if self.ipv4.is_none() => self.ipv4 = Some(v4),
+            IpAddr::V6(v6) if self.ipv6.is_none() => self.ipv6 = Some(v6),
+            IpAddr::V4(_) | IpAddr::V6(_) => {}
+        }
+    }
+}
+
 impl PodFacts {
     /// Extracts the facts from a Kubernetes pod. Never fails: missing fields simply make
     /// the pod not desired, with a reason.
@@ -96,7 +150,7 @@ impl PodFacts {
     /// `iter_mut()` instead of moving every pod (measurably faster at 100,000 pods).
     pub fn take_from(pod: &mut Pod) -> Self {
         let meta = &mut pod.metadata;
-        let (mut ipv4, mut ipv6) = (None, None);
+        let mut ips = Addresses::default();
         let mut gate_said = None;
         let (mut phase, mut ready, mut containers_ready, mut gate_open) =
             (String::new(), false, false, false);
@@ -120,11 +174,7 @@ impl PodFacts {
             let listed = status.pod_ips.as_deref().unwrap_or_default();
             let single = status.pod_ip.as_deref().filter(|_| listed.is_empty());
             for ip in listed.iter().map(|p| p.ip.as_str()).chain(single) {
-                match ip.parse::<IpAddr>() {
-                    Ok(IpAddr::V4(v4)) if ipv4.is_none() => ipv4 = Some(v4),
-                    Ok(IpAddr::V6(v6)) if ipv6.is_none() => ipv6 = Some(v6),
-                    _ => {}
-                }
+                ips.offer(ip);
             }
         }
         let (mut gated, mut host_network, mut named_ports) = (false, false, Vec::new());
@@ -171,8 +221,9 @@ impl PodFacts {
             labels: meta.labels.take().map(Labels::from).unwrap_or_default(),
             excluded,
             terminating: meta.deletion_timestamp.is_some(),
-            ipv4,
-            ipv6,
+            ipv4: ips.ipv4,
+            ipv6: ips.ipv6,
+            unusable_ip: ips.unusable,
             ready,
             containers_ready,
             gate: gated.then_some(gate_open),

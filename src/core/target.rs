@@ -200,6 +200,14 @@ impl AddressFamily {
         }
     }
 
+    /// The family of `ip`.
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => Self::Ipv4,
+            IpAddr::V6(_) => Self::Ipv6,
+        }
+    }
+
     /// ELBv2's `IpAddressType` for this family (the inverse of `from_ip_address_type`).
     pub fn ip_address_type(self) -> &'static str {
         match self {

@@ -18,7 +18,6 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -28,7 +27,8 @@ use serde::de::{
 use thiserror::Error;
 
 use crate::core::pod::{
-    EXCLUDE_ANNOTATION, QUIC_SERVER_ID_ANNOTATION, READINESS_GATE, SIDECAR_RESTART_POLICY,
+    Addresses, EXCLUDE_ANNOTATION, QUIC_SERVER_ID_ANNOTATION, READINESS_GATE,
+    SIDECAR_RESTART_POLICY,
 };
 use crate::core::{Labels, PodFacts, PodRef};
 
@@ -242,11 +242,10 @@ fn expect_str<'de, A: MapAccess<'de>>(map: &mut A, expected: &'static str) -> Re
     }
 }
 
-/// Keeps the first IPv4 and the first IPv6 address among parsed strings.
+/// The pod's addresses ([`Addresses`]) and how many strings were offered.
 #[derive(Default, Clone, Copy)]
 struct FirstIps {
-    v4: Option<Ipv4Addr>,
-    v6: Option<Ipv6Addr>,
+    ips: Addresses,
     /// How many strings were offered (parsable or not): `status.podIP` counts only
     /// when `status.podIPs` is empty.
     offered: usize,
@@ -255,11 +254,7 @@ struct FirstIps {
 impl FirstIps {
     fn offer(&mut self, ip: &str) {
         self.offered += 1;
-        match ip.parse::<IpAddr>() {
-            Ok(IpAddr::V4(v4)) if self.v4.is_none() => self.v4 = Some(v4),
-            Ok(IpAddr::V6(v6)) if self.v6.is_none() => self.v6 = Some(v6),
-            _ => {}
-        }
+        self.ips.offer(ip);
     }
 }
 
@@ -396,8 +391,9 @@ fn assemble<'de>(meta: Meta<'de>, spec: Spec, status: Status) -> LeanPod<'de> {
         excluded: meta.excluded,
         phase: status.phase,
         terminating: meta.terminating,
-        ipv4: status.ips.v4,
-        ipv6: status.ips.v6,
+        ipv4: status.ips.ips.ipv4,
+        ipv6: status.ips.ips.ipv6,
+        unusable_ip: status.ips.ips.unusable,
         ready: status.ready,
         containers_ready: status.containers_ready,
         gate: spec.gated.then_some(status.gate_open),
@@ -946,7 +942,7 @@ impl EventType {
 /// The `object` of an event whose `type` came first (as the API server sends it), or
 /// kept as a `Value` until the type is known.
 enum EventObject {
-    Decoded(WatchEvent),
+    Decoded(Box<WatchEvent>),
     Pending(serde_json::Value),
 }
 
@@ -967,7 +963,7 @@ deserialize_from!(map, EventBody, "a watch event", |map| {
             }
             EventField::Object => {
                 object = Some(match ty {
-                    Some(ty) => EventObject::Decoded(map.next_value_seed(ty)?),
+                    Some(ty) => EventObject::Decoded(Box::new(map.next_value_seed(ty)?)),
                     None => EventObject::Pending(map.next_value()?),
                 });
             }
@@ -976,7 +972,7 @@ deserialize_from!(map, EventBody, "a watch event", |map| {
     }
     let ty = ty.ok_or_else(|| de::Error::missing_field("type"))?;
     match object {
-        Some(EventObject::Decoded(event)) => Ok(EventBody(event)),
+        Some(EventObject::Decoded(event)) => Ok(EventBody(*event)),
         Some(EventObject::Pending(value)) => ty
             .deserialize(value)
             .map(EventBody)
@@ -1187,6 +1183,11 @@ mod tests {
                 "status": { "conditions": [{ "type": null, "status": null }, { "type": "Ready" }],
                             "podIPs": [{ "ip": null }, { "ip": "junk" }, { "ip": "fd00::1" }, { "ip": "10.1.1.1" }, { "ip": "10.2.2.2" }],
                             "podIP": "10.9.9.9" }
+            }),
+            // Addresses ELBv2 never takes, beside a usable one: both decoders skip them
+            // alike and keep the first for the report.
+            json!({
+                "status": { "podIPs": [{ "ip": "169.254.3.3" }, { "ip": "::ffff:10.0.0.1" }, { "ip": "127.0.0.1" }, { "ip": "10.3.3.3" }] }
             }),
             // Status before metadata, sidecars after containers, an IPv6-only pod.
             json!({

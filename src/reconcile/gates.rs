@@ -201,6 +201,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 report.pod_errors.push(PodError {
                     pod: name,
                     error: e.to_string(),
+                    unusable_address: None,
                 });
                 Settled::Failed
             }

@@ -8,8 +8,8 @@ use super::read_ahead::Ahead;
 use super::{BoundGroup, Reconciler, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
-    BackoffState, Checkpoint, Desired, Gate, Labels, PodIndex, Rules, TargetHealth, UnixMillis,
-    contribution, desired_targets, plan,
+    BackoffState, Checkpoint, Desired, Gate, Labels, PodIndex, Rules, SkipReason, TargetHealth,
+    UnixMillis, contribution, desired_targets, plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
@@ -281,6 +281,10 @@ pub(super) fn pod_errors(desired: &Desired) -> Vec<PodError> {
         .map(|s| PodError {
             pod: s.pod.to_string(),
             error: s.reason.to_string(),
+            unusable_address: match &s.reason {
+                SkipReason::UnusableAddress { address, .. } => Some(address.clone()),
+                _ => None,
+            },
         })
         .collect()
 }
