@@ -229,6 +229,23 @@ pub fn contribution(pod: &PodFacts, binding: &Binding) -> Option<(Target, Option
     target_of(pod, binding).ok().map(|t| (t, pod.gate))
 }
 
+/// What a bound group's binding means for a gated pod's gate: `None` when it does not
+/// select the pod, or the pod is not ready to be judged yet (not running, terminating,
+/// containers not ready: the same for every group); `Some(Ok(target))` when the group
+/// holds the pod as `target`; `Some(Err(why))` when it selects the pod but can never
+/// hold it as it is (a pod error, or no address of the group's family): the gate
+/// waits for such a group too, and says why.
+pub fn holding(pod: &PodFacts, binding: &Binding) -> Option<Result<Target, SkipReason>> {
+    if pod.pod.namespace != binding.namespace || !binding.selector.matches(&pod.labels) {
+        return None;
+    }
+    match target_of(pod, binding) {
+        Ok(target) => Some(Ok(target)),
+        Err(why) if why.is_error() || matches!(why, SkipReason::NoAddress { .. }) => Some(Err(why)),
+        Err(_) => None,
+    }
+}
+
 /// The address a pod serves on in a group of `family`, by every readiness rule but the
 /// port's (which the group's tags give): `None` when it yields no target whatever the
 /// port. A cold container compares a LIST with the groups' ledgers by it before it

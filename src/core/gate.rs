@@ -20,6 +20,8 @@ pub enum GroupHealth<'a> {
     Read(Option<&'a TargetHealth>),
     /// The group's target health could not be read.
     Unreadable,
+    /// The group selects the pod but cannot hold it as it is, and why.
+    CannotHold(&'a super::desired::SkipReason),
 }
 
 /// One group that selects the pod: its name, the pod's target in it, and its health.
@@ -27,8 +29,9 @@ pub enum GroupHealth<'a> {
 pub struct GroupView<'a> {
     /// The group's name (for the message).
     pub group: &'a str,
-    /// The pod's target in that group (ports may differ between groups).
-    pub target: Target,
+    /// The pod's target in that group (ports may differ between groups); none when
+    /// the group cannot hold the pod.
+    pub target: Option<Target>,
     /// What the group says.
     pub health: GroupHealth<'a>,
 }
@@ -73,12 +76,16 @@ pub fn verdict(views: &[GroupView<'_>]) -> GateVerdict {
                 "TargetHealthUnknown".to_owned(),
                 "its target health could not be read".to_owned(),
             ),
+            GroupHealth::CannotHold(why) => (
+                "PodCannotBeTarget".to_owned(),
+                format!("the pod cannot be its target: {why}"),
+            ),
         };
-        waiting.push((
-            reason,
-            format!("{} in {}: {said}", v.target, v.group),
-            on_its_way,
-        ));
+        let said = match v.target {
+            Some(target) => format!("{target} in {}: {said}", v.group),
+            None => format!("{}: {said}", v.group),
+        };
+        waiting.push((reason, said, on_its_way));
     }
     let groups: Vec<&str> = views.iter().map(|v| v.group).collect();
     // The reason shown is the first group's that needs more than time (a failing health
@@ -157,12 +164,12 @@ mod tests {
         let both = [
             GroupView {
                 group: "web-80",
-                target: t("10.0.1.9:80"),
+                target: Some(t("10.0.1.9:80")),
                 health: GroupHealth::Read(Some(&healthy)),
             },
             GroupView {
                 group: "web-443",
-                target: t("10.0.1.9:443"),
+                target: Some(t("10.0.1.9:443")),
                 health: GroupHealth::Read(Some(&initial)),
             },
         ];
@@ -194,12 +201,12 @@ mod tests {
         let v = verdict(&[
             GroupView {
                 group: "a",
-                target,
+                target: Some(target),
                 health: GroupHealth::Read(Some(&initial)),
             },
             GroupView {
                 group: "b",
-                target,
+                target: Some(target),
                 health: GroupHealth::Read(Some(&failing)),
             },
         ]);
@@ -231,7 +238,7 @@ mod tests {
             }
             let v = verdict(&[GroupView {
                 group: "g",
-                target,
+                target: Some(target),
                 health: GroupHealth::Read(Some(&h)),
             }]);
             assert!(!v.open);
@@ -240,7 +247,7 @@ mod tests {
         for health in [GroupHealth::Read(None), GroupHealth::Unreadable] {
             let v = verdict(&[GroupView {
                 group: "g",
-                target,
+                target: Some(target),
                 health,
             }]);
             assert!(!v.open && valid(&v.reason), "{v:?}");

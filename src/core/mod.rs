@@ -24,7 +24,7 @@ mod test_fixtures;
 pub use backoff::{BackoffPolicy, BackoffState, Gate, UnixMillis};
 pub use binding::{Binding, BindingError, BindingPolicy, GroupFacts, Mode, PortSpec};
 pub use checkpoint::{Checkpoint, Rotation};
-pub use desired::{Desired, SkipReason, contribution, desired_targets, serving_ip};
+pub use desired::{Desired, SkipReason, contribution, desired_targets, holding, serving_ip};
 pub use health::{AdministrativeOverride, TargetHealth};
 pub use index::PodIndex;
 pub use plan::{

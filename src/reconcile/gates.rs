@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::{BoundGroup, Reconciler};
 use crate::core::gate::{GateVerdict, GroupHealth, GroupView, verdict};
-use crate::core::{PodFacts, TargetHealth, contribution};
+use crate::core::{PodFacts, SkipReason, Target, TargetHealth, holding};
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, PodError};
@@ -107,42 +107,49 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
     }
 
-    /// The bound groups of `pod`'s namespace that select it with its gate waiting:
-    /// each with the pod's target in it.
-    fn gating_groups(&self, pod: &PodFacts) -> Vec<(BoundGroup, crate::core::Target)> {
+    /// The bound groups of `pod`'s namespace whose bindings select it (see
+    /// [`holding`]): each with the pod's target in it, or why it cannot hold the pod.
+    fn gating_groups(&self, pod: &PodFacts) -> Vec<(BoundGroup, Result<Target, SkipReason>)> {
         let bound = self.index.in_namespace(&pod.pod.namespace);
         bound
             .iter()
-            .filter(|b| b.binding.namespace == pod.pod.namespace)
-            .filter_map(|b| match contribution(pod, &b.binding) {
-                Some((t, Some(_))) => Some((b.clone(), t)),
-                _ => None,
-            })
+            .filter_map(|b| Some((b.clone(), holding(pod, &b.binding)?)))
             .collect()
     }
 
-    /// The verdict for `pod`'s gate from the health of every group that selects it
-    /// (`None` when no bound group does).
+    /// The verdict for `pod`'s gate from every group that selects it: the health of
+    /// those that hold it, and why the others cannot (`None` when no bound group
+    /// selects it).
     pub(crate) async fn gate_verdict(&self, pod: &PodFacts) -> Option<GateVerdict> {
         let groups = self.gating_groups(pod);
         if groups.is_empty() {
             return None;
         }
         let mut reads = Vec::with_capacity(groups.len());
-        for (b, _) in &groups {
-            reads.push(self.fresh_health(&b.group.arn).await);
+        for (b, held) in &groups {
+            reads.push(match held {
+                Ok(_) => self.fresh_health(&b.group.arn).await,
+                Err(_) => None,
+            });
         }
         let names: Vec<String> = groups.iter().map(|(b, _)| b.group.group_name()).collect();
         let views: Vec<GroupView<'_>> = groups
             .iter()
             .zip(&reads)
             .zip(&names)
-            .map(|(((_, target), read), name)| GroupView {
-                group: name,
-                target: *target,
-                health: match read {
-                    Some(h) => GroupHealth::Read(h.iter().find(|th| th.target == *target)),
-                    None => GroupHealth::Unreadable,
+            .map(|(((_, held), read), name)| match held {
+                Ok(target) => GroupView {
+                    group: name,
+                    target: Some(*target),
+                    health: match read {
+                        Some(h) => GroupHealth::Read(h.iter().find(|th| th.target == *target)),
+                        None => GroupHealth::Unreadable,
+                    },
+                },
+                Err(why) => GroupView {
+                    group: name,
+                    target: None,
+                    health: GroupHealth::CannotHold(why),
                 },
             })
             .collect();
@@ -264,7 +271,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         report: &mut GroupReport,
     ) {
         for pod in pods {
-            if matches!(contribution(pod, &bound.binding), Some((_, Some(false)))) {
+            if pod.gate == Some(false) && holding(pod, &bound.binding).is_some() {
                 self.settle_gate(pod, report).await;
             }
         }

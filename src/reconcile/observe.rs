@@ -9,7 +9,7 @@ use super::{BoundGroup, Reconciler, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
     BackoffState, Checkpoint, Desired, Gate, Labels, PodIndex, Rules, SkipReason, TargetHealth,
-    UnixMillis, contribution, desired_targets, plan,
+    UnixMillis, desired_targets, holding, plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
@@ -192,11 +192,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             report.plan = Some(plan);
             return Observed::Done(report, Action::Done);
         }
-        // Gates of pods registered here (the others wait for this group's pass).
-        let registered = pods.candidates(&bound.binding).filter(|p| {
-            contribution(p, &bound.binding)
-                .is_some_and(|(t, _)| actual.iter().any(|h| h.target == t))
-        });
+        // Gates of pods registered here, and of pods this group selects but cannot
+        // hold (the others wait for this group's pass).
+        let registered =
+            pods.candidates(&bound.binding)
+                .filter(|p| match holding(p, &bound.binding) {
+                    Some(Ok(t)) => actual.iter().any(|h| h.target == t),
+                    Some(Err(_)) => true,
+                    None => false,
+                });
         self.settle_gates(bound, registered, &mut report).await;
         let backing_off = matches!(gate, Gate::Wait { .. });
         let nothing_to_do = plan.deregister.is_empty()

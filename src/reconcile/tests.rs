@@ -774,3 +774,62 @@ async fn a_dirty_flag_with_no_holder_is_served_by_the_next_run() {
         "no checkpoint recorded: {served:?}"
     );
 }
+
+/// A gate counts every bound group whose binding selects the pod: a group that selects
+/// it but cannot hold it (here its `tgsync/port` names a port the pod does not declare)
+/// keeps the gate False with a reason naming the group and the cause, and a pod no
+/// group can hold gets a reason too.
+#[tokio::test]
+async fn a_group_that_selects_a_gated_pod_but_cannot_hold_it_keeps_its_gate_closed() {
+    let (e, _) = engine();
+    let mut named = bound_group(TG2, "demo", "shop", "app=web", 8080);
+    named
+        .tags
+        .insert("tgsync/port".to_owned(), "metrics".to_owned());
+    e.groups.add_group(named);
+    let mut pod = web_pod("web-g", "10.0.1.9").gated().build();
+    crate::testkit::set_condition(&mut pod, "Ready", false);
+    e.pods.put(pod);
+    run(&e).await;
+    e.groups.settle();
+    let r = run(&e).await;
+    assert!(
+        r.groups.iter().all(|g| g.gates_opened.is_empty()),
+        "the gate opened on the group that can hold the pod alone: {r:#?}"
+    );
+    let pod = crate::pods::PodSource::get(&e.pods, "shop", "web-g")
+        .await
+        .unwrap()
+        .unwrap();
+    let facts = crate::core::PodFacts::from_pod(pod);
+    assert_eq!(facts.gate, Some(false));
+    let (reason, message) = facts.gate_said.expect("the gate says why");
+    assert!(
+        message.contains("api") && message.contains("metrics"),
+        "{reason}: {message}"
+    );
+    // A pod only that group selects: no group can hold it, and it is told so.
+    let mut other = web_pod("solo", "10.0.1.8").gated().build();
+    other.metadata.labels = Some(std::collections::BTreeMap::from([(
+        "app".to_owned(),
+        "solo".to_owned(),
+    )]));
+    crate::testkit::set_condition(&mut other, "Ready", false);
+    e.pods.put(other);
+    let tg3 =
+        "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/solo/3123456789abcdef";
+    let mut solo = bound_group(tg3, "demo", "shop", "app=solo", 8080);
+    solo.tags
+        .insert("tgsync/port".to_owned(), "metrics".to_owned());
+    e.groups.add_group(solo);
+    run(&e).await;
+    let pod = crate::pods::PodSource::get(&e.pods, "shop", "solo")
+        .await
+        .unwrap()
+        .unwrap();
+    let facts = crate::core::PodFacts::from_pod(pod);
+    let (reason, message) = facts
+        .gate_said
+        .expect("a pod no group can hold is told why");
+    assert!(message.contains("metrics"), "{reason}: {message}");
+}
