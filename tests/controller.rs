@@ -5,6 +5,8 @@
 
 #[path = "support/chaos_proxy.rs"]
 mod chaos_proxy;
+#[path = "support/invocation.rs"]
+mod invocation;
 #[path = "support/moto.rs"]
 mod moto;
 #[path = "support/world.rs"]
@@ -12,60 +14,10 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use invocation::{invoke, pod, until_targets};
 use tgsync::clock::Clock as _;
-use tgsync::testkit::{PodBuilder, set_condition};
+use tgsync::testkit::set_condition;
 use world::World;
-
-/// The scheduled event EventBridge sends.
-fn scheduled_event() -> Value {
-    serde_json::from_str(include_str!("../events/scheduled.json")).expect("event JSON")
-}
-
-/// A world on this binary's own moto server: a test here binds 300 groups, which would
-/// slow every later binary's discovery (each lists every group of the account).
-async fn world() -> World {
-    moto::use_own_server();
-    World::new().await
-}
-
-/// One scheduled invocation of `engine` watching for `watch`, as the function runs it
-/// (180 s deadline); its report.
-async fn invoke<P, G, S>(
-    engine: &tgsync::Engine<P, G, S>,
-    clock: &tgsync::clock::ManualClock,
-    watch: Duration,
-) -> Value
-where
-    P: tgsync::pods::PodSource,
-    G: tgsync::groups::TargetGroupApi,
-    S: tgsync::state::StateStore,
-{
-    let deadline = clock.now().plus(Duration::from_secs(180));
-    tgsync::handlers::resync::handle(engine, &scheduled_event(), Some(deadline), watch)
-        .await
-        .expect("a scheduled invocation answers")
-}
-
-fn pod(namespace: &str, app: &str, name: &str, ip: &str) -> PodBuilder {
-    PodBuilder::new(namespace, name).label("app", app).ip(ip)
-}
-
-/// Waits (up to `limit`) until `arn`'s targets are `want`; how long it took.
-async fn until_targets(w: &World, arn: &str, want: &[&str], limit: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let now = w.targets(arn).await;
-        if now == want {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < limit,
-            "targets of {arn}: {now:?}, waited {limit:?} for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// LIST requests for pods the emulator answered (watches not counted).
 fn pod_lists(w: &World) -> usize {
@@ -84,7 +36,7 @@ fn pod_lists(w: &World) -> usize {
 /// B's target leaves within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_waiting_for_its_lease_never_delays_another_groups_deregistration() {
-    let w = world().await;
+    let w = World::new().await;
     let a = w.group("shop", "app=a", 8080, &[]).await;
     let b = w.group("shop", "app=b", 8080, &[]).await;
     w.put_pod(pod("shop", "a", "a-1", "10.0.1.1").build());
@@ -137,7 +89,7 @@ async fn a_group_waiting_for_its_lease_never_delays_another_groups_deregistratio
 /// makes the next one list again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
-    let w = world().await;
+    let w = World::new().await;
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").build());
     w.put_pod(pod("shop", "web", "web-2", "10.0.1.2").ready(false).build());
@@ -206,7 +158,7 @@ async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
 /// here), gives its lease back, and is in the invocation's report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
-    let mut w = world().await;
+    let mut w = World::new().await;
     let proxy = chaos_proxy::ChaosProxy::transparent().await;
     w.engine = chaos_proxy::engine(
         &w,
@@ -257,7 +209,7 @@ async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
 /// changing, a NotReady pod of a 17th group still leaves its group within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
-    let w = world().await;
+    let w = World::new().await;
     let mut arns = Vec::new();
     for i in 0..17 {
         let app = format!("app{i}");
@@ -319,107 +271,5 @@ async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
     assert!(
         left <= Duration::from_secs(1),
         "the 17th group's NotReady pod left after {left:?} (want within 1 s)"
-    );
-}
-
-/// Nothing is dropped at the end of a run: a pod change merged into its group's pass
-/// while that pass is still in flight, 0.5 s before the run's time is up, is handed on,
-/// and the next invocation of the warm container serves it first: with 300 bound groups
-/// (and a discovery that takes 5 s), within 3 s of its start.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_merged_into_a_pass_at_the_end_of_a_run_is_served_first_by_the_next() {
-    let mut w = world().await;
-    let proxy = chaos_proxy::ChaosProxy::transparent().await;
-    w.engine = chaos_proxy::engine(
-        &w,
-        &chaos_proxy::sdk_config(&proxy).await,
-        tgsync::aws::MutationRate::new(50, None).unwrap(),
-    )
-    // Groups at rest are re-verified two a minute: the runs' passes are x's.
-    .with_settings(tgsync::reconcile::EngineSettings {
-        verify_describes_per_second: 2.0 / 60.0,
-        schedule_period: Duration::from_secs(60),
-        ..Default::default()
-    });
-    let x = w.group("shop", "app=x", 8080, &[]).await;
-    let mut idle = Vec::new();
-    for i in 0..299 {
-        idle.push(w.group("shop", &format!("app=idle{i}"), 8080, &[]).await);
-    }
-    w.verified_empty(&idle).await;
-    w.put_pod(pod("shop", "x", "x-1", "10.0.1.1").build());
-    w.put_pod(pod("shop", "x", "x-2", "10.0.1.2").build());
-    let store = w.emulator.store();
-    let x_suffix = x.rsplit('/').next().expect("an ARN").to_owned();
-    // Warm-up invocations fill x and look at every group once (a group's first read
-    // records on its item that no row of the earlier layout is left to fold in).
-    for run in 1.. {
-        let report = invoke(&w.engine, &w.clock, Duration::from_secs(6)).await;
-        let deferred = report["totals"]["deferred"].as_u64().unwrap_or(0);
-        let reported = report["groups"].as_array().map_or(0, Vec::len);
-        if deferred == 0 && reported == 300 && w.targets(&x).await.len() == 2 {
-            break;
-        }
-        assert!(run < 10, "{deferred} groups deferred after {run} runs");
-    }
-    // An invocation of 6 s of watch: 1.5 s before its end, x-1 turns NotReady (its
-    // deregistration takes 1.5 s to answer), and 0.5 s before its end, x-2: that change
-    // is merged into the pass still in flight.
-    let watch = Duration::from_secs(6);
-    let started = Instant::now();
-    let first = invoke(&w.engine, &w.clock, watch);
-    let changes = async {
-        until_targets(&w, &x, &["10.0.1.1:8080", "10.0.1.2:8080"], watch).await;
-        let rule = x_suffix.clone();
-        proxy.set_rules(|r| {
-            r.delay = vec![(
-                "DeregisterTargets".into(),
-                rule,
-                Duration::from_millis(1500),
-            )];
-        });
-        tokio::time::sleep_until((started + watch - Duration::from_millis(1500)).into()).await;
-        store.update_pod("shop", "x-1", |p| set_condition(p, "Ready", false));
-        tokio::time::sleep_until((started + watch - Duration::from_millis(500)).into()).await;
-        store.update_pod("shop", "x-2", |p| set_condition(p, "Ready", false));
-        Instant::now()
-    };
-    let (first, merged_at) = tokio::join!(first, changes);
-    // The race: x-2 changed while x's DeregisterTargets for x-1 was in flight.
-    let deregisters: Vec<_> = proxy
-        .records()
-        .into_iter()
-        .filter(|r| r.operation == "DeregisterTargets" && r.body.contains(&x_suffix))
-        .collect();
-    let in_flight = deregisters.first().expect("x-1's deregistration");
-    assert!(
-        in_flight.at < merged_at
-            && in_flight
-                .answered_after
-                .is_some_and(|d| in_flight.at + d > merged_at),
-        "x-2 changed outside the pass in flight: {:?}",
-        deregisters
-            .iter()
-            .map(|r| (r.at, r.answered_after))
-            .collect::<Vec<_>>()
-    );
-    assert_eq!(w.targets(&x).await, ["10.0.1.2:8080"], "{first:#}");
-    // The next invocation of the warm container; its discovery takes 5 s.
-    proxy.set_rules(|r| {
-        r.delay = vec![(
-            "DescribeTargetGroups".into(),
-            String::new(),
-            Duration::from_secs(5),
-        )]
-    });
-    let started = Instant::now();
-    let second = invoke(&w.engine, &w.clock, Duration::from_secs(8));
-    let served = async { until_targets(&w, &x, &[], Duration::from_secs(8)).await };
-    let (second, served) = tokio::join!(second, served);
-    eprintln!("x-2 left {served:?} into the next invocation");
-    assert!(
-        served <= Duration::from_secs(3),
-        "x-2's change, merged into a pass at the end of the first invocation, was served {:?} into the next: {second:#}",
-        started.elapsed().min(served)
     );
 }
