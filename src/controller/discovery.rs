@@ -42,28 +42,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             .map(|b| b.group.arn.clone())
             .chain(bindings.errors.iter().map(|e| e.target_group_arn.clone()))
             .collect();
-        let unread: Option<BTreeSet<&str>> = bindings
-            .accounts_failed
-            .iter()
-            .map(|f| f.account.as_deref())
-            .collect();
-        let indexed = match unread {
-            Some(unread) => match engine.state.indexed_groups(&engine.cluster).await {
-                Ok(mut indexed) => {
-                    indexed.retain(|arn| {
-                        crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
-                    });
-                    Some(indexed)
-                }
-                Err(e) => {
-                    report.errors.push(format!(
-                        "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
-                    ));
-                    None
-                }
-            },
-            None => None,
-        };
+        let indexed = engine
+            .indexed_for_orphans(&bindings.accounts_failed, &mut report.errors)
+            .await;
         let bound = bindings.bound;
         let found = crate::reconcile::Bindings {
             bound: bound.clone(),
@@ -85,21 +66,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         };
         self.read_wake.notify_one();
         self.compare_wake.notify_one();
-        let rotation = engine.rotation(bound.len(), started);
-        let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
-        let due: HashSet<String> = ranked
-            .iter()
-            .enumerate()
-            .filter(|(rank, _)| rotation.due(*rank))
-            .map(|(_, arn)| (*arn).to_owned())
-            .collect();
-        report.verification = Some(crate::report::Verification {
-            budget_per_run: engine.verify_budget_per_run(),
-            cycle_runs: rotation.cycle,
-            detection_bound_seconds: rotation
-                .detection_bound(engine.settings.schedule_period)
-                .as_secs(),
-        });
+        let (due, verification) = engine.rotation(&bound, started);
+        report.verification = Some(verification);
         for e in &bindings.errors {
             engine.pass_done(e, false, None);
         }

@@ -48,7 +48,6 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
-use crate::core::checkpoint::rank_order;
 use crate::core::{PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::index::Snapshot;

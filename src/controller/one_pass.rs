@@ -10,7 +10,7 @@
 //! a pod event waits for is looked at every second while the invocation allows. What a
 //! one-shot run leaves (a backoff, a retry) is the next run's.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
@@ -18,7 +18,6 @@ use tokio::time::Instant;
 use super::Engine;
 use super::queue::{Queue, Want};
 use super::runner::{Ending, Runner, within};
-use crate::core::checkpoint::rank_order;
 use crate::core::{PodFacts, PodIndex, Selector, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
@@ -182,26 +181,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .map(|b| b.group.arn.clone())
             .chain(errors.iter().map(|e| e.target_group_arn.clone()))
             .collect();
-        let unread: Option<BTreeSet<&str>> = accounts_failed
-            .iter()
-            .map(|f| f.account.as_deref())
-            .collect();
-        let indexed = match (&opts.only, unread) {
-            (None, Some(unread)) => match self.state.indexed_groups(&self.cluster).await {
-                Ok(mut indexed) => {
-                    indexed.retain(|arn| {
-                        crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
-                    });
-                    Some(indexed)
-                }
-                Err(e) => {
-                    report.errors.push(format!(
-                        "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
-                    ));
-                    None
-                }
-            },
-            _ => None,
+        let indexed = match &opts.only {
+            None => {
+                self.indexed_for_orphans(&accounts_failed, &mut report.errors)
+                    .await
+            }
+            Some(_) => None,
         };
         if let Some(only) = &opts.only {
             for arn in only {
@@ -224,23 +209,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let mut due = None;
         if opts.use_checkpoint {
-            let rotation = self.rotation(bound.len(), started);
-            let ranked = rank_order(bound.iter().map(|b| b.group.arn.as_str()));
-            due = Some(
-                ranked
-                    .iter()
-                    .enumerate()
-                    .filter(|(rank, _)| rotation.due(*rank))
-                    .map(|(_, arn)| (*arn).to_owned())
-                    .collect::<HashSet<String>>(),
-            );
-            report.verification = Some(crate::report::Verification {
-                budget_per_run: self.verify_budget_per_run(),
-                cycle_runs: rotation.cycle,
-                detection_bound_seconds: rotation
-                    .detection_bound(self.settings.schedule_period)
-                    .as_secs(),
-            });
+            let (in_turn, verification) = self.rotation(&bound, started);
+            due = Some(in_turn);
+            report.verification = Some(verification);
         }
         for e in &errors {
             self.pass_done(e, opts.dry_run, None);

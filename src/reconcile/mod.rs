@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::core::checkpoint::Rotation;
+use crate::core::checkpoint::{Rotation, rank_order};
 use crate::core::{Binding, GroupFacts, UnixMillis};
 use crate::faults::FaultPoint;
 use crate::groups::{TargetGroup, TargetGroupApi};
@@ -446,12 +446,31 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         (per_run.floor() as usize).max(1)
     }
 
-    /// This run's place in the verification rotation.
-    pub(crate) fn rotation(&self, groups: usize, now: UnixMillis) -> Rotation {
+    /// This run's place in the verification rotation over `bound`: the groups whose
+    /// re-verification turn has come, and what the report says of the rotation.
+    pub(crate) fn rotation(
+        &self,
+        bound: &[BoundGroup],
+        now: UnixMillis,
+    ) -> (HashSet<String>, crate::report::Verification) {
         let period = u64::try_from(self.settings.schedule_period.as_millis())
             .unwrap_or(60_000)
             .max(1);
-        Rotation::new(groups, self.verify_budget_per_run(), now.0 / period)
+        let rotation = Rotation::new(bound.len(), self.verify_budget_per_run(), now.0 / period);
+        let due = rank_order(bound.iter().map(|b| b.group.arn.as_str()))
+            .iter()
+            .enumerate()
+            .filter(|(rank, _)| rotation.due(*rank))
+            .map(|(_, arn)| (*arn).to_owned())
+            .collect();
+        let verification = crate::report::Verification {
+            budget_per_run: self.verify_budget_per_run(),
+            cycle_runs: rotation.cycle,
+            detection_bound_seconds: rotation
+                .detection_bound(self.settings.schedule_period)
+                .as_secs(),
+        };
+        (due, verification)
     }
 
     /// Tells every pass to stop before its next change and give its lease back (the

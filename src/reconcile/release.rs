@@ -221,6 +221,34 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
     }
 
+    /// This cluster's index as the orphan report reads it: the groups of accounts that
+    /// could be read (`None` when an account of unknown name could not, or the index
+    /// could not be read: that failure goes to `errors`).
+    pub(crate) async fn indexed_for_orphans(
+        &self,
+        accounts_failed: &[crate::groups::AccountError],
+        errors: &mut Vec<String>,
+    ) -> Option<BTreeSet<String>> {
+        let unread: BTreeSet<&str> = accounts_failed
+            .iter()
+            .map(|f| f.account.as_deref())
+            .collect::<Option<_>>()?;
+        match self.state.indexed_groups(&self.cluster).await {
+            Ok(mut indexed) => {
+                indexed.retain(|arn| {
+                    crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
+                });
+                Some(indexed)
+            }
+            Err(e) => {
+                errors.push(format!(
+                    "reading this cluster's index in the state table failed, so orphaned groups were not looked for: {e}"
+                ));
+                None
+            }
+        }
+    }
+
     /// The orphan report of a full resync: the groups in this cluster's index that are
     /// not tagged for it any more and whose ledger still holds its targets. Never acted
     /// on; a group in the index with nothing of ours left is dropped from it (not in a
