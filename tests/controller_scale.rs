@@ -2,55 +2,18 @@
 //! its test binary: 1,000 bound target groups with the ELBv2 budgets the template gives
 //! the resync.
 
+#[path = "support/invocation.rs"]
+mod invocation;
 #[path = "support/moto.rs"]
 mod moto;
 #[path = "support/world.rs"]
 mod world;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::Value;
-use tgsync::clock::Clock as _;
-use tgsync::testkit::{PodBuilder, set_condition};
+use invocation::{invoke, pod, until_targets};
+use tgsync::testkit::set_condition;
 use world::World;
-
-/// One scheduled invocation of `engine` watching for `watch` (180 s deadline).
-async fn invoke<P, G, S>(
-    engine: &tgsync::Engine<P, G, S>,
-    clock: &tgsync::clock::ManualClock,
-    watch: Duration,
-) -> Value
-where
-    P: tgsync::pods::PodSource,
-    G: tgsync::groups::TargetGroupApi,
-    S: tgsync::state::StateStore,
-{
-    let event = serde_json::from_str(include_str!("../events/scheduled.json")).expect("event");
-    let deadline = clock.now().plus(Duration::from_secs(180));
-    tgsync::handlers::resync::handle(engine, &event, Some(deadline), watch)
-        .await
-        .expect("a scheduled invocation answers")
-}
-
-fn pod(namespace: &str, app: &str, name: &str, ip: &str) -> PodBuilder {
-    PodBuilder::new(namespace, name).label("app", app).ip(ip)
-}
-
-/// Waits (up to `limit`) until `arn`'s targets are `want`; how long it took.
-async fn until_targets(w: &World, arn: &str, want: &[&str], limit: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let now = w.targets(arn).await;
-        if now == want {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < limit,
-            "targets of {arn}: {now:?}, waited {limit:?} for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// At 1,000 bound groups, with the ELBv2 budgets the template gives the resync, a pod
 /// that turns NotReady 4 s into a scheduled invocation of a warm container leaves its

@@ -196,23 +196,6 @@ fn every_relative_link_and_anchor_resolves() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
-/// The `key = "value"` of the workspace's `[workspace.package]` table.
-fn workspace_version() -> String {
-    let manifest = read("Cargo.toml");
-    let table = manifest
-        .split("[workspace.package]")
-        .nth(1)
-        .and_then(|t| t.split("\n[").next())
-        .expect("Cargo.toml has [workspace.package]");
-    table
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == "version").then(|| v.trim().trim_matches('"').to_owned())
-        })
-        .expect("[workspace.package] has a version")
-}
-
 /// A semantic version at the start of `s` (`1.2.3`), if any.
 fn version_at(s: &str) -> Option<String> {
     let end = s
@@ -227,7 +210,8 @@ fn version_at(s: &str) -> Option<String> {
 /// prefix) names the workspace's version: a release never ships docs for another.
 #[test]
 fn the_version_the_docs_state_is_the_workspaces() {
-    let version = workspace_version();
+    // The root package takes `[workspace.package]`'s version (`version.workspace`).
+    let version = env!("CARGO_PKG_VERSION").to_owned();
     // The ways the docs state it; each is followed by the version.
     let markers = [
         "VERSION=",

@@ -4,6 +4,8 @@
 //! alias) with the library's manual handler: what an operator types, what they see,
 //! and the exit codes scripts rely on.
 
+#[path = "support/binary.rs"]
+mod binary;
 #[path = "../../../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
 #[path = "../../../tests/support/lambda_service.rs"]
@@ -22,6 +24,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use binary::{text, tgsync_with};
 use chaos_proxy::ChaosProxy;
 use lambda_service::{Call, Function, InProcess, LambdaService};
 use serde_json::{Value, json};
@@ -152,18 +155,6 @@ fn aws_env() -> Vec<(&'static str, String)> {
     .collect()
 }
 
-/// `tgsync ARGS` with exactly `env` (and PATH), stdin empty.
-fn tgsync_with(args: &[&str], env: &[(&'static str, String)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tgsync"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(env.iter().map(|(k, v)| (*k, v)))
-        .stdin(Stdio::null())
-        .output()
-        .expect("tgsync runs")
-}
-
 /// `env` without the variables named in `drop`.
 fn without(env: &[(&'static str, String)], drop: &[&str]) -> Vec<(&'static str, String)> {
     env.iter()
@@ -176,15 +167,6 @@ impl Drop for Setup {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.ca);
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn json_of(o: &Output) -> Value {

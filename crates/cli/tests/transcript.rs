@@ -5,6 +5,8 @@
 //! service; and the shell of a user without credentials. A change of what the CLI
 //! prints fails here until the page shows it.
 
+#[path = "support/binary.rs"]
+mod binary;
 #[path = "../../../tests/support/lambda_service.rs"]
 mod lambda_service;
 #[path = "../../../tests/support/moto.rs"]
@@ -15,10 +17,10 @@ mod runtime_api;
 mod world;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
 use aws_sdk_elasticloadbalancingv2::types::TargetTypeEnum;
+use binary::{text, tgsync_with};
 use kube_emulator::{Emulator, EmulatorConfig};
 use lambda_service::{Call, Function, InProcess, LambdaService};
 use serde_json::json;
@@ -100,27 +102,6 @@ fn assert_documented(command: &str, shown: &str) {
             .collect::<Vec<_>>()
             .join("---\n")
     );
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// `tgsync ARGS` with exactly `env` (and PATH), no terminal.
-fn tgsync(args: &[&str], env: &[(&str, String)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tgsync"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(env.iter().map(|(k, v)| (*k, v)))
-        .stdin(Stdio::null())
-        .output()
-        .expect("tgsync runs")
 }
 
 fn pod(name: &str, ip: &str) -> k8s_openapi::api::core::v1::Pod {
@@ -244,7 +225,7 @@ async fn the_pages_transcripts_are_what_tgsync_prints() {
         ("TGSYNC_CLUSTER_CA_FILE", ca.display().to_string()),
     ];
     let shown = |args: &[&str], code: i32| {
-        let o = tgsync(args, &env);
+        let o = tgsync_with(args, &env);
         assert_eq!(o.status.code(), Some(code), "{}", text(&o));
         let command = format!("tgsync {}", args.join(" "));
         assert_documented(&command, &String::from_utf8_lossy(&o.stdout));
@@ -271,7 +252,7 @@ async fn the_pages_transcripts_are_what_tgsync_prints() {
         ("HOME", home.display().to_string()),
         ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
     ];
-    let o = tgsync(&["--stack", STACK, "status"], &bare);
+    let o = tgsync_with(&["--stack", STACK, "status"], &bare);
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     assert!(o.stdout.is_empty(), "{}", text(&o));
     assert_documented(
