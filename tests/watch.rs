@@ -920,12 +920,14 @@ async fn the_full_diff_reads_the_groups_states_in_batches() {
     w.verified_empty(&at_rest).await;
     // A first run reads each group alone once: its first read records on the item that
     // there is nothing of the earlier table layout to fold in (a batch leaves such
-    // items out). On a loaded machine a run can end before its full diff has looked at
-    // every group, and the groups it deferred would read alone in the run measured: the
-    // first runs go on until one has looked at them all.
+    // items out). A run ends its full diff at its deadline, and the groups it deferred
+    // would read alone in the run measured: the first runs go on until one has looked at
+    // them all. The deadlines are generous: on a loaded machine (two cores shared with
+    // the other tests and moto) a run looked at only 32 of the 150 groups in 4 s.
     // (A run whose discovery did not end in time reports no group at all.)
+    let long_run = Duration::from_secs(12);
     for first in 1.. {
-        let until = w.clock.now().plus(Duration::from_secs(4));
+        let until = w.clock.now().plus(long_run);
         let report = w.engine.run_scheduled(&scheduled(), until).await;
         let (deferred, looked) = (report.totals.deferred, report.groups.len());
         eprintln!("first run {first}: {looked} groups reported, {deferred} deferred");
@@ -938,7 +940,7 @@ async fn the_full_diff_reads_the_groups_states_in_batches() {
         );
     }
     let before = proxy.records().len();
-    let until = w.clock.now().plus(Duration::from_secs(4));
+    let until = w.clock.now().plus(long_run);
     let report = w.engine.run_scheduled(&scheduled(), until).await;
     // Reads of the groups' items (a run also reads its cluster's index meta item once).
     let reads = |op: &str| {
@@ -946,7 +948,8 @@ async fn the_full_diff_reads_the_groups_states_in_batches() {
             .iter()
             .filter(|r| r.service == chaos_proxy::Service::DynamoDb && r.operation == op)
             .filter(|r| r.body.contains("tg#"))
-            .count()
+            .map(|r| r.at)
+            .collect::<Vec<_>>()
     };
     let in_sync = report
         .groups
@@ -954,13 +957,25 @@ async fn the_full_diff_reads_the_groups_states_in_batches() {
         .filter(|g| g.outcome == tgsync::report::Outcome::InSync)
         .count();
     assert_eq!(in_sync, at_rest.len(), "{report:#?}");
-    // 16, 16, then as many as the looks take in 2.5 s (at rest, all the rest); the
-    // groups due for re-verification read their own.
+    // 16, 16, then as many as the looks take in 2.5 s: at rest on a quiet machine all
+    // the rest, 3 to 6 reads; at a loaded machine's pace of ~8 looks a second, ~20 a
+    // batch. Read one by one, it would be 148. The groups due for re-verification read
+    // their own.
     let (batched, alone) = (reads("BatchGetItem"), reads("GetItem"));
-    eprintln!("state reads: {batched} batched, {alone} alone");
+    let span = match (batched.first(), batched.last()) {
+        (Some(first), Some(last)) => last.duration_since(*first),
+        _ => Duration::ZERO,
+    };
+    eprintln!(
+        "state reads: {} batched over {span:?}, {} alone",
+        batched.len(),
+        alone.len()
+    );
     assert!(
-        (3..=6).contains(&batched) && alone <= 2,
-        "150 groups' states in {batched} batched reads and {alone} reads alone"
+        (3..=15).contains(&batched.len()) && alone.len() <= 2,
+        "150 groups' states in {} batched reads and {} reads alone",
+        batched.len(),
+        alone.len()
     );
 }
 
