@@ -977,6 +977,9 @@ fn apply(state: &mut GroupState, change: &Change) {
     if let Some(backoff) = change.backoff {
         state.backoff = backoff;
     }
+    if let Some(held) = &change.held {
+        state.held.clone_from(held);
+    }
     if let Some(checkpoint) = change.checkpoint {
         state.checkpoint = checkpoint;
     }

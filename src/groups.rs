@@ -322,13 +322,14 @@ impl Refused {
 /// What a refused registration takes to go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// Something about the target (or the call) ELBv2 will not take: a failure, retried
-    /// with backoff.
+    /// Something about the target ELBv2 will not take (an address outside the VPC, a
+    /// target registered with as many groups of the load balancer as it may be:
+    /// `TooManyRegistrationsForTargetId`): the target backs off alone.
     Target,
-    /// Capacity: the group is at its targets quota (`TooManyTargets`), or the target is
-    /// registered with as many groups of the load balancer as it may be
-    /// (`TooManyRegistrationsForTargetId`). Retrying sooner fixes nothing and no backoff
-    /// helps: the quota must be raised or the group split. Deregistrations are unaffected.
+    /// Capacity: the group is at its targets quota (`TooManyTargets`). Only room helps
+    /// (a raised quota, a split group, targets leaving): the group registers what its
+    /// learnt capacity leaves room for and probes beyond it once per growing interval.
+    /// Deregistrations are unaffected.
     Capacity,
     /// ELBv2 wants this target (outside the group's VPC) in a named Availability Zone:
     /// an ALB group with cross-zone load balancing off refuses `all`. Register it again

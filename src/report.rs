@@ -22,8 +22,9 @@ pub enum Outcome {
     /// Skipped: the group is backing off after failures (use `force` to override).
     BackingOff,
     /// The reconcile failed; see `error` and `failedTargets`. The group backs off —
-    /// unless only the group's targets quota refused registrations: then nothing but a
-    /// larger quota or a split group helps, and it is tried again every run.
+    /// unless only registrations wait target by target (`waiting`: targets ELBv2 refused
+    /// for themselves, or a full group's targets beyond its capacity): those are tried
+    /// again on their own, and the group does not back off.
     Failed,
     /// Stopped at an injected fault (tests only).
     Aborted,
@@ -44,6 +45,21 @@ impl Outcome {
             Self::Failed | Self::BindingError | Self::Aborted | Self::BackingOff
         )
     }
+}
+
+/// A registration held back, its pod, why and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingTarget {
+    /// The target.
+    pub target: Target,
+    /// Its pod (`namespace/name`).
+    pub pod: String,
+    /// Why it waits: ELBv2's code and message for a target refused for itself, or the
+    /// full group's capacity.
+    pub reason: String,
+    /// When it is tried again (unix ms).
+    pub retry_at: UnixMillis,
 }
 
 /// A target a call failed for.
@@ -137,6 +153,11 @@ pub struct GroupReport {
     /// Targets whose register/deregister call failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_targets: Vec<FailedTarget>,
+    /// Registrations held back target by target (the group does not back off for them):
+    /// targets ELBv2 refused for themselves, each backing off alone, and targets a full
+    /// group has no room for until its next probe.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<WaitingTarget>,
     /// Gated pods whose `tgsync/target-health` condition was set True (`namespace/name`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates_opened: Vec<String>,
@@ -202,6 +223,7 @@ impl GroupReport {
             foreign_kept: Vec::new(),
             plan: None,
             failed_targets: Vec::new(),
+            waiting: Vec::new(),
             gates_opened: Vec::new(),
             pod_errors: Vec::new(),
             unused_targets: Vec::new(),

@@ -32,8 +32,14 @@ pub struct EngineSettings {
     pub lease_wait: Option<Duration>,
     /// Passes under one lease before giving up on a group that keeps being marked dirty.
     pub max_passes: u32,
-    /// Backoff delays.
+    /// Backoff delays of a group's registrations after failures of the whole group.
     pub backoff: BackoffPolicy,
+    /// Backoff delays of one target ELBv2 refused for itself (5 s doubling to 1,000 s:
+    /// a handful of tries in its first minute, then ever fewer).
+    pub target_backoff: BackoffPolicy,
+    /// Intervals between a full group's probes for room (15 s doubling to 5 min: a
+    /// raised quota is noticed within minutes, at one refused call an interval).
+    pub full_probe: BackoffPolicy,
     /// A pass under the lease re-reads the group's tags when its binding is older than
     /// this (pod-events and watch mode work from cached bindings).
     pub binding_max_age: Duration,
@@ -62,6 +68,14 @@ impl Default for EngineSettings {
             lease,
             max_passes: 5,
             backoff: BackoffPolicy::default(),
+            target_backoff: BackoffPolicy {
+                min: Duration::from_secs(5),
+                max: Duration::from_secs(1000),
+            },
+            full_probe: BackoffPolicy {
+                min: Duration::from_secs(15),
+                max: Duration::from_secs(300),
+            },
             binding_max_age: Duration::from_secs(5),
             verify_describes_per_second: 2.0,
             schedule_period: Duration::from_secs(60),

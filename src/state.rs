@@ -16,7 +16,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::core::{
-    BackoffState, Binding, Checkpoint, GroupFacts, PodRef, Selector, Target, UnixMillis,
+    BackoffState, Binding, Checkpoint, GroupFacts, Holds, PodRef, Selector, Target, UnixMillis,
 };
 
 /// A row of a cluster's index of bound groups: a group, and the namespace and selector
@@ -107,6 +107,8 @@ pub struct GroupState {
     pub ledger: BTreeMap<Target, LedgerEntry>,
     /// Failure record, absent after a success.
     pub backoff: Option<BackoffState>,
+    /// Registrations held back target by target (refused targets, a full group).
+    pub held: Holds,
     /// Last verification that the group held exactly its desired set.
     pub checkpoint: Option<Checkpoint>,
     /// The current lease, if one is stored (it may have expired).
@@ -135,6 +137,7 @@ impl GroupState {
     pub fn glance(&self) -> Glance {
         Glance {
             backoff: self.backoff,
+            held: self.held.clone(),
             checkpoint: self.checkpoint,
             lease: self.lease.clone(),
             dirty: self.dirty,
@@ -151,6 +154,8 @@ impl GroupState {
 pub struct Glance {
     /// As [`GroupState::backoff`].
     pub backoff: Option<BackoffState>,
+    /// As [`GroupState::held`].
+    pub held: Holds,
     /// As [`GroupState::checkpoint`].
     pub checkpoint: Option<Checkpoint>,
     /// As [`GroupState::lease`].
@@ -180,6 +185,8 @@ pub struct Change {
     pub ledger: Option<BTreeMap<Target, LedgerEntry>>,
     /// The new backoff record (`Some(None)` clears it).
     pub backoff: Option<Option<BackoffState>>,
+    /// The registrations held back, whole (empty clears them).
+    pub held: Option<Holds>,
     /// The new checkpoint (`Some(None)` clears it).
     pub checkpoint: Option<Option<Checkpoint>>,
     /// The new per-cluster pod versions (see [`GroupState::seen`]), whole.
@@ -191,6 +198,7 @@ impl Change {
     pub fn is_empty(&self) -> bool {
         self.ledger.is_none()
             && self.backoff.is_none()
+            && self.held.is_none()
             && self.checkpoint.is_none()
             && self.seen.is_none()
     }

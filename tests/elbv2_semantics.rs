@@ -11,9 +11,10 @@ mod moto;
 mod world;
 
 use std::collections::BTreeMap;
+use tgsync::clock::Clock;
 
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetTypeEnum};
-use chaos_proxy::{ChaosProxy, Fate, HealthRule, Rules};
+use chaos_proxy::{ChaosProxy, Fate, HealthRule};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tgsync::aws::MutationRate;
@@ -23,19 +24,6 @@ use world::World;
 
 fn web(name: &str, ip: &str) -> PodBuilder {
     PodBuilder::new("shop", name).label("app", "web").ip(ip)
-}
-
-/// A world whose engine reaches ELBv2 (and DynamoDB) through a proxy with `rules`.
-async fn world_behind(rules: impl FnOnce(&mut Rules)) -> (World, ChaosProxy) {
-    let mut w = World::new().await;
-    let proxy = ChaosProxy::transparent().await;
-    proxy.set_rules(rules);
-    w.engine = chaos_proxy::engine(
-        &w,
-        &chaos_proxy::sdk_config(&proxy).await,
-        MutationRate::new(50, None).unwrap(),
-    );
-    (w, proxy)
 }
 
 /// The operations of the ELBv2 mutations the proxy saw since record `from`, in order,
@@ -54,11 +42,12 @@ fn strings<T: ToString>(v: &[T]) -> Vec<String> {
 
 /// Deregistrations go out before registrations, so the room they free counts against the
 /// group's targets quota; registrations that still do not fit are reported per target
-/// with ELBv2's `TooManyTargets`, the group says what to do and does not back off (every
-/// run tries again), and they go through once there is room.
+/// with ELBv2's `TooManyTargets`, the group says what to do and does not back off; until
+/// its probe is due no run sends a registration beyond the capacity it learnt, and then
+/// one; they go through once there is room.
 #[tokio::test]
 async fn deregistrations_go_first_and_a_full_group_does_not_back_off() {
-    let (w, proxy) = world_behind(|r| r.quota = Some(3)).await;
+    let (w, proxy) = chaos_proxy::world_behind(|r| r.quota = Some(3)).await;
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     for i in 1..=3 {
         w.put_pod(web(&format!("old-{i}"), &format!("10.0.1.{i}")).build());
@@ -116,7 +105,24 @@ async fn deregistrations_go_first_and_a_full_group_does_not_back_off() {
     let item = w.item(&arn).await.expect("group item");
     assert!(!item.contains_key("backoff"), "no backoff stored: {item:?}");
 
-    // The next run tries again at once (one refused call), still without backoff.
+    assert_eq!(
+        strings(&g.waiting.iter().map(|w| w.target).collect::<Vec<_>>()),
+        ["10.0.2.3:8080"]
+    );
+    assert_eq!(g.waiting[0].pod, "shop/new-3", "{r:#?}");
+    let probe_at = g.waiting[0].retry_at;
+
+    // The next run sends nothing: the group is full and its probe is not due.
+    let from = proxy.records().len();
+    let r = w.resync().await;
+    let g = r.group(&arn).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed, "{r:#?}");
+    assert_eq!(g.next_attempt_at, None);
+    assert_eq!(mutations_since(&proxy, from), []);
+    assert_eq!(g.waiting.len(), 1, "{r:#?}");
+
+    // Due: one refused call, still without backoff of the group.
+    w.clock.advance(probe_at.0.saturating_sub(w.clock.now().0));
     let from = proxy.records().len();
     let r = w.resync().await;
     let g = r.group(&arn).unwrap();
@@ -295,7 +301,7 @@ async fn quic_targets_carry_their_pods_server_ids() {
 /// target (so no zone either).
 #[tokio::test]
 async fn unused_targets_and_zonal_shifts_are_reported_and_nothing_is_deregistered() {
-    let (w, proxy) = world_behind(|r| {
+    let (w, proxy) = chaos_proxy::world_behind(|r| {
         r.health = vec![
             (
                 "10.0.1.1".into(),

@@ -241,7 +241,8 @@ impl Elbv2TargetGroups {
     ///   to it make no refused call first);
     /// - the group's targets quota (`TooManyTargets`): the call is halved to register
     ///   what fits; once a single target does not fit, the rest are refused without a
-    ///   call, as [`Refusal::Capacity`] (so is `TooManyRegistrationsForTargetId`);
+    ///   call, as [`Refusal::Capacity`] (`TooManyRegistrationsForTargetId`, the quota of
+    ///   one target, is narrowed down to the target like any per-target refusal);
     /// - any other per-target refusal is narrowed down by halving until the refused
     ///   targets stand alone.
     async fn mutate(
@@ -252,12 +253,10 @@ impl Elbv2TargetGroups {
         fence: &dyn Fence,
     ) -> Result<(), ElbError> {
         let mut refused: Vec<Refused> = Vec::new();
-        let mut first_error: Option<ElbError> = None;
         let mut queue: std::collections::VecDeque<Vec<Target>> = targets
             .chunks(MAX_TARGETS_PER_CALL)
             .map(<[Target]>::to_vec)
             .collect();
-        let mut calls = 0usize;
         // The group is at its quota: ELBv2's reason, for the targets not tried.
         let mut full: Option<String> = None;
         let mut zones_learnt = false;
@@ -287,7 +286,6 @@ impl Elbv2TargetGroups {
                 }
                 batch = ready;
             }
-            calls += 1;
             let failure = match self.call(kind, arn, &batch, fence).await {
                 Ok(()) => continue,
                 Err(Stopped::Fenced(reason)) => {
@@ -329,6 +327,11 @@ impl Elbv2TargetGroups {
             }
             let refusal = failure.refusal();
             let splits = failure.per_target() || refusal == Refusal::Capacity;
+            if !splits && !matches!(kind, Mutation::Deregister) {
+                // A failure of the call, not of its targets (access denied, retries
+                // exhausted): the group's, whatever went through before it.
+                return Err(failure.error);
+            }
             if splits && batch.len() > 1 {
                 let (a, b) = batch.split_at(batch.len() / 2);
                 queue.push_front(b.to_vec());
@@ -353,24 +356,25 @@ impl Elbv2TargetGroups {
                 // One target does not fit: neither will the rest.
                 full = Some(reason.clone());
             }
+            if !splits {
+                // A deregistration that failed for the call: ELBv2's error as it is.
+                return Err(failure.error);
+            }
             refused.extend(batch.iter().map(|t| Refused {
                 target: *t,
                 reason: reason.clone(),
                 refusal,
             }));
-            if refusal == Refusal::Target {
-                first_error.get_or_insert(failure.error);
-            }
         }
-        let only_failures = refused.iter().all(|r| r.refusal == Refusal::Target);
-        match first_error {
-            None if refused.is_empty() => Ok(()),
-            // One call, refused as a whole for what is in it: ELBv2's error as it is.
-            Some(error) if calls == 1 && only_failures => Err(error),
-            _ => Err(ElbError::Rejected {
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            // Refused for what is in them (each target's reason, even a call's single
+            // target): the caller settles each target.
+            Err(ElbError::Rejected {
                 operation: kind.operation(),
                 targets: refused,
-            }),
+            })
         }
     }
 
@@ -463,10 +467,12 @@ impl Failure {
         )
     }
 
-    /// What the refused targets take: capacity, for the two quota errors.
+    /// What the refused targets take: capacity, for the group's targets quota; a target
+    /// registered with too many groups of one load balancer is refused for itself (the
+    /// quota is the target's, not the group's).
     fn refusal(&self) -> Refusal {
         match self.code.as_deref() {
-            Some(TOO_MANY_TARGETS | TOO_MANY_REGISTRATIONS) => Refusal::Capacity,
+            Some(TOO_MANY_TARGETS) => Refusal::Capacity,
             _ => Refusal::Target,
         }
     }
@@ -700,7 +706,7 @@ mod tests {
     }
 
     #[test]
-    fn quota_errors_are_capacity_and_only_they() {
+    fn the_groups_quota_is_capacity_and_a_targets_quota_its_own() {
         let too_many = failure(
             TOO_MANY_TARGETS,
             "You've reached the limit on the number of targets.",
@@ -714,8 +720,8 @@ mod tests {
             TOO_MANY_REGISTRATIONS,
             "You've reached the limit on the number of times a target can be registered with a load balancer.",
         );
-        assert_eq!(per_id.refusal(), Refusal::Capacity);
-        assert!(per_id.per_target());
+        assert_eq!(per_id.refusal(), Refusal::Target);
+        assert!(per_id.per_target(), "narrowed down to the target");
         for code in ["ValidationError", "InvalidTarget", "Throttling"] {
             assert_eq!(failure(code, "x").refusal(), Refusal::Target, "{code}");
         }

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod desired;
 pub mod gate;
 pub mod health;
+pub mod holds;
 pub mod index;
 pub mod plan;
 pub mod pod;
@@ -26,6 +27,7 @@ pub use binding::{Binding, BindingError, BindingPolicy, GroupFacts, Mode, PortSp
 pub use checkpoint::{Checkpoint, Rotation};
 pub use desired::{Desired, SkipReason, contribution, desired_targets, holding, serving_ip};
 pub use health::{AdministrativeOverride, TargetHealth};
+pub use holds::{Holds, Sorted, Wait};
 pub use index::PodIndex;
 pub use plan::{
     Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan, release_plan,

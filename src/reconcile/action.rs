@@ -20,8 +20,9 @@ pub enum Action {
         /// The holder's lease expiry as last seen.
         until: UnixMillis,
     },
-    /// The group's registrations back off until `until` (its stored backoff); a pod
-    /// change still runs at once: nothing delays a deregistration.
+    /// The group's registrations back off until `until` (its stored backoff, or the
+    /// first retry of a registration waiting target by target); a pod change still runs
+    /// at once: nothing delays a deregistration.
     BackOff {
         /// When registrations may be tried again.
         until: UnixMillis,

@@ -144,10 +144,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 Outcome::Changed
             };
         }
-        // Failed or backing off under the lease: the stored backoff says until when.
+        // Failed or backing off under the lease: the stored backoff says until when;
+        // registrations waiting target by target, their first retry.
         if action == Action::Done
-            && let (Outcome::BackingOff | Outcome::Failed, Some(until)) =
-                (report.outcome, report.next_attempt_at)
+            && let (Outcome::BackingOff | Outcome::Failed, Some(until)) = (
+                report.outcome,
+                report
+                    .next_attempt_at
+                    .or_else(|| report.waiting.iter().map(|w| w.retry_at).min()),
+            )
         {
             action = Action::BackOff { until };
         }

@@ -5,6 +5,7 @@
 
 use super::Action;
 use super::read_ahead::Ahead;
+use super::refusals::{waiting, waiting_error};
 use super::{BoundGroup, Reconciler, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
@@ -203,10 +204,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 });
         self.settle_gates(bound, registered, &mut report).await;
         let backing_off = matches!(gate, Gate::Wait { .. });
+        // Registrations held back target by target (refused targets, a full group)
+        // need no lease until they are due.
+        let present = actual
+            .iter()
+            .filter(|h| !h.state.is_draining() && !plan.deregister.contains(&h.target))
+            .count();
+        let sorted = state.held.sort(&plan.register, present, now);
         let nothing_to_do = plan.deregister.is_empty()
             && plan.forget.is_empty()
             && plan.adopt.is_empty()
-            && (plan.register.is_empty() || backing_off)
+            && (!sorted.sends() || backing_off)
+            && !state.held.stale(&plan.register, &sorted)
             && !unserved;
         if !nothing_to_do {
             let prior = super::pass::PriorRead {
@@ -220,6 +229,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         if let Gate::Wait { until } = gate {
             report.outcome = Outcome::BackingOff;
             note_backoff(&mut report, until, state.backoff.as_ref());
+            return Observed::Done(report, Action::BackOff { until });
+        }
+        if let Some(until) = sorted.next_try() {
+            report.waiting = waiting(&state.held, &plan.register, present, &desired, now);
+            report.outcome = Outcome::Failed;
+            report.error = Some(waiting_error(&report.waiting, &state.held));
             return Observed::Done(report, Action::BackOff { until });
         }
         // Right as it is. A scheduled run remembers that when the desired set is new to

@@ -13,12 +13,12 @@
 use std::sync::Arc;
 
 use super::observe::{note_backoff, pod_errors};
-use super::refusals::{Settled, capacity_error};
+use super::refusals::{waiting, waiting_error};
 use super::{BoundGroup, Reconciler, RunOptions};
 use crate::core::checkpoint::fingerprint;
 use crate::core::{
-    Binding, Checkpoint, Gate, MAX_TARGETS_PER_CALL, PodFacts, PodIndex, Rules, Target,
-    TargetHealth, desired_targets, plan,
+    Binding, Checkpoint, Gate, Holds, MAX_TARGETS_PER_CALL, PodFacts, PodIndex, Rules, Target,
+    TargetHealth, Wait, desired_targets, plan,
 };
 use crate::faults::FaultPoint;
 use crate::groups::{ElbError, TargetGroupApi};
@@ -72,7 +72,7 @@ pub(crate) fn behind(version: &str, seen: Option<&String>) -> bool {
 }
 
 /// Why a pass stopped early.
-enum Stop {
+pub(super) enum Stop {
     /// The group could not be reconciled; it backs off.
     Failed(String),
     /// The lease is gone: stop without writing anything more.
@@ -147,11 +147,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     ) -> PassEnd {
         report.passes += 1;
         if report.outcome == Outcome::Failed && report.next_attempt_at.is_none() {
-            // An earlier pass ended over capacity (no backoff): this one says anew.
+            // An earlier pass ended with registrations waiting (no backoff): this one
+            // says anew.
             report.outcome = Outcome::InSync;
             report.error = None;
         }
+        report.waiting.clear();
         let mut ledger = state.ledger.clone();
+        let mut holds = state.held.clone();
         let prior = prior.filter(|p| {
             state.version == p.version + 1 && self.clock.now() < p.at.plus(PRIOR_READ_MAX_AGE)
         });
@@ -176,10 +179,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             lease,
             opts,
         };
-        let result = self.pass_inner(bound, &ctx, &mut ledger, report).await;
+        let result = self
+            .pass_inner(bound, &ctx, &mut ledger, &mut holds, report)
+            .await;
         let now = self.clock.now();
         let mut change = Change {
             ledger: (ledger != state.ledger).then_some(ledger),
+            held: (holds != state.held).then_some(holds),
             seen: seen.filter(|s| *s != state.seen),
             ..Change::default()
         };
@@ -242,13 +248,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     }
 
     /// The pass proper; `ledger` is the working copy, stored ahead of registrations and
-    /// at the end. Returns the desired set's fingerprint when the group was made exactly
-    /// right (what a checkpoint may record).
+    /// at the end, `holds` the registrations held back target by target, stored at the
+    /// end. Returns the desired set's fingerprint when the group was made exactly right
+    /// (what a checkpoint may record).
     async fn pass_inner(
         &self,
         bound: &mut BoundGroup,
         ctx: &PassContext<'_, '_, '_, S>,
         ledger: &mut std::collections::BTreeMap<Target, LedgerEntry>,
+        holds: &mut Holds,
         report: &mut GroupReport,
     ) -> Result<Option<u64>, Stop> {
         let (state, lease, opts) = (ctx.state, ctx.lease, ctx.opts);
@@ -352,8 +360,27 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         if adopted && plan.register.is_empty() {
             self.store_ledger(ctx, ledger, &state.ledger).await?;
         }
-        let mut settled = Settled::default();
-        for chunk in plan.register.chunks(MAX_TARGETS_PER_CALL) {
+        // Registrations, sorted by what holds them back (see `refusals`): fresh ones in
+        // chunks, each due retry of a refused target alone, a full group's probe alone.
+        let present = actual
+            .iter()
+            .filter(|h| !h.state.is_draining() && !report.deregistered.contains(&h.target))
+            .count();
+        let registered_before = report.registered.len();
+        let sorted = holds.sort(&plan.register, present, now);
+        let mut calls: std::collections::VecDeque<(Vec<Target>, Send)> = sorted
+            .fresh
+            .chunks(MAX_TARGETS_PER_CALL)
+            .map(|c| (c.to_vec(), Send::Fresh))
+            .chain(sorted.retries.iter().map(|t| (vec![*t], Send::Retry)))
+            .chain(sorted.probe.map(|t| (vec![t], Send::Probe)))
+            .collect();
+        let mut full = false;
+        while let Some((chunk, kind)) = calls.pop_front() {
+            if full {
+                // ELBv2 just refused a registration for capacity: the rest wait.
+                continue;
+            }
             self.cut_point(opts)?;
             // Write-ahead: never register a target the ledger does not know.
             let mut next = ledger.clone();
@@ -361,32 +388,78 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             match self.store_ledger(ctx, &next, ledger).await {
                 Ok(()) => *ledger = next,
                 Err(Stop::Failed(e)) => {
-                    failures += fail(report, chunk, "register", &e);
+                    failures += fail(report, &chunk, "register", &e);
                     continue;
                 }
                 Err(stop) => return Err(stop),
             }
             self.fault(FaultPoint::AfterLedgerWrite)?;
-            let result = self.mutate(lease, &arn, chunk, Mutation::Register).await?;
+            let result = self.mutate(lease, &arn, &chunk, Mutation::Register).await?;
             if matches!(result, Ok(()) | Err(ElbError::Rejected { .. })) {
                 report.applied_at.get_or_insert_with(|| self.clock.now());
             }
             match result {
-                Ok(()) => report.registered.extend_from_slice(chunk),
-                Err(ElbError::Rejected { targets, .. }) => {
-                    report.registered.extend(
-                        chunk
+                Ok(()) => {
+                    report.registered.extend_from_slice(&chunk);
+                    chunk.iter().for_each(|t| holds.took(t));
+                    if kind == Send::Probe {
+                        // Room beyond what was learnt: the rest go now.
+                        holds.probe_taken();
+                        let rest: Vec<Target> = sorted
+                            .waiting
                             .iter()
-                            .filter(|t| !targets.iter().any(|r| r.target == **t)),
-                    );
-                    settled += self
-                        .settle_refusals(&arn, targets, &desired, report, lease)
-                        .await;
+                            .filter(|(t, w)| {
+                                matches!(w, Wait::Full { .. }) && !holds.refused.contains_key(t)
+                            })
+                            .map(|(t, _)| *t)
+                            .collect();
+                        calls.extend(
+                            rest.chunks(MAX_TARGETS_PER_CALL)
+                                .map(|c| (c.to_vec(), Send::Fresh)),
+                        );
+                    }
                 }
-                Err(e) => failures += fail(report, chunk, "register", &e.to_string()),
+                Err(ElbError::Rejected { targets, .. }) => {
+                    let took: Vec<Target> = chunk
+                        .iter()
+                        .filter(|t| !targets.iter().any(|r| r.target == **t))
+                        .copied()
+                        .collect();
+                    took.iter().for_each(|t| holds.took(t));
+                    report.registered.extend(took);
+                    let settled = self
+                        .settle_refusals(&arn, targets, &desired, report, lease, holds)
+                        .await;
+                    failures += settled.failures;
+                    if settled.full {
+                        full = true;
+                        let holding = present + report.registered.len() - registered_before;
+                        holds.filled(
+                            holding,
+                            self.clock.now(),
+                            &self.settings.full_probe,
+                            &mut self.jitter_rng(),
+                        );
+                    }
+                }
+                Err(e) => failures += fail(report, &chunk, "register", &e.to_string()),
             }
             self.fault(FaultPoint::AfterRegisterChunk)?;
         }
+        let holding = present + report.registered.len() - registered_before;
+        let unsent: Vec<Target> = plan
+            .register
+            .iter()
+            .filter(|t| !report.registered.contains(t))
+            .copied()
+            .collect();
+        report.waiting = waiting(holds, &unsent, holding, &desired, self.clock.now());
+        let waits_for_room = holds.full.is_some()
+            && report
+                .waiting
+                .iter()
+                .any(|w| !holds.refused.contains_key(&w.target));
+        holds.settle(|t| unsent.contains(t), waits_for_room);
         for t in &plan.forget {
             ledger.remove(t);
         }
@@ -418,16 +491,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         self.remember_health(&arn, after);
         self.settle_gates(bound, pods.candidates(&bound.binding), report)
             .await;
-        failures += settled.failures;
         if failures > 0 {
             return Err(Stop::Failed(format!(
                 "{failures} change(s) failed; see failedTargets"
             )));
         }
-        if settled.over_capacity > 0 {
-            // Not right, yet no backoff: only capacity can fix it (and no checkpoint).
+        if !report.waiting.is_empty() {
+            // Not right, yet no backoff of the group: the waiting targets are tried
+            // again on their own (and no checkpoint).
             report.outcome = Outcome::Failed;
-            report.error = Some(capacity_error(settled.over_capacity));
+            report.error = Some(waiting_error(&report.waiting, holds));
             return Ok(None);
         }
         Ok(held_back.is_empty().then_some(fp))
@@ -490,86 +563,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             ))),
         }
     }
-
-    /// Re-reads the group's tags when its binding is older than `binding_max_age` (pod
-    /// events and watch mode work from cached bindings), or always with `force`: what
-    /// the pass changes follows tags read now. Whether they were read.
-    async fn refresh_binding(
-        &self,
-        bound: &mut BoundGroup,
-        report: &mut GroupReport,
-        force: bool,
-    ) -> Result<bool, Stop> {
-        let now = self.clock.now();
-        let max_age = self.settings.binding_max_age;
-        if !force {
-            if now < bound.read_at.plus(max_age) {
-                return Ok(false);
-            }
-            // Another pass of this container read them a moment ago: its read stands
-            // in for this pass's (it is still not a read made *in* this pass).
-            if let Some(fresh) = self.index.fresher(bound, now, max_age) {
-                *bound = fresh;
-                return Ok(false);
-            }
-        }
-        let tags = match self.read_tags(bound, now).await {
-            Ok(tags) => tags,
-            Err(e) => {
-                report.gone = matches!(e, ElbError::NotFound { .. });
-                if report.gone {
-                    self.index.unbound(&bound.group.arn);
-                }
-                return Err(Stop::Failed(format!(
-                    "reading the group's tags failed: {e}"
-                )));
-            }
-        };
-        match Binding::for_cluster(
-            &tags,
-            &bound.group.facts,
-            &self.cluster,
-            &self.settings.binding_policy,
-        ) {
-            Some(Ok(binding))
-                if binding.namespace != bound.binding.namespace
-                    || binding.selector != bound.binding.selector =>
-            {
-                // The pods in hand were listed for the old selection: acting on them
-                // would be acting on partial data.
-                self.index.unbound(&bound.group.arn);
-                report.gone = true;
-                report.outcome = Outcome::Deferred;
-                report.error = Some(
-                    "the group's namespace or selector tag changed since discovery; the next run reconciles it with the new tags"
-                        .into(),
-                );
-                Err(Stop::Unbound)
-            }
-            Some(Ok(binding)) => {
-                bound.binding = binding;
-                bound.group.tags = tags;
-                bound.read_at = now;
-                self.index.reread(bound);
-                Ok(true)
-            }
-            other => {
-                self.index.unbound(&bound.group.arn);
-                report.gone = true;
-                report.outcome = Outcome::BindingError;
-                report.error = Some(match other {
-                    Some(Err(e)) => {
-                        format!("{e} (tags changed since discovery; the group is left untouched)")
-                    }
-                    _ => format!(
-                        "the group's tags no longer bind it to cluster `{}` (changed since discovery); left untouched",
-                        self.cluster
-                    ),
-                });
-                Err(Stop::Unbound)
-            }
-        }
-    }
 }
 
 /// What a pass works with besides the group: the state as of taking the lease, the
@@ -583,6 +576,17 @@ struct PassContext<'p, 'a, 'l, S> {
     prior: Option<&'p PriorRead>,
     lease: &'p Lease<'l, S>,
     opts: &'p RunOptions,
+}
+
+/// What a registration call is, for what its answer teaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    /// Registrations nothing holds back.
+    Fresh,
+    /// A refused target's due retry, alone.
+    Retry,
+    /// A full group's probe for room, alone.
+    Probe,
 }
 
 /// The two ELBv2 mutations.

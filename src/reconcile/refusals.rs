@@ -1,11 +1,14 @@
 //! What a pass does with the registrations ELBv2 refused ([`ElbError::Rejected`]), by
-//! what each refusal takes ([`Refusal`]):
-//! - a target refused for itself is a failure: reported per target, and the group backs
-//!   off;
-//! - a target beyond the group's targets quota is reported per target with ELBv2's
-//!   message, and the group does not back off (only a larger quota or a split group
-//!   helps, and retrying every run costs one refused call);
-//! - a target ELBv2 wants in a named zone (an ALB group with cross-zone load balancing
+//! what each refusal takes ([`Refusal`]). A target is not its group: neither kind of
+//! refusal backs the group off, nor holds back any other target.
+//! - A target refused for itself is reported (its pod, address and ELBv2's code) and
+//!   backs off alone ([`Holds::refuse`]); when due it is sent again in a call of its own.
+//! - A registration beyond the group's capacity (`TooManyTargets`) tells the group its
+//!   capacity ([`Holds::filled`]): later passes register only what that leaves room for
+//!   and probe beyond it with one registration once per growing interval, whatever the
+//!   number of chunks, changes or runs, so a full group costs the other groups' budget
+//!   at most one refused call an interval.
+//! - A target ELBv2 wants in a named zone (an ALB group with cross-zone load balancing
 //!   off, the IP outside its VPC) is registered again in its pod's node's zone.
 
 use std::collections::HashMap;
@@ -13,39 +16,81 @@ use std::sync::Arc;
 
 use super::Reconciler;
 use super::pass::fail;
-use crate::core::{Desired, Target};
+use crate::core::{Desired, Holds, Target, UnixMillis, Wait};
 use crate::groups::{ElbError, Refusal, Refused, TargetGroupApi};
 use crate::lease::Lease;
 use crate::pods::PodSource;
-use crate::report::{FailedTarget, GroupReport};
+use crate::report::{FailedTarget, GroupReport, WaitingTarget};
 use crate::state::StateStore;
 
-/// What the pass must remember of the refusals it settled.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What the refusals of one call come to, once settled.
+#[derive(Debug, Default)]
 pub(super) struct Settled {
-    /// Refusals that are failures (the group backs off).
+    /// Failures of the group (a zone that cannot be found): the group backs off.
     pub failures: usize,
-    /// Registrations that did not fit the group's quota (no backoff).
-    pub over_capacity: usize,
+    /// The group's capacity was reached.
+    pub full: bool,
 }
 
-impl std::ops::AddAssign for Settled {
-    fn add_assign(&mut self, other: Self) {
-        self.failures += other.failures;
-        self.over_capacity += other.over_capacity;
+/// The group's error while registrations wait target by target: what happened and what
+/// to do.
+pub(super) fn waiting_error(waiting: &[WaitingTarget], holds: &Holds) -> String {
+    let refused = waiting
+        .iter()
+        .filter(|w| holds.refused.contains_key(&w.target))
+        .count();
+    let mut parts = Vec::new();
+    if refused > 0 {
+        parts.push(format!(
+            "{refused} target(s) refused by ELBv2 for themselves wait (see waiting: pod, address, ELBv2's code); each is tried again alone on its own backoff and the group's other targets went ahead; fix the pod (an address ELBv2 takes) or exclude it"
+        ));
     }
+    if let Some(full) = holds.full {
+        let room = waiting.len() - refused;
+        parts.push(format!(
+            "{room} registration(s) do not fit: ELBv2 refused a registration for capacity at {} targets (TooManyTargets); deregistrations go ahead, and the group probes for room with one registration once per growing interval. Raise the Elastic Load Balancing quota on targets (Service Quotas: targets per target group, per load balancer, per Availability Zone) or split the pods over more target groups",
+            full.capacity
+        ));
+    }
+    parts.join("; ")
 }
 
-/// The group's error when registrations did not fit: what happened and what to do.
-pub(super) fn capacity_error(over_capacity: usize) -> String {
-    format!(
-        "{over_capacity} registration(s) do not fit: ELBv2 refused them for capacity (see failedTargets); deregistrations went ahead. Raise the Elastic Load Balancing quota on targets (Service Quotas: targets per target group, per load balancer, per Availability Zone; registrations per target) or split the pods over more target groups; tried again every run, without backoff"
-    )
+/// The report's entries for the registrations `holds` keeps waiting at `now`, of those
+/// in `unsent` (the plan's registrations that did not go in), for a group holding
+/// `present` targets.
+pub(super) fn waiting(
+    holds: &Holds,
+    unsent: &[Target],
+    present: usize,
+    desired: &Desired,
+    now: UnixMillis,
+) -> Vec<WaitingTarget> {
+    holds
+        .sort(unsent, present, now)
+        .waiting
+        .into_iter()
+        .map(|(target, wait)| WaitingTarget {
+            target,
+            pod: desired
+                .targets
+                .get(&target)
+                .map(|d| d.pod.to_string())
+                .unwrap_or_default(),
+            retry_at: wait.until(),
+            reason: match wait {
+                Wait::Refused { reason, .. } => reason,
+                Wait::Full { capacity, .. } => format!(
+                    "the group is full: ELBv2 refused a registration at {capacity} targets (TooManyTargets)"
+                ),
+            },
+        })
+        .collect()
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
-    /// Settles the targets of one RegisterTargets call that ELBv2 refused; the targets
-    /// registered on a second try (in a zone) go to `report.registered`.
+    /// Settles the targets of one RegisterTargets call that ELBv2 refused, in `holds`
+    /// (a full group's capacity is for the caller to record); the targets registered on
+    /// a second try (in a zone) go to `report.registered`.
     pub(super) async fn settle_refusals(
         &self,
         arn: &str,
@@ -53,23 +98,66 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         desired: &Desired,
         report: &mut GroupReport,
         lease: &Lease<'_, S>,
+        holds: &mut Holds,
     ) -> Settled {
         let mut settled = Settled::default();
+        let mut last = Vec::new();
         let mut zoned = Vec::new();
         for r in refused {
             match r.refusal {
                 Refusal::ZoneRequired => zoned.push(r.target),
-                _ => settled += note(report, &r),
+                _ => last.push(r),
             }
         }
-        if zoned.is_empty() {
-            return settled;
+        if !zoned.is_empty() {
+            settled.failures += self
+                .register_in_zones(arn, zoned, desired, report, lease, &mut last)
+                .await;
         }
+        let now = self.clock.now();
+        let mut rng = self.jitter_rng();
+        for r in last {
+            tracing::warn!(target = %r.target, error = %r.reason, "ELBv2 refused a registration");
+            report.failed_targets.push(FailedTarget {
+                target: r.target,
+                operation: "register",
+                error: r.reason.clone(),
+            });
+            match r.refusal {
+                Refusal::Capacity => settled.full = true,
+                // A target refused for itself, or refused a zone a second time.
+                Refusal::Target | Refusal::ZoneRequired => {
+                    holds.refuse(
+                        r.target,
+                        &r.reason,
+                        now,
+                        &self.settings.target_backoff,
+                        &mut rng,
+                    );
+                }
+            }
+        }
+        settled
+    }
+
+    /// Registers `zoned` (refused for wanting a named zone) in their pods' nodes' zones;
+    /// what ELBv2 refuses again goes to `refused`. Returns the group failures (a zone
+    /// that cannot be found).
+    async fn register_in_zones(
+        &self,
+        arn: &str,
+        zoned: Vec<Target>,
+        desired: &Desired,
+        report: &mut GroupReport,
+        lease: &Lease<'_, S>,
+        refused: &mut Vec<Refused>,
+    ) -> usize {
+        let mut failures = 0;
         let mut in_zones: Vec<(Target, String)> = Vec::with_capacity(zoned.len());
         let mut zones: HashMap<Arc<str>, Result<Option<String>, String>> = HashMap::new();
         for t in zoned {
             let Some(node) = desired.targets.get(&t).and_then(|d| d.node.clone()) else {
-                settled.failures += fail(
+                failures += fail(
                     report,
                     &[t],
                     "register",
@@ -84,7 +172,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             match zones.get(&node) {
                 Some(Ok(Some(zone))) => in_zones.push((t, zone.clone())),
                 Some(Ok(None)) => {
-                    settled.failures += fail(
+                    failures += fail(
                         report,
                         &[t],
                         "register",
@@ -93,17 +181,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                         ),
                     )
                 }
-                Some(Err(e)) => settled.failures += fail(report, &[t], "register", e),
+                Some(Err(e)) => failures += fail(report, &[t], "register", e),
                 None => {}
             }
         }
         if in_zones.is_empty() {
-            return settled;
+            return failures;
         }
         let sent = match lease.ready().await {
             Ok(()) => self.groups.register_in_zones(arn, &in_zones, lease).await,
             // Shutting down: the pass is cut at its next step, and another asked for.
-            Err(crate::state::StateError::HandedOver { .. }) => return settled,
+            Err(crate::state::StateError::HandedOver { .. }) => return failures,
             Err(e) => Err(ElbError::Fenced {
                 operation: "RegisterTargets",
                 reason: e.to_string(),
@@ -118,44 +206,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                         .map(|(t, _)| *t)
                         .filter(|t| !targets.iter().any(|r| r.target == *t)),
                 );
-                for r in &targets {
-                    settled += note(report, r);
-                }
+                refused.extend(targets);
             }
             Err(e) => {
                 let targets: Vec<Target> = in_zones.iter().map(|(t, _)| *t).collect();
-                settled.failures += fail(report, &targets, "register", &e.to_string());
+                failures += fail(report, &targets, "register", &e.to_string());
             }
         }
-        settled
-    }
-}
-
-/// Records one refused target in the report, as a failure or as over capacity.
-fn note(report: &mut GroupReport, r: &Refused) -> Settled {
-    match r.refusal {
-        Refusal::Capacity => {
-            tracing::warn!(target = %r.target, error = %r.reason, "registration does not fit the group's quota");
-            report.failed_targets.push(FailedTarget {
-                target: r.target,
-                operation: "register",
-                error: r.reason.clone(),
-            });
-            Settled {
-                failures: 0,
-                over_capacity: 1,
-            }
-        }
-        // A target refused for itself, or refused a zone a second time.
-        Refusal::Target | Refusal::ZoneRequired => Settled {
-            failures: fail(
-                report,
-                std::slice::from_ref(&r.target),
-                "register",
-                &r.reason,
-            ),
-            over_capacity: 0,
-        },
+        failures
     }
 }
 
@@ -163,6 +221,7 @@ fn note(report: &mut GroupReport, r: &Refused) -> Settled {
 mod tests {
     use super::super::RunOptions;
     use super::super::tests::{TG, fake_engine, web_group};
+    use crate::clock::Clock;
     use crate::core::{AdministrativeOverride, Target};
     use crate::fakes::FakePods;
     use crate::report::Outcome;
@@ -177,28 +236,97 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_group_registers_what_fits_and_does_not_back_off() {
+    async fn a_full_group_registers_what_fits_then_probes_once_an_interval() {
         let elb = web_group();
         elb.set_quota(TG, 2);
-        let (e, _) = fake_engine(FakePods::default(), elb, 1);
-        for i in 1..=3 {
+        let (e, clock) = fake_engine(FakePods::default(), elb, 1);
+        for i in 1..=4 {
             e.pods
                 .put(web(&format!("web-{i}"), &format!("10.0.1.{i}")).build());
         }
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
         assert_eq!(g.registered, [t("10.0.1.1:8080"), t("10.0.1.2:8080")]);
-        assert_eq!(g.failed_targets.len(), 1, "{r:#?}");
+        assert_eq!(g.failed_targets.len(), 2, "{r:#?}");
         assert!(g.failed_targets[0].error.contains("TooManyTargets"));
         assert_eq!(g.outcome, Outcome::Failed);
         assert!(g.error.as_deref().unwrap().contains("Raise the"), "{r:#?}");
         assert_eq!((g.next_attempt_at, e.state.backoff(TG)), (None, None));
-        // Every run tries again, never held back.
+        // The report says which pods wait, why, and until when.
+        let pods: Vec<&str> = g.waiting.iter().map(|w| w.pod.as_str()).collect();
+        assert_eq!(pods, ["shop/web-3", "shop/web-4"], "{r:#?}");
+        assert!(g.waiting[0].reason.contains("full") && g.waiting[0].reason.contains("2 targets"));
+        let probe_at = g.waiting[0].retry_at;
+        assert!(probe_at.0 >= clock.now().0 + 15_000, "{r:#?}");
+        // Until the probe is due no run sends anything, whatever changes.
+        let before = e.groups.calls()["RegisterTargets"];
+        e.pods.put(web("web-5", "10.0.1.5").build());
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.outcome, Outcome::Failed);
+        assert_eq!(g.waiting.len(), 3, "{r:#?}");
+        assert_eq!(e.groups.calls()["RegisterTargets"], before);
+        // Due: one registration of one target, refused; the next interval is longer.
+        clock.advance(probe_at.0 - clock.now().0);
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(e.groups.calls()["RegisterTargets"], before + 1, "{r:#?}");
+        let next = g.waiting[0].retry_at;
+        assert!(next.0 >= probe_at.0 + 15_000, "{r:#?}");
+        assert_eq!(e.state.stored(TG).held.full.map(|f| f.failures), Some(2));
+        assert_eq!(e.state.backoff(TG), None);
+        // A raised quota: the next probe goes in, and the rest with it.
+        e.groups.set_quota(TG, 10);
+        clock.advance(next.0 - clock.now().0);
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.outcome, Outcome::Changed, "{r:#?}");
+        assert_eq!(g.registered.len(), 3, "{r:#?}");
+        assert!(g.waiting.is_empty() && g.error.is_none(), "{r:#?}");
+        assert!(e.state.stored(TG).held.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refused_target_backs_off_alone_and_the_others_go_in_at_once() {
+        let elb = web_group();
+        elb.refuse(t("10.0.1.9:8080"), "ELBv2 RegisterTargets failed: InvalidTarget: The IP address 10.0.1.9 is not in the VPC");
+        let (e, clock) = fake_engine(FakePods::default(), elb, 1);
+        e.pods.put(web("bad", "10.0.1.9").build());
+        e.pods.put(web("web-1", "10.0.1.1").build());
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.registered, [t("10.0.1.1:8080")], "{r:#?}");
+        assert_eq!(g.waiting.len(), 1, "{r:#?}");
+        assert_eq!(g.waiting[0].pod, "shop/bad");
+        assert!(g.waiting[0].reason.contains("InvalidTarget"), "{r:#?}");
+        assert_eq!(
+            (g.next_attempt_at, e.state.backoff(TG)),
+            (None, None),
+            "the group does not back off"
+        );
+        let retry_at = g.waiting[0].retry_at;
+        // A new pod of the same group goes in at once, in a call without the refused one.
+        e.pods.put(web("web-2", "10.0.1.2").build());
         let before = e.groups.calls()["RegisterTargets"];
         let r = e.resync(&RunOptions::default()).await;
-        assert_eq!(r.group(TG).unwrap().outcome, Outcome::Failed);
+        let g = r.group(TG).unwrap();
+        assert_eq!(g.registered, [t("10.0.1.2:8080")], "{r:#?}");
         assert_eq!(e.groups.calls()["RegisterTargets"], before + 1);
-        assert_eq!(e.state.backoff(TG), None);
+        // Due: sent again alone, refused again, and the delay grows.
+        clock.advance(retry_at.0 - clock.now().0);
+        let r = e.resync(&RunOptions::default()).await;
+        let g = r.group(TG).unwrap();
+        assert_eq!(e.groups.calls()["RegisterTargets"], before + 2, "{r:#?}");
+        assert!(g.waiting[0].retry_at.0 - retry_at.0 >= 5_000, "{r:#?}");
+        assert_eq!(
+            e.state.stored(TG).held.refused[&t("10.0.1.9:8080")].failures,
+            2
+        );
+        // The pod goes: its refusal is forgotten.
+        e.pods.delete("shop", "bad");
+        let r = e.resync(&RunOptions::default()).await;
+        assert!(r.group(TG).unwrap().waiting.is_empty(), "{r:#?}");
+        assert!(e.state.stored(TG).held.is_empty());
     }
 
     #[tokio::test]

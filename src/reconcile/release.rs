@@ -175,6 +175,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let change = Change {
             ledger: (ledger != state.ledger).then_some(ledger),
             backoff: state.backoff.is_some().then_some(None),
+            held: (!state.held.is_empty()).then(Default::default),
             checkpoint: state.checkpoint.is_some().then_some(None),
             seen: None,
         };

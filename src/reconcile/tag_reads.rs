@@ -15,11 +15,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::pass::Stop;
 use super::{BoundGroup, Reconciler};
 use crate::aws::elbv2::TAGS_BATCH;
-use crate::core::UnixMillis;
+use crate::core::{Binding, UnixMillis};
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
+use crate::report::{GroupReport, Outcome};
 use crate::state::StateStore;
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
@@ -109,6 +111,88 @@ impl TagReads {
     pub(super) fn unreadable(&self, arns: &[String], now: UnixMillis) {
         let until = now.plus(UNREADABLE_FOR);
         crate::sync::lock(&self.0).extend(arns.iter().map(|a| (a.clone(), until)));
+    }
+}
+
+impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
+    /// Re-reads the group's tags when its binding is older than `binding_max_age` (pod
+    /// events and watch mode work from cached bindings), or always with `force`: what
+    /// the pass changes follows tags read now. Whether they were read.
+    pub(super) async fn refresh_binding(
+        &self,
+        bound: &mut BoundGroup,
+        report: &mut GroupReport,
+        force: bool,
+    ) -> Result<bool, Stop> {
+        let now = self.clock.now();
+        let max_age = self.settings.binding_max_age;
+        if !force {
+            if now < bound.read_at.plus(max_age) {
+                return Ok(false);
+            }
+            // Another pass of this container read them a moment ago: its read stands
+            // in for this pass's (it is still not a read made *in* this pass).
+            if let Some(fresh) = self.index.fresher(bound, now, max_age) {
+                *bound = fresh;
+                return Ok(false);
+            }
+        }
+        let tags = match self.read_tags(bound, now).await {
+            Ok(tags) => tags,
+            Err(e) => {
+                report.gone = matches!(e, ElbError::NotFound { .. });
+                if report.gone {
+                    self.index.unbound(&bound.group.arn);
+                }
+                return Err(Stop::Failed(format!(
+                    "reading the group's tags failed: {e}"
+                )));
+            }
+        };
+        match Binding::for_cluster(
+            &tags,
+            &bound.group.facts,
+            &self.cluster,
+            &self.settings.binding_policy,
+        ) {
+            Some(Ok(binding))
+                if binding.namespace != bound.binding.namespace
+                    || binding.selector != bound.binding.selector =>
+            {
+                // The pods in hand were listed for the old selection: acting on them
+                // would be acting on partial data.
+                self.index.unbound(&bound.group.arn);
+                report.gone = true;
+                report.outcome = Outcome::Deferred;
+                report.error = Some(
+                    "the group's namespace or selector tag changed since discovery; the next run reconciles it with the new tags"
+                        .into(),
+                );
+                Err(Stop::Unbound)
+            }
+            Some(Ok(binding)) => {
+                bound.binding = binding;
+                bound.group.tags = tags;
+                bound.read_at = now;
+                self.index.reread(bound);
+                Ok(true)
+            }
+            other => {
+                self.index.unbound(&bound.group.arn);
+                report.gone = true;
+                report.outcome = Outcome::BindingError;
+                report.error = Some(match other {
+                    Some(Err(e)) => {
+                        format!("{e} (tags changed since discovery; the group is left untouched)")
+                    }
+                    _ => format!(
+                        "the group's tags no longer bind it to cluster `{}` (changed since discovery); left untouched",
+                        self.cluster
+                    ),
+                });
+                Err(Stop::Unbound)
+            }
+        }
     }
 }
 

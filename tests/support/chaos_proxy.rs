@@ -1580,6 +1580,20 @@ pub async fn sdk_config(proxy: &ChaosProxy) -> aws_config::SdkConfig {
     crate::moto::sdk_config_for(proxy.url()).await
 }
 
+/// A fresh world whose engine reaches ELBv2 (and DynamoDB) through a proxy applying
+/// `rules` (no random faults), at 50 mutations a second.
+pub async fn world_behind(rules: impl FnOnce(&mut Rules)) -> (crate::world::World, ChaosProxy) {
+    let mut w = crate::world::World::new().await;
+    let proxy = ChaosProxy::transparent().await;
+    proxy.set_rules(rules);
+    w.engine = engine(
+        &w,
+        &sdk_config(&proxy).await,
+        tgsync::aws::MutationRate::new(50, None).expect("a valid rate"),
+    );
+    (w, proxy)
+}
+
 /// The production adapters as `world::build_engine` wires them, but with the ELBv2,
 /// DynamoDB and EKS clients on `sdk` (the proxy) and the ELBv2 mutations held to
 /// `rate`. The EKS token still names moto's STS host, which the emulator checks.

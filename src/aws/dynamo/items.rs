@@ -2,7 +2,8 @@
 //!
 //! One item per target group: `pk = "tg#<target group arn>"`, `sk = "group"`, holding
 //! the ledger (a map from `ip:port` to its entry), the lease (`owner`, `leaseUntil`,
-//! `dirty`), `backoff`, `checkpoint`, a `version` counter, and `migrated`, the set of
+//! `dirty`), `backoff`, `held` (registrations held back target by target), `checkpoint`,
+//! a `version` counter, and `migrated`, the set of
 //! clusters whose rows of the earlier layout were folded in. The item has no TTL
 //! attribute: it holds ownership, which must never expire.
 //!
@@ -24,7 +25,8 @@ use std::str::FromStr;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::core::{BackoffState, Checkpoint, PodRef, Target, UnixMillis};
+use crate::core::holds::{Full, RefusedTarget};
+use crate::core::{BackoffState, Checkpoint, Holds, PodRef, Target, UnixMillis};
 use crate::state::{Glance, GroupState, LeaseView, LedgerEntry, StateError};
 
 /// An item as the SDK takes and returns it.
@@ -63,7 +65,7 @@ pub(super) const GROUP_SK: &str = "group";
 
 /// Attribute names, always used through these placeholders (`owner` is a reserved word,
 /// and one spelling everywhere keeps the expressions consistent).
-pub(super) const NAMES: [(&str, &str); 9] = [
+pub(super) const NAMES: [(&str, &str); 10] = [
     ("#o", "owner"),
     ("#u", "leaseUntil"),
     ("#d", "dirty"),
@@ -73,6 +75,7 @@ pub(super) const NAMES: [(&str, &str); 9] = [
     ("#v", "version"),
     ("#m", "migrated"),
     ("#s", "seen"),
+    ("#h", "held"),
 ];
 
 /// Attributes of a group's item a glance leaves out: the ledger, most of the item's
@@ -174,6 +177,74 @@ pub(super) fn backoff_value(b: &BackoffState) -> AttributeValue {
     ]))
 }
 
+/// The registrations held back as stored: `refused` (`ip:port` → `{n, next, why}`) and
+/// `full` (`{cap, n, next}`).
+pub(super) fn held_value(h: &Holds) -> AttributeValue {
+    let mut m = HashMap::new();
+    if !h.refused.is_empty() {
+        let refused = h
+            .refused
+            .iter()
+            .map(|(t, r)| {
+                (
+                    t.to_string(),
+                    AttributeValue::M(HashMap::from([
+                        ("n".to_owned(), n(r.failures)),
+                        ("next".to_owned(), n(r.next_attempt.0)),
+                        ("why".to_owned(), s(r.reason.as_str())),
+                    ])),
+                )
+            })
+            .collect();
+        m.insert("refused".to_owned(), AttributeValue::M(refused));
+    }
+    if let Some(f) = &h.full {
+        m.insert(
+            "full".to_owned(),
+            AttributeValue::M(HashMap::from([
+                ("cap".to_owned(), n(f.capacity)),
+                ("n".to_owned(), n(f.failures)),
+                ("next".to_owned(), n(f.next_probe.0)),
+            ])),
+        );
+    }
+    AttributeValue::M(m)
+}
+
+/// Reads the registrations held back; what cannot be read is left out (it only holds
+/// registrations back: without it they are sent, and a refusal records it again).
+fn parse_held(value: Option<&AttributeValue>) -> Holds {
+    let Some(AttributeValue::M(m)) = value else {
+        return Holds::default();
+    };
+    let refused = match m.get("refused") {
+        Some(AttributeValue::M(r)) => r
+            .iter()
+            .filter_map(|(t, v)| {
+                let v = map(v).ok()?;
+                Some((
+                    t.parse().ok()?,
+                    RefusedTarget {
+                        failures: number(v, "n").ok()?,
+                        next_attempt: UnixMillis(number(v, "next").ok()?),
+                        reason: string(v, "why").ok()?.to_owned(),
+                    },
+                ))
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let full = m.get("full").and_then(|v| {
+        let v = map(v).ok()?;
+        Some(Full {
+            capacity: number(v, "cap").ok()?,
+            failures: number(v, "n").ok()?,
+            next_probe: UnixMillis(number(v, "next").ok()?),
+        })
+    });
+    Holds { refused, full }
+}
+
 /// The checkpoint as stored: the desired set's fingerprint (hex) and when it was verified.
 pub(super) fn checkpoint_value(c: &Checkpoint) -> AttributeValue {
     AttributeValue::M(HashMap::from([
@@ -198,6 +269,7 @@ pub(super) fn parse_group(item: &Item) -> Result<GroupState, StateError> {
     let malformed = malformed_group(item);
     let Glance {
         backoff,
+        held,
         checkpoint,
         lease,
         dirty,
@@ -205,6 +277,7 @@ pub(super) fn parse_group(item: &Item) -> Result<GroupState, StateError> {
     } = parse_glance(item)?;
     let mut state = GroupState {
         backoff,
+        held,
         checkpoint,
         lease,
         dirty,
@@ -253,6 +326,7 @@ pub(super) fn parse_glance(item: &Item) -> Result<Glance, StateError> {
             ),
         });
     }
+    state.held = parse_held(item.get("held"));
     state.checkpoint = item.get("checkpoint").and_then(|v| {
         let m = map(v).ok()?;
         Some(Checkpoint {
@@ -453,6 +527,42 @@ mod tests {
         assert!(!item.contains_key(EXPIRES_AT), "ownership never expires");
     }
 
+    fn some_holds() -> Holds {
+        let mut h = Holds::default();
+        h.refused.insert(
+            "10.0.9.9:80".parse().unwrap(),
+            RefusedTarget {
+                failures: 2,
+                next_attempt: UnixMillis(1_700_000_005_000),
+                reason: "InvalidTarget: not in the VPC".into(),
+            },
+        );
+        h.full = Some(Full {
+            capacity: 1000,
+            failures: 3,
+            next_probe: UnixMillis(1_700_000_060_000),
+        });
+        h
+    }
+
+    #[test]
+    fn held_registrations_round_trip_and_a_bad_one_is_left_out() {
+        let mut item = item_with(&BTreeMap::new());
+        item.insert("held".into(), held_value(&some_holds()));
+        assert_eq!(parse_group(&item).unwrap().held, some_holds());
+        item.insert("held".into(), s("garbage"));
+        assert_eq!(parse_group(&item).unwrap().held, Holds::default());
+        if let AttributeValue::M(mut m) = held_value(&some_holds()) {
+            m.insert(
+                "refused".into(),
+                AttributeValue::M(HashMap::from([("nonsense".into(), n(1))])),
+            );
+            item.insert("held".into(), AttributeValue::M(m));
+        }
+        let held = parse_group(&item).unwrap().held;
+        assert!(held.refused.is_empty() && held.full.is_some());
+    }
+
     #[test]
     fn a_glance_reads_all_but_the_ledger_and_pod_versions() {
         let ledger: BTreeMap<Target, LedgerEntry> = [entry("10.0.1.7:8080", "blue")]
@@ -488,6 +598,7 @@ mod tests {
                 "seen".to_owned(),
                 seen_value(&BTreeMap::from([("blue".into(), "12".into())])),
             ),
+            ("held".to_owned(), held_value(&some_holds())),
         ]);
         let written: Vec<&str> = NAMES.iter().map(|(_, n)| *n).collect();
         assert!(

@@ -78,6 +78,7 @@ impl DynamoState {
                 &Change {
                     ledger: Some(state.ledger.clone()),
                     backoff: state.backoff.map(Some),
+                    held: None,
                     checkpoint: state.checkpoint.map(Some),
                     seen: None,
                 },

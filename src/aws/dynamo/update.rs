@@ -69,6 +69,11 @@ impl Update {
             }
             Some(None) => self = self.remove("#b"),
         }
+        match &change.held {
+            None => {}
+            Some(h) if h.is_empty() => self = self.remove("#h"),
+            Some(h) => self = self.set("#h = :held").value(":held", items::held_value(h)),
+        }
         match &change.checkpoint {
             None => {}
             Some(Some(c)) => {
@@ -155,6 +160,7 @@ mod tests {
         let change = Change {
             ledger: Some(Default::default()),
             backoff: Some(None),
+            held: None,
             checkpoint: None,
             seen: None,
         };
