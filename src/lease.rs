@@ -25,9 +25,14 @@ pub struct Timings {
     pub duration: Duration,
     /// How often a holder renews while it works.
     pub renew_every: Duration,
-    /// A holder stops writing when its lease has less than this left (an ELBv2 call
-    /// started then could land after another holder took over).
+    /// A holder stops writing when its lease has less than this left: longer than an
+    /// ELBv2 attempt may take ([`crate::aws::MUTATION_ATTEMPT_DEADLINE`]), so an attempt
+    /// started before has ended before the lease expires.
     pub write_margin: Duration,
+    /// A waiter takes over an expired lease only this long after its expiry (as stored):
+    /// longer than any ELBv2 attempt, so one sent by a holder whose clock ran behind, or
+    /// that took its whole deadline, has landed before the new holder acts.
+    pub takeover_grace: Duration,
     /// The longest (real time) a pass waits for its lease to be renewed before a write
     /// ([`Lease::ready`]) before it counts the lease as lost.
     pub ready_wait: Duration,
@@ -38,7 +43,8 @@ impl Default for Timings {
         Self {
             duration: Duration::from_secs(15),
             renew_every: Duration::from_secs(5),
-            write_margin: Duration::from_secs(4),
+            write_margin: Duration::from_secs(6),
+            takeover_grace: Duration::from_secs(6),
             ready_wait: Duration::from_secs(20),
         }
     }
@@ -50,7 +56,8 @@ pub const RENEW_RETRY: Duration = Duration::from_millis(1000);
 /// Renewal attempts in flight at once (a slow answer still counts when it comes).
 const RENEW_IN_FLIGHT: usize = 3;
 
-/// Why no lease was taken: another process holds it until `until` (as stored), and was
+/// Why no lease was taken: another process holds it until `until` (its stored expiry
+/// plus the takeover grace: when a waiter may take it over), and was
 /// asked to run again (its `dirty` flag is set): a live holder serves the request; a dead
 /// one's lease expires then. The caller's queue parks the request until the lease ends
 /// or is given back, without holding a slot.
@@ -58,7 +65,7 @@ const RENEW_IN_FLIGHT: usize = 3;
 pub struct Busy {
     /// The holder.
     pub owner: String,
-    /// Its lease's expiry as stored.
+    /// When its lease may be taken over: the stored expiry plus the takeover grace.
     pub until: UnixMillis,
 }
 
@@ -110,6 +117,10 @@ pub struct Lease<'a, S> {
     owner: String,
     timings: Timings,
     until: AtomicU64,
+    /// The holder's own view of its lease's end, on the monotonic clock (from before
+    /// the request that last extended it was sent): a wall clock that steps back never
+    /// extends it.
+    deadline: std::sync::Mutex<tokio::time::Instant>,
     lost: AtomicBool,
     /// Set by [`Lease::hand_over`] (the process is shutting down).
     handed_over: AtomicBool,
@@ -143,8 +154,14 @@ pub async fn take<'a, S: StateStore>(
     timings: Timings,
 ) -> Result<Taken<'a, S>, StateError> {
     let now = clock.now();
+    let sent = tokio::time::Instant::now();
     let until = now.plus(timings.duration);
-    match store.acquire(group, &owner, now, until).await? {
+    // Another holder's lease is taken over only a grace after its expiry.
+    let expired_before = UnixMillis(
+        now.0
+            .saturating_sub(u64::try_from(timings.takeover_grace.as_millis()).unwrap_or(0)),
+    );
+    match store.acquire(group, &owner, expired_before, until).await? {
         Acquire::Acquired(state) => {
             let lease = Lease {
                 store,
@@ -153,6 +170,7 @@ pub async fn take<'a, S: StateStore>(
                 owner,
                 timings,
                 until: AtomicU64::new(until.0),
+                deadline: std::sync::Mutex::new(sent + timings.duration),
                 lost: AtomicBool::new(false),
                 handed_over: AtomicBool::new(false),
                 renewed: tokio::sync::Notify::new(),
@@ -160,7 +178,10 @@ pub async fn take<'a, S: StateStore>(
             };
             Ok(Taken::Held(Box::new(lease), state))
         }
-        Acquire::HeldElsewhere { owner, until } => Ok(Taken::Busy(Busy { owner, until })),
+        Acquire::HeldElsewhere { owner, until } => Ok(Taken::Busy(Busy {
+            owner,
+            until: until.plus(timings.takeover_grace),
+        })),
     }
 }
 
@@ -183,10 +204,19 @@ impl<S: StateStore> Lease<'_, S> {
         Ok(())
     }
 
-    /// More than the write margin left (by this holder's last successful renewal).
+    /// More than the write margin left (by this holder's last successful renewal), on
+    /// the monotonic clock and on the wall clock the stored lease is judged by.
     fn fresh(&self) -> bool {
         let until = UnixMillis(self.until.load(Ordering::SeqCst));
-        self.clock.now().plus(self.timings.write_margin) < until
+        let deadline = *crate::sync::lock(&self.deadline);
+        tokio::time::Instant::now() + self.timings.write_margin < deadline
+            && self.clock.now().plus(self.timings.write_margin) < until
+    }
+
+    /// Records that a request sent at `sent` extended the lease by a duration.
+    fn extended(&self, sent: tokio::time::Instant) {
+        let mut deadline = crate::sync::lock(&self.deadline);
+        *deadline = (*deadline).max(sent + self.timings.duration);
     }
 
     /// Waits until a write may start: at once when the lease has more than the write
@@ -300,6 +330,7 @@ impl<S: StateStore> Lease<'_, S> {
                 };
             }
             let now = self.clock.now();
+            let sent = tokio::time::Instant::now();
             let until = now.plus(self.timings.duration);
             match self
                 .store
@@ -309,6 +340,7 @@ impl<S: StateStore> Lease<'_, S> {
                 Ok(Release::Released) => return RunEnd::Released,
                 Ok(Release::RunAgain(s)) => {
                     self.until.fetch_max(until.0, Ordering::SeqCst);
+                    self.extended(sent);
                     tracing::info!(target_group = %self.group, pass = passes, "asked to run again while holding the lease");
                     owed = true;
                     state = s;
@@ -371,6 +403,10 @@ impl<S: StateStore> Lease<'_, S> {
         self.handed_over.store(true, Ordering::SeqCst);
         let until = self.clock.now().plus(self.timings.write_margin);
         self.until.fetch_min(until.0, Ordering::SeqCst);
+        {
+            let mut deadline = crate::sync::lock(&self.deadline);
+            *deadline = (*deadline).min(tokio::time::Instant::now() + self.timings.write_margin);
+        }
         // A pass waiting in `ready` for a renewal stops waiting.
         self.renewed.notify_waiters();
         match self.store.hand_over(&self.group, &self.owner, until).await {
@@ -409,14 +445,15 @@ impl<S: StateStore> Lease<'_, S> {
             let spaced = last_start.is_none_or(|t| t.elapsed() >= RENEW_RETRY);
             if due && spaced && in_flight.len() < RENEW_IN_FLIGHT {
                 let until = now.plus(self.timings.duration);
-                last_start = Some(tokio::time::Instant::now());
+                let started = tokio::time::Instant::now();
+                last_start = Some(started);
                 in_flight.push(async move {
                     let renewed = tokio::time::timeout(
                         self.timings.duration,
                         self.store.renew(&self.group, &self.owner, until),
                     )
                     .await;
-                    (now, until, renewed)
+                    (now, started, until, renewed)
                 });
                 continue;
             }
@@ -432,10 +469,11 @@ impl<S: StateStore> Lease<'_, S> {
                 )
             };
             tokio::select! {
-                Some((sent, until, renewed)) = in_flight.next(), if !in_flight.is_empty() => {
+                Some((sent, started, until, renewed)) = in_flight.next(), if !in_flight.is_empty() => {
                     match renewed {
                         Ok(Ok(true)) => {
                             self.until.fetch_max(until.0, Ordering::SeqCst);
+                            self.extended(started);
                             confirmed = confirmed.max(sent);
                             self.renewed.notify_waiters();
                         }
@@ -472,6 +510,72 @@ impl<S: StateStore> Fence for Lease<'_, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::clock::ManualClock;
+    use crate::fakes::FakeState;
+
+    const T0: UnixMillis = UnixMillis(1_800_000_000_000);
+
+    async fn taken<'a>(
+        store: &'a FakeState,
+        clock: &'a ManualClock,
+        owner: &str,
+    ) -> Taken<'a, FakeState> {
+        take(store, clock, "g", owner.to_owned(), Timings::default())
+            .await
+            .expect("take")
+    }
+
+    #[test]
+    fn no_attempt_outlives_the_margin_or_the_grace() {
+        let t = Timings::default();
+        assert!(
+            crate::aws::MUTATION_ATTEMPT_DEADLINE < t.write_margin,
+            "{t:?}"
+        );
+        assert!(
+            crate::aws::MUTATION_ATTEMPT_DEADLINE < t.takeover_grace,
+            "{t:?}"
+        );
+        assert!(t.renew_every + t.write_margin < t.duration, "{t:?}");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_takes_over_only_a_grace_after_the_expiry() {
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(first, _) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let t = Timings::default();
+        // Expired, but within the grace: still the holder's.
+        clock.advance(t.duration.as_millis() as u64 + 1);
+        let Taken::Busy(busy) = taken(&store, &clock, "b").await else {
+            panic!("taken over within the grace");
+        };
+        assert_eq!(busy.until, T0.plus(t.duration).plus(t.takeover_grace));
+        // Past the grace: taken over.
+        clock.advance(t.takeover_grace.as_millis() as u64);
+        assert!(matches!(taken(&store, &clock, "b").await, Taken::Held(..)));
+        drop(first);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_holders_view_of_its_lease_runs_on_the_monotonic_clock() {
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, _) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        assert!(lease.check().is_ok());
+        // The wall clock stands still (or stepped back); time passes all the same.
+        let t = Timings::default();
+        tokio::time::advance(t.duration - t.write_margin).await;
+        assert!(
+            lease.check().is_err(),
+            "a lease with the margin left on the monotonic clock is not fresh, whatever the wall clock says"
+        );
+    }
 
     #[test]
     fn owner_ids_name_their_cluster() {

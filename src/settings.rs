@@ -64,7 +64,8 @@ impl Default for EngineSettings {
         let lease = Timings::default();
         Self {
             concurrency: 16,
-            lease_wait: Some(lease.duration + Duration::from_secs(2)),
+            // A dead holder's lease is taken over once it expired and its grace passed.
+            lease_wait: Some(lease.duration + lease.takeover_grace + Duration::from_secs(2)),
             lease,
             max_passes: 5,
             backoff: BackoffPolicy::default(),

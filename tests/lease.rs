@@ -113,8 +113,9 @@ async fn a_waiter_that_takes_over_with_no_time_left_leaves_its_request_set() {
         store.stored(GROUP).dirty,
         "the holder was asked to run again"
     );
-    // The dead holder's lease runs out; the parked request comes back and takes over.
-    clock.advance(16_000);
+    // The dead holder's lease runs out, and its takeover grace after it (what `busy`
+    // says); the parked request comes back and takes over.
+    clock.advance(busy.until.0 + 1_000 - clock.now().0);
     let Ok(Taken::Held(lease, state)) = waiter().await else {
         panic!("the waiter takes over from the dead holder");
     };

@@ -48,6 +48,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// of eating the whole invocation.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Bound on one RegisterTargets / DeregisterTargets attempt, all of it: resolving
+/// credentials, connecting, signing, sending and reading the answer. The lease's write
+/// margin ([`crate::lease::Timings::write_margin`]) is longer, so an attempt started
+/// under a fresh lease has ended (answered or abandoned) before the lease expires; the
+/// takeover grace ([`crate::lease::Timings::takeover_grace`]) is longer too, so one
+/// sent by a holder whose clock ran behind still lands before a new holder acts.
+pub const MUTATION_ATTEMPT_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Bound on a whole call including all retries and their backoff, well inside a Lambda
 /// timeout so the function can still report and release its lease.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(40);

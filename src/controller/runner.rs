@@ -216,7 +216,8 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     }
 
     /// Reads the leases that park keys (one batched read) and tells the queue what each
-    /// is now: a lease given back or expired ends its keys' wait, a renewed or
+    /// is now: a lease given back or expired (and past its takeover grace) ends its
+    /// keys' wait, a renewed or
     /// handed-over one moves it. A read that fails leaves them parked until the leases
     /// they saw would expire.
     async fn look_at_leases(&self) {
@@ -232,9 +233,11 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             }
         };
         let now = self.now();
+        // An expired lease is taken over only a grace after its expiry.
+        let grace = self.engine.settings.lease.takeover_grace;
         let mut queue = lock(self.queue);
         for (key, glance) in &glances {
-            queue.lease_seen(key, glance.lease.as_ref().map(|l| l.until), now);
+            queue.lease_seen(key, glance.lease.as_ref().map(|l| l.until.plus(grace)), now);
         }
     }
 }

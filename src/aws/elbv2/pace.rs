@@ -13,7 +13,8 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::super::{
-    INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, credentials_failure, is_throttling_code,
+    INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, MUTATION_ATTEMPT_DEADLINE, credentials_failure,
+    is_throttling_code,
 };
 use super::MutationRate;
 use super::limiter::Limiter;
@@ -208,7 +209,10 @@ impl Pace {
     }
 
     /// [`Pace::attempts`], asking `fence` right before every attempt goes out (after its
-    /// slot: the wait for it can be long): once it refuses, nothing more is sent.
+    /// slot: the wait for it can be long): once it refuses, nothing more is sent. A
+    /// fenced attempt is abandoned at [`MUTATION_ATTEMPT_DEADLINE`] (credentials and
+    /// connecting included), a timeout retried like any other, so none outlives the
+    /// fence's margin.
     pub(crate) async fn fenced_attempts<T, E, Fut>(
         &self,
         fence: Option<&dyn Fence>,
@@ -222,10 +226,20 @@ impl Pace {
         loop {
             attempt += 1;
             self.slot().await;
-            if let Some(fence) = fence {
-                fence.check().map_err(Stopped::Fenced)?;
-            }
-            let err = match send().await {
+            let sent = match fence {
+                Some(fence) => {
+                    fence.check().map_err(Stopped::Fenced)?;
+                    match tokio::time::timeout(MUTATION_ATTEMPT_DEADLINE, send()).await {
+                        Ok(sent) => sent,
+                        Err(_) => Err(SdkError::timeout_error(format!(
+                            "the attempt was abandoned after {} s, before the lease's write margin ends",
+                            MUTATION_ATTEMPT_DEADLINE.as_secs()
+                        ))),
+                    }
+                }
+                None => send().await,
+            };
+            let err = match sent {
                 Ok(out) => {
                     self.answered();
                     return Ok(out);
@@ -298,6 +312,51 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Open(AtomicUsize);
+
+    impl Fence for Open {
+        fn check(&self) -> Result<(), String> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_attempt_is_abandoned_at_its_deadline() {
+        use aws_sdk_elasticloadbalancingv2::operation::register_targets::RegisterTargetsError;
+        let pace = Pace::new(None);
+        let fence = Open(AtomicUsize::new(0));
+        let started = tokio::time::Instant::now();
+        let mut starts = Vec::new();
+        let out = pace
+            .fenced_attempts(Some(&fence), || {
+                starts.push(tokio::time::Instant::now());
+                // An attempt that never ends (a connection or a credentials provider
+                // that hangs).
+                std::future::pending::<Result<(), SdkError<RegisterTargetsError, HttpResponse>>>()
+            })
+            .await;
+        assert!(matches!(
+            out,
+            Err(Stopped::Failed(SdkError::TimeoutError(_)))
+        ));
+        assert_eq!(starts.len(), MAX_ATTEMPTS as usize);
+        assert_eq!(
+            fence.0.load(Ordering::SeqCst),
+            MAX_ATTEMPTS as usize,
+            "the fence asked before each"
+        );
+        // Each attempt ended at its deadline, before the next was fenced.
+        for pair in starts.windows(2) {
+            assert!(pair[1] - pair[0] >= MUTATION_ATTEMPT_DEADLINE);
+            assert!(
+                pair[1] - pair[0]
+                    <= MUTATION_ATTEMPT_DEADLINE + MAX_BACKOFF + Duration::from_secs(1)
+            );
+        }
+        assert!(started.elapsed() >= MUTATION_ATTEMPT_DEADLINE * MAX_ATTEMPTS);
+    }
 
     #[test]
     fn throttling_slows_every_caller_and_clean_answers_recover() {
