@@ -258,13 +258,24 @@ fn outcome_name(o: Outcome) -> String {
         .unwrap_or_default()
 }
 
-/// A group's trouble, if any: its error and its failed targets.
-fn trouble(out: &mut String, g: &GroupReport, style: Style) {
+/// A group's trouble, if any: its error, its failed targets, the registrations that
+/// wait target by target (when each is tried again, from `now`) and its pod errors.
+fn trouble(out: &mut String, g: &GroupReport, now: UnixMillis, style: Style) {
     if let Some(e) = &g.error {
         let _ = writeln!(out, "{}", style.red(&format!("  ! {e}")));
     }
     for f in &g.failed_targets {
         let line = format!("  ! {} {}: {}", f.operation, f.target, f.error);
+        let _ = writeln!(out, "{}", style.red(&line));
+    }
+    for w in &g.waiting {
+        let line = format!(
+            "  ~ waits {} (pod {}): {}; tried again {}",
+            w.target,
+            w.pod,
+            w.reason,
+            relative(w.retry_at, now)
+        );
         let _ = writeln!(out, "{}", style.red(&line));
     }
     for e in &g.pod_errors {
@@ -307,7 +318,13 @@ pub fn plan(r: &Report, style: Style) -> String {
                 let _ = writeln!(out, "{}: {}", g.name, outcome_name(g.outcome));
             }
         }
-        trouble(&mut out, g, style);
+        trouble(
+            &mut out,
+            g,
+            r.started_at
+                .plus(std::time::Duration::from_millis(r.duration_ms)),
+            style,
+        );
     }
     for o in r.orphans.iter().flatten() {
         let _ = writeln!(
@@ -405,7 +422,13 @@ pub fn release_plan(r: &Report, style: Style) -> String {
                 let _ = writeln!(out, "  {}", outcome_name(g.outcome));
             }
         }
-        trouble(&mut out, g, style);
+        trouble(
+            &mut out,
+            g,
+            r.started_at
+                .plus(std::time::Duration::from_millis(r.duration_ms)),
+            style,
+        );
     }
     for n in &r.notes {
         let _ = writeln!(out, "\nnote: {n}");
@@ -490,6 +513,25 @@ mod tests {
         let now = UnixMillis(1_000_000);
         assert_eq!(relative(UnixMillis(988_000), now), "12 s ago");
         assert_eq!(relative(UnixMillis(1_300_000), now), "in 5 min");
+    }
+
+    #[test]
+    fn a_waiting_registration_says_why_and_when() {
+        let mut r = Report::new("manual", "demo", false, UnixMillis(1_000_000));
+        let mut g = GroupReport::new("arn:a", "web", Outcome::Failed);
+        g.waiting.push(tgsync::report::WaitingTarget {
+            target: "10.0.1.9:80".parse().unwrap(),
+            pod: "shop/web-9".into(),
+            reason: "InvalidTarget: not in the VPC".into(),
+            retry_at: UnixMillis(1_030_000),
+        });
+        r.groups.push(g);
+        let r = r.finish(UnixMillis(1_000_000));
+        let text = plan(&r, Style::PLAIN);
+        assert!(
+            text.contains("  ~ waits 10.0.1.9:80 (pod shop/web-9): InvalidTarget: not in the VPC; tried again in 30 s"),
+            "{text}"
+        );
     }
 
     #[test]
