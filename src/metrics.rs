@@ -163,6 +163,11 @@ pub fn pass_lines(pass: &PassDone<'_>, level: LambdaLevel) -> Vec<String> {
         // Pods whose address ELBv2 never takes (never sent): their network is wrong.
         fields.push(("UnusableAddresses", json!(unusable)));
     }
+    if !g.waiting.is_empty() {
+        // Registrations held back target by target (refused targets, a full group):
+        // the group does not back off for them, so BackingOff does not count them.
+        fields.push(("WaitingTargets", json!(g.waiting.len())));
+    }
     if let Some(reaction) = pass.reaction {
         fields.push((
             "ReactionLatency",
@@ -330,7 +335,7 @@ pub fn emit_gate(function: &str, cluster: &str, at: UnixMillis, latency: Duratio
 
 /// Every metric tgsync emits and its unit; a line declares those among its fields (each
 /// in the directives whose dimensions it is meant for, see [`per_group`]).
-const UNITS: [(&str, &str); 21] = [
+const UNITS: [(&str, &str); 22] = [
     ("DriftFound", "Count"),
     ("Registered", "Count"),
     ("Deregistered", "Count"),
@@ -352,6 +357,7 @@ const UNITS: [(&str, &str); 21] = [
     ("RegisteredTargets", "Count"),
     ("HealthyTargets", "Count"),
     ("UnusableAddresses", "Count"),
+    ("WaitingTargets", "Count"),
 ];
 
 /// Which metrics a directive with the `TargetGroup` dimension carries (the per-group

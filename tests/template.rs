@@ -1584,6 +1584,13 @@ fn sample_emf_lines() -> Vec<Value> {
             error: "address 169.254.1.1 is link-local".into(),
             unusable_address: Some("169.254.1.1".into()),
         });
+        // A registration waiting target by target (a refused address).
+        changed.waiting.push(tgsync::report::WaitingTarget {
+            target: "10.0.1.9:8080".parse().unwrap(),
+            pod: "shop/web-10".into(),
+            reason: "InvalidTarget: not in the VPC".into(),
+            retry_at: tgsync::core::UnixMillis(5_000),
+        });
         let groups = [
             changed,
             GroupReport::new("arn:b", "quiet", Outcome::InSync),
