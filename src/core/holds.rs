@@ -23,6 +23,9 @@ pub struct RefusedTarget {
     pub next_attempt: UnixMillis,
     /// ELBv2's code and message, as the report shows them.
     pub reason: String,
+    /// The cluster whose pod the target is: a group shared by clusters holds each
+    /// one's refusals, and each settles only its own.
+    pub cluster: String,
 }
 
 /// A group ELBv2 refused registrations for capacity (`TooManyTargets`).
@@ -157,18 +160,13 @@ impl Holds {
         sorted
     }
 
-    /// Whether these holds keep something the plan's registrations (`register`, sorted
-    /// as `sorted`) no longer need: a refusal of a target not to be registered (its pod
-    /// went; a new pod may come with its address), or a full group with no registration
-    /// beyond its capacity. A pass then settles them.
-    pub fn stale(&self, register: &[Target], sorted: &Sorted) -> bool {
-        self.refused.keys().any(|t| !register.contains(t))
-            || (self.full.is_some()
-                && sorted.probe.is_none()
-                && !sorted
-                    .waiting
-                    .iter()
-                    .any(|(_, w)| matches!(w, Wait::Full { .. })))
+    /// Whether these holds keep a refusal of `cluster`'s that the plan's registrations
+    /// (`register`) no longer need: its target is not to be registered (its pod went; a
+    /// new pod may come with its address). A pass then settles them.
+    pub fn stale(&self, cluster: &str, register: &[Target]) -> bool {
+        self.refused
+            .iter()
+            .any(|(t, r)| r.cluster == cluster && !register.contains(t))
     }
 
     /// Records that ELBv2 refused `target` for itself at `now`; when it may be sent again.
@@ -176,6 +174,7 @@ impl Holds {
         &mut self,
         target: Target,
         reason: &str,
+        cluster: &str,
         now: UnixMillis,
         policy: &BackoffPolicy,
         rng: &mut fastrand::Rng,
@@ -192,6 +191,7 @@ impl Holds {
                 failures,
                 next_attempt,
                 reason: reason.to_owned(),
+                cluster: cluster.to_owned(),
             },
         );
         next_attempt
@@ -223,19 +223,18 @@ impl Holds {
     }
 
     /// Records that the group took the probe: it holds more than was learnt, so its
-    /// capacity is unknown again (the next refusal learns it anew).
+    /// capacity is unknown again (the next refusal learns it anew). Nothing else forgets
+    /// a full group: a probe long due is sent as soon as a registration goes beyond the
+    /// capacity, so a group that shrank and grows again loses no time to it.
     pub fn probe_taken(&mut self) {
         self.full = None;
     }
 
-    /// Forgets what no longer holds anything back at the end of a pass: refusals of
-    /// targets no longer to be registered (`wanted` is false: the pod is gone, or the
-    /// target is registered), and a full group's capacity when nothing waits for room.
-    pub fn settle(&mut self, wanted: impl Fn(&Target) -> bool, waits_for_room: bool) {
-        self.refused.retain(|t, _| wanted(t));
-        if !waits_for_room {
-            self.full = None;
-        }
+    /// Forgets `cluster`'s refusals of targets no longer to be registered (`wanted` is
+    /// false: the pod is gone, or the target is registered), at the end of its pass.
+    pub fn settle(&mut self, cluster: &str, wanted: impl Fn(&Target) -> bool) {
+        self.refused
+            .retain(|t, r| r.cluster != cluster || wanted(t));
     }
 }
 
@@ -268,7 +267,7 @@ mod tests {
             max: std::time::Duration::from_secs(60),
         };
         let mut rng = fastrand::Rng::with_seed(1);
-        let until = h.refuse(t(2), "InvalidTarget: no", NOW, &policy, &mut rng);
+        let until = h.refuse(t(2), "InvalidTarget: no", "c", NOW, &policy, &mut rng);
         assert!(until >= NOW.plus(std::time::Duration::from_secs(5)));
         let s = h.sort(&targets(3), 0, NOW);
         assert_eq!(s.fresh, [t(1), t(3)]);
@@ -278,7 +277,7 @@ mod tests {
         let s = h.sort(&targets(3), 0, until);
         assert_eq!((s.fresh, s.retries), (vec![t(1), t(3)], vec![t(2)]));
         // Refused again: the delay grows.
-        let again = h.refuse(t(2), "InvalidTarget: no", until, &policy, &mut rng);
+        let again = h.refuse(t(2), "InvalidTarget: no", "c", until, &policy, &mut rng);
         assert_eq!(h.refused[&t(2)].failures, 2);
         assert!(again.0 - until.0 >= 5_000);
         h.took(&t(2));
@@ -324,7 +323,7 @@ mod tests {
         let mut h = Holds::default();
         let policy = BackoffPolicy::default();
         let mut rng = fastrand::Rng::with_seed(3);
-        let due = h.refuse(t(1), "x", NOW, &policy, &mut rng);
+        let due = h.refuse(t(1), "x", "c", NOW, &policy, &mut rng);
         let later = BackoffPolicy {
             min: std::time::Duration::from_secs(60),
             max: std::time::Duration::from_secs(60),
@@ -340,30 +339,24 @@ mod tests {
     }
 
     #[test]
-    fn settling_forgets_what_holds_nothing_back() {
+    fn settling_forgets_only_the_clusters_own_refusals_of_targets_not_wanted() {
         let mut h = Holds::default();
         let policy = BackoffPolicy::default();
         let mut rng = fastrand::Rng::with_seed(4);
-        h.refuse(t(1), "x", NOW, &policy, &mut rng);
-        h.refuse(t(2), "x", NOW, &policy, &mut rng);
+        h.refuse(t(1), "x", "c", NOW, &policy, &mut rng);
+        h.refuse(t(2), "x", "c", NOW, &policy, &mut rng);
+        h.refuse(t(3), "x", "other", NOW, &policy, &mut rng);
         h.filled(3, NOW, &policy, &mut rng);
-        let register = [t(2), t(3), t(4), t(5)];
-        assert!(
-            h.stale(&register, &h.sort(&register, 0, NOW)),
-            "t(1) is not to be registered"
-        );
-        h.settle(|x| *x == t(2), true);
-        assert!(
-            !h.stale(&register, &h.sort(&register, 1, NOW)),
-            "t(5) waits for room"
-        );
-        assert!(
-            h.stale(&[t(2)], &h.sort(&[t(2)], 0, NOW)),
-            "everything fits"
-        );
-        assert_eq!(h.refused.keys().copied().collect::<Vec<_>>(), [t(2)]);
-        assert!(h.full.is_some());
-        h.settle(|_| false, false);
+        let register = [t(2), t(4)];
+        assert!(h.stale("c", &register), "t(1) is not to be registered");
+        assert!(!h.stale("other", &[t(3)]), "t(3) is, by the other cluster");
+        h.settle("c", |x| register.contains(x));
+        assert_eq!(h.refused.keys().copied().collect::<Vec<_>>(), [t(2), t(3)]);
+        assert!(!h.stale("c", &register));
+        assert!(h.full.is_some(), "only a probe taken forgets a full group");
+        h.settle("c", |_| false);
+        h.settle("other", |_| false);
+        h.probe_taken();
         assert!(h.is_empty());
     }
 }

@@ -215,7 +215,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             && plan.forget.is_empty()
             && plan.adopt.is_empty()
             && (!sorted.sends() || backing_off)
-            && !state.held.stale(&plan.register, &sorted)
+            && !state.held.stale(&self.cluster, &plan.register)
             && !unserved;
         if !nothing_to_do {
             let prior = super::pass::PriorRead {

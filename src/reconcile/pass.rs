@@ -454,12 +454,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .copied()
             .collect();
         report.waiting = waiting(holds, &unsent, holding, &desired, self.clock.now());
-        let waits_for_room = holds.full.is_some()
-            && report
-                .waiting
-                .iter()
-                .any(|w| !holds.refused.contains_key(&w.target));
-        holds.settle(|t| unsent.contains(t), waits_for_room);
+        // Refusals of targets this pass still wants (waiting, or held back by the
+        // group's backoff) are kept; the others are forgotten.
+        holds.settle(&self.cluster, |t| {
+            unsent.contains(t) || held_back.contains(t)
+        });
         for t in &plan.forget {
             ledger.remove(t);
         }

@@ -130,6 +130,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     holds.refuse(
                         r.target,
                         &r.reason,
+                        &self.cluster,
                         now,
                         &self.settings.target_backoff,
                         &mut rng,

@@ -177,7 +177,7 @@ pub(super) fn backoff_value(b: &BackoffState) -> AttributeValue {
     ]))
 }
 
-/// The registrations held back as stored: `refused` (`ip:port` → `{n, next, why}`) and
+/// The registrations held back as stored: `refused` (`ip:port` → `{n, next, why, c}`) and
 /// `full` (`{cap, n, next}`).
 pub(super) fn held_value(h: &Holds) -> AttributeValue {
     let mut m = HashMap::new();
@@ -192,6 +192,7 @@ pub(super) fn held_value(h: &Holds) -> AttributeValue {
                         ("n".to_owned(), n(r.failures)),
                         ("next".to_owned(), n(r.next_attempt.0)),
                         ("why".to_owned(), s(r.reason.as_str())),
+                        ("c".to_owned(), s(r.cluster.as_str())),
                     ])),
                 )
             })
@@ -228,6 +229,7 @@ fn parse_held(value: Option<&AttributeValue>) -> Holds {
                         failures: number(v, "n").ok()?,
                         next_attempt: UnixMillis(number(v, "next").ok()?),
                         reason: string(v, "why").ok()?.to_owned(),
+                        cluster: string(v, "c").ok()?.to_owned(),
                     },
                 ))
             })
@@ -535,6 +537,7 @@ mod tests {
                 failures: 2,
                 next_attempt: UnixMillis(1_700_000_005_000),
                 reason: "InvalidTarget: not in the VPC".into(),
+                cluster: "blue".into(),
             },
         );
         h.full = Some(Full {
