@@ -215,9 +215,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         let (report, action) = if want.verify && !want.changed {
             let promotion = crate::groups::Promotion::default();
             lock(&self.promotions).insert(arn.clone(), promotion.clone());
-            let looked =
-                crate::groups::in_background_until_promoted(promotion, self.pass(&bound, want))
-                    .await;
+            // Boxed, here and below: a pass's state is large (its AWS calls), and a job
+            // holds one of the two.
+            let looked = crate::groups::in_background_until_promoted(
+                promotion,
+                Box::pin(self.pass(&bound, want)),
+            )
+            .await;
             lock(&self.promotions).remove(&arn);
             match looked {
                 Some(report) => report,
@@ -226,7 +230,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 None => return (arn, want, Action::Requeue),
             }
         } else {
-            self.pass(&bound, want).await
+            Box::pin(self.pass(&bound, want)).await
         };
         self.finished(&arn, want, report);
         // A gated pod it selects waits for its target to turn healthy: its gate is

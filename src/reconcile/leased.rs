@@ -87,7 +87,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 async |state, lease| {
                     // Only the first pass may reuse the observation's health read.
                     let prior = prior.take();
-                    self.pass(
+                    // Boxed: a pass's state (its ELBv2 and DynamoDB calls) is large, and
+                    // would otherwise sit inline in every caller's.
+                    Box::pin(self.pass(
                         &mut bound,
                         state,
                         reads,
@@ -95,7 +97,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                         lease,
                         &mut report,
                         opts,
-                    )
+                    ))
                     .await
                 },
             )

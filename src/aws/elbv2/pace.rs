@@ -229,7 +229,9 @@ impl Pace {
             let sent = match fence {
                 Some(fence) => {
                     fence.check().map_err(Stopped::Fenced)?;
-                    match tokio::time::timeout(MUTATION_ATTEMPT_DEADLINE, send()).await {
+                    // Boxed: an SDK send future is large, and this one sits in every
+                    // pass's state.
+                    match tokio::time::timeout(MUTATION_ATTEMPT_DEADLINE, Box::pin(send())).await {
                         Ok(sent) => sent,
                         Err(_) => Err(SdkError::timeout_error(format!(
                             "the attempt was abandoned after {} s, before the lease's write margin ends",
