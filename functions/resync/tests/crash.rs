@@ -2,8 +2,8 @@
 //! group's lease, against moto (through a proxy that holds the binary's RegisterTargets
 //! call so the kill lands mid-pass) and the Kubernetes API emulator. A pod of that group
 //! then terminates: its event must take the group over from the dead holder and
-//! deregister the pod within one lease duration (15 s; the waiter polls every second),
-//! not after the dead holder's invocation deadline.
+//! deregister the pod within one lease duration and its takeover grace (15 s + 6 s; the
+//! waiter polls every second), not after the dead holder's invocation deadline.
 
 #[path = "../../../tests/support/chaos_proxy.rs"]
 mod chaos_proxy;
@@ -24,8 +24,12 @@ use tgsync::clock::SystemClock;
 use tgsync::testkit::PodBuilder;
 use world::World;
 
-/// The stated bound: one lease duration, a poll, and the pass itself.
-const BOUND: Duration = Duration::from_secs(20);
+/// The stated bound: one lease duration and its takeover grace, a poll, and the pass
+/// itself.
+fn bound() -> Duration {
+    let t = tgsync::lease::Timings::default();
+    t.duration + t.takeover_grace + Duration::from_secs(5)
+}
 
 /// How long the binary waits after SIGTERM for its passes to give their leases back.
 const GRACE: Duration = Duration::from_millis(400);
@@ -103,7 +107,7 @@ async fn a_killed_holder_blocks_its_group_for_at_most_one_lease() {
     let group = &report["groups"][0];
     assert_eq!(group["deregistered"], json!(["10.0.1.1:8080"]), "{report}");
     assert!(!w.targets(&arn).await.contains(&"10.0.1.1:8080".to_owned()));
-    assert!(took <= BOUND, "took {took:?}, bound {BOUND:?}");
+    assert!(took <= bound(), "took {took:?}, bound {:?}", bound());
 }
 
 /// What a SIGTERM during the binary's first RegisterTargets left behind.
@@ -209,13 +213,14 @@ impl Terminated {
         (item.contains_key("owner"), until, dirty)
     }
 
-    /// The lease still held ends one write margin (4 s) after SIGTERM, with a second of
+    /// The lease still held ends one write margin (6 s) after SIGTERM, with a second of
     /// slack, not a lease duration (15 s) after its last renewal.
     fn assert_handed_over(&self, until: Option<u64>) {
         let until = until.expect("a held lease has an end");
         let left = until.saturating_sub(self.signalled_at);
+        let margin = tgsync::lease::Timings::default().write_margin;
         assert!(
-            left <= 5_000,
+            u128::from(left) <= margin.as_millis() + 1_000,
             "the lease ends {left} ms after SIGTERM: the next holder waits up to a lease duration"
         );
     }
@@ -270,8 +275,9 @@ async fn sigterm_mid_pass_gives_the_lease_back_with_a_request_for_another_pass()
 
 /// SIGTERM while a call is in flight that outlasts Lambda's 500 ms (answered 3 s late):
 /// the process exits in time still holding the lease, but it handed the lease over at
-/// the signal, so the group's next holder waits one write margin (4 s, the time a sent
-/// call may take to land), not up to a lease duration (15 s), and runs another pass.
+/// the signal, so the group's next holder waits one write margin (6 s, longer than an
+/// attempt may take) and the takeover grace, not up to a lease duration (15 s) and the
+/// grace, and runs another pass.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_during_a_call_that_outlasts_the_grace_hands_the_lease_over() {
     let t = sigterm_during_a_register(Duration::from_secs(3)).await;
