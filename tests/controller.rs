@@ -158,13 +158,7 @@ async fn the_next_invocation_resumes_the_watch_and_lists_nothing() {
 /// here), gives its lease back, and is in the invocation's report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_running_at_the_watchs_end_finishes_and_is_reported() {
-    let mut w = World::new().await;
-    let proxy = chaos_proxy::ChaosProxy::transparent().await;
-    w.engine = chaos_proxy::engine(
-        &w,
-        &chaos_proxy::sdk_config(&proxy).await,
-        tgsync::aws::MutationRate::new(50, None).unwrap(),
-    );
+    let (w, proxy) = chaos_proxy::world_behind(|_| {}).await;
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(pod("shop", "web", "web-1", "10.0.1.1").ready(false).build());
     let invocation = invoke(&w.engine, &w.clock, Duration::from_secs(4));

@@ -10,6 +10,8 @@
 
 #[path = "support/chaos_proxy.rs"]
 mod chaos_proxy;
+#[path = "support/invocation.rs"]
+mod invocation;
 #[path = "support/moto.rs"]
 mod moto;
 #[path = "support/world.rs"]
@@ -70,22 +72,6 @@ fn names(body: &str, ip: &str) -> bool {
     })
 }
 
-/// Waits (up to `limit`) until the group's targets are `want`.
-async fn until_targets(w: &World, arn: &str, want: &[String], limit: Duration) {
-    let started = Instant::now();
-    loop {
-        let now = w.targets(arn).await;
-        if now == want {
-            return;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "targets {now:?}, waited for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A rolling update of 20 pods in which one new pod's address is refused by ELBv2: the
 /// other 19 go in as fast as if it were not there, and the refused one is tried again
 /// alone, a handful of times a minute at most. (When a refusal backed the whole group
@@ -128,7 +114,8 @@ async fn a_rolling_update_goes_on_around_a_refused_address() {
             .map(|i| format!("10.0.2.{i}:8080"))
             .collect();
         want.sort();
-        until_targets(&w, &arn, &want, Duration::from_secs(10)).await;
+        let want: Vec<&str> = want.iter().map(String::as_str).collect();
+        invocation::until_targets(&w, &arn, &want, Duration::from_secs(10)).await;
         ready_at
     };
     let (report, ready_at) = tokio::join!(watching, rollout);

@@ -5,6 +5,8 @@
 
 #[path = "support/chaos_proxy.rs"]
 mod chaos_proxy;
+#[path = "support/invocation.rs"]
+mod invocation;
 #[path = "support/moto.rs"]
 mod moto;
 #[path = "support/world.rs"]
@@ -30,18 +32,7 @@ fn scheduled() -> RunOptions {
 
 /// Waits (up to 10 s) until the group's targets are `want`; how long it took.
 async fn until_targets(w: &World, arn: &str, want: &[&str]) -> Duration {
-    let started = Instant::now();
-    loop {
-        let now = w.targets(arn).await;
-        if now == want {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "targets {now:?}, waited for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    invocation::until_targets(w, arn, want, Duration::from_secs(10)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! What the controller's integration tests share: one scheduled invocation as the
 //! function runs it, a pod of an app, and waiting for a group's targets.
+#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
