@@ -15,6 +15,8 @@
 
 mod error;
 mod invoke;
+#[cfg(test)]
+mod manual_page;
 mod output;
 mod progress;
 mod session;

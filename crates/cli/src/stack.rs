@@ -283,4 +283,45 @@ mod tests {
         let e = d.cluster().unwrap_err().to_string();
         assert!(e.contains("no output or parameter `ClusterName`"), "{e}");
     }
+
+    /// The names `--stack` reads are the template's: renaming an output or a parameter
+    /// in template.yaml (or here) fails this test, not an operator's first `--stack`.
+    #[test]
+    fn the_names_read_from_the_stack_are_the_templates() {
+        let template: serde_norway::Value =
+            serde_norway::from_str(include_str!("../../../template.yaml")).unwrap();
+        let keys = |section: &str| -> Vec<String> {
+            template[section]
+                .as_mapping()
+                .unwrap_or_else(|| panic!("template.yaml has a {section} section"))
+                .keys()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect()
+        };
+        let (outputs, parameters) = (keys("Outputs"), keys("Parameters"));
+        for output in [names::TABLE, names::FUNCTION, names::CLUSTER] {
+            assert!(outputs.iter().any(|o| o == output), "no output {output}");
+        }
+        for parameter in [
+            names::CLUSTER,
+            names::ALLOWED_NAMESPACES,
+            names::ALLOW_EXCLUSIVE,
+        ] {
+            assert!(
+                parameters.iter().any(|p| p == parameter),
+                "no parameter {parameter}"
+            );
+        }
+        // Without a stack the CLI names the manual function as the template does by
+        // default: `${FunctionNamePrefix}-manual`.
+        let prefix = template["Parameters"]["FunctionNamePrefix"]["Default"]
+            .as_str()
+            .unwrap();
+        assert_eq!(DEFAULT_FUNCTION, format!("{prefix}-manual"));
+        let name = &template["Resources"]["ManualFunction"]["Properties"]["FunctionName"];
+        assert!(
+            format!("{name:?}").contains("${FunctionNamePrefix}-manual"),
+            "{name:?}"
+        );
+    }
 }
