@@ -80,8 +80,30 @@ if [ -n "$tag" ] && [ "$tag" != "v$version" ]; then
 fi
 dist="$ROOT/dist"
 
+# The release notes: the CHANGELOG's section of this version. Every build reads it, so
+# the step a tag runs is the one .ci/run runs; a tagged release needs the section dated.
+notes="$(mktemp)"
+notes_state="$(python3 - "$version" "$notes" <<'PY'
+import re, sys
+version, out = sys.argv[1], sys.argv[2]
+text = open("CHANGELOG.md").read()
+m = re.search(rf"^## {re.escape(version)}\b([^\n]*)\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+open(out, "w").write(m.group(2).strip() + "\n" if m else "")
+print("missing" if not m else "unreleased" if "unreleased" in m.group(1).lower() else "dated")
+PY
+)"
+if [ "$notes_state" = dated ]; then
+  log "release notes: CHANGELOG.md's $version section ($(wc -l <"$notes") lines)"
+elif [ -n "$tag" ] && [ -z "$sar_bucket" ]; then
+  echo "scripts/release.sh: CHANGELOG.md's section for $version is $notes_state: give it the release's date (## $version ($(date -u +%F))) before tagging $tag" >&2
+  exit 1
+else
+  log "release notes: CHANGELOG.md's $version section is $notes_state (a tagged release refuses that)"
+fi
+
 # --- Serverless Application Repository ----------------------------------------------------
 if [ -n "$sar_bucket" ]; then
+  rm -f "$notes"
   if [ ! -s "$dist/SHA256SUMS" ]; then
     log "downloading the assets of the GitHub release $tag"
     rm -rf "$dist"
@@ -271,21 +293,8 @@ fi
 
 # --- GitHub release -----------------------------------------------------------------------
 if [ "$github_release" = 1 ]; then
-  # The notes: the CHANGELOG's section of this version, when it has one.
-  notes="$(mktemp)"
-  python3 - "$version" "$notes" <<'PY'
-import re, sys
-version, out = sys.argv[1], sys.argv[2]
-text = open("CHANGELOG.md").read()
-m = re.search(rf"^## {re.escape(version)}\b.*?\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-open(out, "w").write(m.group(1).strip() + "\n" if m else "")
-PY
   files=("$dist"/*)
   log "publishing the GitHub release $tag (${#files[@]} assets)"
-  if [ -s "$notes" ]; then
-    gh release create "$tag" --verify-tag --title "tgsync $version" --notes-file "$notes" "${files[@]}"
-  else
-    gh release create "$tag" --verify-tag --title "tgsync $version" --generate-notes "${files[@]}"
-  fi
-  rm -f "$notes"
+  gh release create "$tag" --verify-tag --title "tgsync $version" --notes-file "$notes" "${files[@]}"
 fi
+rm -f "$notes"

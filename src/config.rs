@@ -11,7 +11,7 @@ use crate::aws::accounts::TargetAccountRole;
 use crate::core::BindingPolicy;
 use crate::core::binding::is_namespace_name;
 
-/// Everything both functions read from their environment.
+/// Everything the functions read from their environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// `TGSYNC_CLUSTER_NAME`: the EKS cluster this deployment serves.
@@ -28,7 +28,7 @@ pub struct Settings {
     pub page_size: u32,
     /// `TGSYNC_ELB_MUTATIONS_PER_SECOND` (default 5): the deployment's budget of
     /// Register/DeregisterTargets calls per second (attempts included), shared by every
-    /// container of both functions (see `budget_share`).
+    /// container of every function (see `budget_share`).
     pub mutations_per_second: u32,
     /// `TGSYNC_READY_WAIT_SECONDS` (default 20): how long pod-events waits for a Running
     /// pod to turn Ready.
@@ -52,7 +52,7 @@ pub struct Settings {
     /// `TGSYNC_BUDGET_SHARE` (default 1): this function's share (0–1) of the ELBv2
     /// budgets above, which are the whole deployment's: each container gets
     /// `budget × share / max_containers` calls per second, so however many containers of
-    /// both functions run, together they stay within the budgets.
+    /// the functions run, together they stay within the budgets.
     pub budget_share: f64,
     /// `TGSYNC_WATCH_SECONDS` (default 0 = off; the template sets it just under the
     /// schedule's period): how long after it started a scheduled resync keeps watching

@@ -1,4 +1,4 @@
-//! Log setup for both functions: Lambda's conventions (`AWS_LAMBDA_LOG_LEVEL`, else
+//! Log setup for every function: Lambda's conventions (`AWS_LAMBDA_LOG_LEVEL`, else
 //! `RUST_LOG`; JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`), plus one guard.
 //!
 //! **The guard.** At TRACE, `aws_sigv4` logs every canonical request and

@@ -1,4 +1,4 @@
-//! The JSON report both functions return: what changed, per group, in words an operator
+//! The JSON report every function returns: what changed, per group, in words an operator
 //! can act on. Targets appear as `ip:port`.
 
 use serde::{Deserialize, Deserializer, Serialize};

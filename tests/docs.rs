@@ -467,3 +467,49 @@ fn the_documented_quic_server_id_is_the_one_registered() {
         );
     }
 }
+
+/// The rows of the markdown table in `text` whose header row starts with `header`.
+fn table_rows<'a>(text: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    text.lines()
+        .skip_while(|l| !l.starts_with(header))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect()
+}
+
+/// docs/operations.md sizes `ResyncMemorySize` by measured peaks: each "N MiB at P pods"
+/// it quotes is a row of BENCHMARKS.md's memory table (the measurement), so a new
+/// measurement there cannot leave the sizing table behind.
+#[test]
+fn the_memory_sizes_quote_the_benchmarks_peaks() {
+    let benchmarks = read("BENCHMARKS.md");
+    let measured: BTreeSet<(String, String)> =
+        table_rows(&benchmarks, "| pods watched (1,000 groups")
+            .into_iter()
+            .map(|r| (r[0].to_owned(), r[2].to_owned()))
+            .collect();
+    assert!(
+        measured.len() >= 3,
+        "BENCHMARKS.md's memory table: {measured:?}"
+    );
+    let operations = read("docs/operations.md");
+    let rows = table_rows(&operations, "| pods watched | `ResyncMemorySize`");
+    let mut quoted = 0;
+    for row in &rows {
+        let peak = row[2];
+        let Some((mib, rest)) = peak.split_once(" MiB at ") else {
+            continue;
+        };
+        let pods: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',')
+            .collect();
+        assert!(
+            measured.contains(&(pods.clone(), format!("{mib} MiB"))),
+            "docs/operations.md quotes {mib} MiB at {pods} pods; BENCHMARKS.md measured {measured:?}"
+        );
+        quoted += 1;
+    }
+    assert!(quoted >= 3, "docs/operations.md's sizing table: {rows:?}");
+}

@@ -3060,6 +3060,7 @@ fn docs_name_the_functions_the_template_deploys() {
         ("README.md".to_owned(), read("README.md")),
         ("template.yaml".to_owned(), read("template.yaml")),
         ("infra/README.md".to_owned(), read("infra/README.md")),
+        ("samconfig.toml".to_owned(), read("samconfig.toml")),
     ];
     for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
         let name = entry.expect("an entry").file_name().into_string().unwrap();
@@ -3140,6 +3141,63 @@ fn docs_name_the_functions_the_template_deploys() {
                 "{what} description names {name}"
             );
         }
+    }
+}
+
+/// The timings the docs derive from the template: the read timeout they give `aws lambda
+/// invoke` outlasts the manual function's own (so the AWS CLI never retries a run that
+/// is still going), the function timeout they quote is the template's, and "every minute
+/// by default" is `ScheduleMinutes`' default.
+#[test]
+fn docs_timings_follow_the_template() {
+    let t = Template::load();
+    let timeout = t.props("ManualFunction")["Timeout"]
+        .as_u64()
+        .expect("ManualFunction's Timeout");
+    let numbers_after = |text: &str, marker: &str| -> Vec<u64> {
+        text.match_indices(marker)
+            .filter_map(|(i, _)| {
+                let digits: String = text[i + marker.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                digits.parse().ok()
+            })
+            .collect()
+    };
+    let (mut read_timeouts, mut quoted) = (0, 0);
+    let mut files = vec!["README.md".to_owned()];
+    for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
+        let name = entry.expect("an entry").file_name().into_string().unwrap();
+        if name.ends_with(".md") && name != "benchmarks-history.md" {
+            files.push(format!("docs/{name}"));
+        }
+    }
+    for file in &files {
+        let text = read(file).replace('\n', " ");
+        for n in numbers_after(&text, "--cli-read-timeout ") {
+            assert!(
+                n > timeout,
+                "{file}: --cli-read-timeout {n} gives up before the manual function's {timeout} s"
+            );
+            read_timeouts += 1;
+        }
+        for n in numbers_after(&text, "covers the function's ") {
+            assert_eq!(n, timeout, "{file}: the manual function's timeout");
+            quoted += 1;
+        }
+    }
+    assert!(
+        read_timeouts >= 1 && quoted >= 1,
+        "the scan finds the docs' timings"
+    );
+    let readme = read("README.md");
+    if readme.contains("every minute by default") {
+        assert_eq!(
+            scalar_string(t.parameter_default("ScheduleMinutes").expect("a default")),
+            "1",
+            "README.md says the resync runs every minute by default"
+        );
     }
 }
 

@@ -1,8 +1,9 @@
-//! The EventBridge envelope both functions receive (the schedule's event, pod events),
-//! read through `aws_lambda_events`' [`EventBridgeEvent`] with tgsync's strictness on
-//! top: a top-level field EventBridge does not send (an input transformer's, or one added
-//! by hand) is refused by name, and a field of the wrong type or form (a `time` that is
-//! not RFC 3339, a `detail` of the wrong shape) is named in the message.
+//! The EventBridge envelope the resync and pod-events receive (the schedule's event,
+//! pod events), read through `aws_lambda_events`' [`EventBridgeEvent`] with tgsync's
+//! strictness on top: a top-level field EventBridge does not send (an input
+//! transformer's, or one added by hand) is refused by name, and a field of the wrong
+//! type or form (a `time` that is not RFC 3339, a `detail` of the wrong shape) is named
+//! in the message.
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use serde::Serialize;

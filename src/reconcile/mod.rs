@@ -1,4 +1,4 @@
-//! The reconcile engine both functions share: discover bound groups, observe each one
+//! The reconcile engine every function shares: discover bound groups, observe each one
 //! (state, pods, target health → plan) without a lease, and only for groups whose plan
 //! is not empty take the lease, read pods and health afresh, and apply the plan with
 //! the write-ahead ledger — running again while the lease's `dirty` flag says something
