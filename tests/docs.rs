@@ -513,3 +513,37 @@ fn the_memory_sizes_quote_the_benchmarks_peaks() {
     }
     assert!(quoted >= 3, "docs/operations.md's sizing table: {rows:?}");
 }
+
+/// The reaction times the README quotes are current figures of BENCHMARKS.md's summary
+/// table (each as a p50 there), so a new measurement cannot leave the README behind.
+#[test]
+fn the_readmes_reaction_times_are_the_benchmarks() {
+    let readme = read("README.md");
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| Reaction time |"))
+        .expect("README.md's comparison has a Reaction time row");
+    let tgsync = row.split('|').nth(2).expect("the row's tgsync cell");
+    let benchmarks = read("BENCHMARKS.md");
+    let summary: Vec<&str> = benchmarks
+        .lines()
+        .skip_while(|l| !l.starts_with("| benchmark | current figure |"))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let words: Vec<&str> = tgsync.split_whitespace().collect();
+    let mut quoted = 0;
+    for (i, w) in words.iter().enumerate() {
+        if !w.starts_with("ms") || i == 0 {
+            continue;
+        }
+        let figure = words[i - 1];
+        assert!(
+            summary
+                .iter()
+                .any(|l| l.contains(&format!("p50 {figure} ms"))),
+            "README.md quotes a reaction of {figure} ms; BENCHMARKS.md's summary has no p50 {figure} ms"
+        );
+        quoted += 1;
+    }
+    assert!(quoted >= 2, "README.md's reaction row: {tgsync}");
+}
