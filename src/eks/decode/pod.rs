@@ -1,0 +1,592 @@
+//! One pod: what tgsync reads of its `metadata`, `spec` and `status`, by the rules of
+//! [`PodFacts::take_from`].
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::{Str, expect_str, skip};
+use crate::core::pod::{
+    Addresses, EXCLUDE_ANNOTATION, QUIC_SERVER_ID_ANNOTATION, READINESS_GATE,
+    SIDECAR_RESTART_POLICY,
+};
+use crate::core::{Labels, PodFacts, PodRef};
+
+/// The pod's addresses ([`Addresses`]) and how many strings were offered.
+#[derive(Default, Clone, Copy)]
+struct FirstIps {
+    ips: Addresses,
+    /// How many strings were offered (parsable or not): `status.podIP` counts only
+    /// when `status.podIPs` is empty.
+    offered: usize,
+}
+
+impl FirstIps {
+    fn offer(&mut self, ip: &str) {
+        self.offered += 1;
+        self.ips.offer(ip);
+    }
+}
+
+/// A pod reduced to its facts, and its `metadata.resourceVersion` (borrowed; only a
+/// watch event keeps it).
+pub(super) struct LeanPod<'de> {
+    pub(super) facts: PodFacts,
+    pub(super) resource_version: Option<Cow<'de, str>>,
+}
+
+fields!(PodField {
+    "apiVersion" => ApiVersion,
+    "kind" => Kind,
+    "metadata" => Metadata,
+    "spec" => Spec,
+    "status" => Status,
+});
+
+deserialize_from!(map, LeanPod<'de>, "a Pod", |map| {
+    let mut meta: Option<Meta<'de>> = None;
+    let mut spec: Option<Spec> = None;
+    let mut status: Option<Status> = None;
+    while let Some(key) = map.next_key::<PodField>()? {
+        match key {
+            PodField::ApiVersion => expect_str(&mut map, "v1")?,
+            PodField::Kind => expect_str(&mut map, "Pod")?,
+            PodField::Metadata => meta = map.next_value()?,
+            PodField::Spec => spec = map.next_value()?,
+            PodField::Status => status = map.next_value()?,
+            PodField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(assemble(
+        meta.unwrap_or_default(),
+        spec.unwrap_or_default(),
+        status.unwrap_or_default(),
+    ))
+});
+
+/// The facts, by the rules of [`PodFacts::take_from`].
+fn assemble<'de>(meta: Meta<'de>, spec: Spec, status: Status) -> LeanPod<'de> {
+    let facts = PodFacts {
+        pod: Arc::new(PodRef {
+            namespace: meta.namespace.unwrap_or_default(),
+            name: meta.name.unwrap_or_default(),
+            uid: meta.uid.unwrap_or_default(),
+        }),
+        labels: meta.labels.unwrap_or_default(),
+        excluded: meta.excluded,
+        phase: status.phase,
+        terminating: meta.terminating,
+        ipv4: status.ips.ips.ipv4,
+        ipv6: status.ips.ips.ipv6,
+        unusable_ip: status.ips.ips.unusable,
+        ready: status.ready,
+        containers_ready: status.containers_ready,
+        gate: spec.gated.then_some(status.gate_open),
+        gate_said: status.gate_said,
+        named_ports: spec.named_ports,
+        host_network: spec.host_network,
+        quic_server_id: meta.quic_server_id,
+        node_name: spec.node_name,
+    };
+    LeanPod {
+        facts,
+        resource_version: meta.resource_version,
+    }
+}
+
+/// What tgsync reads of `metadata`.
+#[derive(Default)]
+struct Meta<'de> {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    labels: Option<Labels>,
+    excluded: bool,
+    quic_server_id: Option<String>,
+    terminating: bool,
+    resource_version: Option<Cow<'de, str>>,
+}
+
+fields!(MetaField {
+    "name" => Name,
+    "namespace" => Namespace,
+    "uid" => Uid,
+    "labels" => Labels,
+    "annotations" => Annotations,
+    "deletionTimestamp" => DeletionTimestamp,
+    "resourceVersion" => ResourceVersion,
+});
+
+deserialize_from!(map, Meta<'de>, "ObjectMeta", |map| {
+    let mut meta = Meta::default();
+    while let Some(key) = map.next_key::<MetaField>()? {
+        match key {
+            MetaField::Name => meta.name = map.next_value()?,
+            MetaField::Namespace => meta.namespace = map.next_value()?,
+            MetaField::Uid => meta.uid = map.next_value()?,
+            MetaField::Labels => {
+                let labels: Option<LabelEntries> = map.next_value()?;
+                meta.labels = labels.map(|l| l.0);
+            }
+            MetaField::Annotations => {
+                let ours: Option<Annotations> = map.next_value()?;
+                let ours = ours.unwrap_or_default();
+                meta.excluded = ours.excluded;
+                meta.quic_server_id = ours.quic_server_id;
+            }
+            MetaField::DeletionTimestamp => {
+                // Any value but null: k8s-openapi would also parse the time.
+                let at: Option<IgnoredAny> = map.next_value()?;
+                meta.terminating = at.is_some();
+            }
+            MetaField::ResourceVersion => {
+                let version: Option<Str<'de>> = map.next_value()?;
+                meta.resource_version = version.map(|v| v.0);
+            }
+            MetaField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(meta)
+});
+
+/// `metadata.labels`, without building a map.
+struct LabelEntries(Labels);
+
+deserialize_from!(map, LabelEntries, "a map of labels", |map| {
+    let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4).min(64));
+    while let Some(entry) = map.next_entry::<String, String>()? {
+        entries.push(entry);
+    }
+    Ok(LabelEntries(Labels::from_object_entries(entries)))
+});
+
+/// tgsync's annotations of `metadata.annotations`: whether it holds
+/// `tgsync/exclude: "true"` (case-insensitive, trimmed), and `tgsync/quic-server-id` as
+/// written; other annotations, often large, are skipped unread.
+#[derive(Default)]
+struct Annotations {
+    excluded: bool,
+    quic_server_id: Option<String>,
+}
+
+deserialize_from!(map, Annotations, "a map of annotations", |map| {
+    let mut ours = Annotations::default();
+    while let Some(key) = map.next_key::<Str<'de>>()? {
+        if key.0 == EXCLUDE_ANNOTATION {
+            let value: Str<'de> = map.next_value()?;
+            ours.excluded = value.0.trim().eq_ignore_ascii_case("true");
+        } else if key.0 == QUIC_SERVER_ID_ANNOTATION {
+            let value: Str<'de> = map.next_value()?;
+            ours.quic_server_id = Some(value.0.into_owned());
+        } else {
+            skip(&mut map)?;
+        }
+    }
+    Ok(ours)
+});
+
+/// What tgsync reads of `spec`.
+#[derive(Default)]
+struct Spec {
+    gated: bool,
+    host_network: bool,
+    named_ports: Vec<(String, u16)>,
+    node_name: Option<Arc<str>>,
+}
+
+fields!(SpecField {
+    "containers" => Containers,
+    "initContainers" => InitContainers,
+    "readinessGates" => ReadinessGates,
+    "hostNetwork" => HostNetwork,
+    "nodeName" => NodeName,
+});
+
+deserialize_from!(map, Spec, "PodSpec", |map| {
+    let mut spec = Spec::default();
+    // The API server sends `initContainers` before `containers`; sidecar
+    // ports are kept apart and appended after the regular ones.
+    let mut sidecar_ports = Vec::new();
+    while let Some(key) = map.next_key::<SpecField>()? {
+        match key {
+            SpecField::Containers => {
+                spec.named_ports.clear();
+                map.next_value_seed(NullIsEmpty(ContainersSeed {
+                    ports: &mut spec.named_ports,
+                    sidecars: false,
+                }))?;
+            }
+            SpecField::InitContainers => {
+                sidecar_ports.clear();
+                map.next_value_seed(NullIsEmpty(ContainersSeed {
+                    ports: &mut sidecar_ports,
+                    sidecars: true,
+                }))?;
+            }
+            SpecField::ReadinessGates => {
+                let gates: Option<GateDeclared> = map.next_value()?;
+                spec.gated = gates.is_some_and(|g| g.0);
+            }
+            SpecField::HostNetwork => {
+                let host: Option<bool> = map.next_value()?;
+                spec.host_network = host.unwrap_or(false);
+            }
+            SpecField::NodeName => {
+                let node: Option<Str<'de>> = map.next_value()?;
+                spec.node_name = node.map(|n| Arc::from(n.0.as_ref()));
+            }
+            SpecField::Other => skip(&mut map)?,
+        }
+    }
+    spec.named_ports.append(&mut sidecar_ports);
+    Ok(spec)
+});
+
+/// A sequence read by the visitor it wraps, where `null` is empty.
+struct NullIsEmpty<V>(V);
+
+impl<'de, V: Visitor<'de, Value = ()>> DeserializeSeed<'de> for NullIsEmpty<V> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, V: Visitor<'de, Value = ()>> Visitor<'de> for NullIsEmpty<V> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.expecting(f)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self.0)
+    }
+}
+
+/// `spec.containers` or `spec.initContainers` (`null` is empty): appends the named
+/// ports to `ports`; of init containers, only those of native sidecars.
+struct ContainersSeed<'p> {
+    ports: &'p mut Vec<(String, u16)>,
+    sidecars: bool,
+}
+
+impl<'de> Visitor<'de> for ContainersSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of containers")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let sidecars = self.sidecars;
+        while seq
+            .next_element_seed(ContainerSeed {
+                ports: &mut *self.ports,
+                sidecars,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+}
+
+/// One container: its named ports, dropped again for a plain init container.
+struct ContainerSeed<'p> {
+    ports: &'p mut Vec<(String, u16)>,
+    sidecars: bool,
+}
+
+fields!(ContainerField {
+    "ports" => Ports,
+    "restartPolicy" => RestartPolicy,
+});
+
+impl<'de> DeserializeSeed<'de> for ContainerSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ContainerSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Container")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let start = self.ports.len();
+        let mut sidecar = false;
+        while let Some(key) = map.next_key::<ContainerField>()? {
+            match key {
+                ContainerField::Ports => {
+                    // A repeated `ports` replaces the earlier one.
+                    self.ports.truncate(start);
+                    map.next_value_seed(NullIsEmpty(PortsSeed {
+                        ports: &mut *self.ports,
+                    }))?;
+                }
+                ContainerField::RestartPolicy => {
+                    let policy: Option<Str<'de>> = map.next_value()?;
+                    sidecar = policy.is_some_and(|p| p.0 == SIDECAR_RESTART_POLICY);
+                }
+                ContainerField::Other => skip(&mut map)?,
+            }
+        }
+        if self.sidecars && !sidecar {
+            self.ports.truncate(start);
+        }
+        Ok(())
+    }
+}
+
+/// A container's `ports` (`null` is empty): appends `(name, number)` of every named
+/// port whose number fits a `u16`.
+struct PortsSeed<'p> {
+    ports: &'p mut Vec<(String, u16)>,
+}
+
+impl<'de> Visitor<'de> for PortsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of container ports")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(port) = seq.next_element::<Port>()? {
+            if let (Some(name), Ok(number)) = (port.name, u16::try_from(port.number)) {
+                self.ports.push((name, number));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One `ContainerPort`.
+struct Port {
+    name: Option<String>,
+    /// `containerPort`, 0 when absent (k8s-openapi's default for a required field).
+    number: i32,
+}
+
+fields!(PortField {
+    "name" => Name,
+    "containerPort" => ContainerPort,
+});
+
+deserialize_from!(map, Port, "ContainerPort", |map| {
+    let mut name = None;
+    let mut number: Option<i32> = None;
+    while let Some(key) = map.next_key::<PortField>()? {
+        match key {
+            PortField::Name => name = map.next_value()?,
+            PortField::ContainerPort => number = map.next_value()?,
+            PortField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(Port {
+        name,
+        number: number.unwrap_or_default(),
+    })
+});
+
+/// Whether `spec.readinessGates` declares [`READINESS_GATE`].
+struct GateDeclared(bool);
+
+fields!(GateField {
+    "conditionType" => ConditionType,
+});
+
+deserialize_from!(seq, GateDeclared, "a list of readiness gates", |seq| {
+    let mut declared = false;
+    while let Some(gate) = seq.next_element::<Gate<'de>>()? {
+        declared |= gate.0.as_deref() == Some(READINESS_GATE);
+    }
+    Ok(GateDeclared(declared))
+});
+
+/// One `PodReadinessGate`: its `conditionType`.
+struct Gate<'de>(Option<Cow<'de, str>>);
+
+deserialize_from!(map, Gate<'de>, "PodReadinessGate", |map| {
+    let mut condition_type = None;
+    while let Some(key) = map.next_key::<GateField>()? {
+        match key {
+            GateField::ConditionType => {
+                let ty: Option<Str<'de>> = map.next_value()?;
+                condition_type = ty.map(|t| t.0);
+            }
+            GateField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(Gate(condition_type))
+});
+
+/// What tgsync reads of `status`.
+#[derive(Default)]
+struct Status {
+    phase: String,
+    ready: bool,
+    containers_ready: bool,
+    gate_open: bool,
+    gate_said: Option<(String, String)>,
+    ips: FirstIps,
+}
+
+fields!(StatusField {
+    "phase" => Phase,
+    "conditions" => Conditions,
+    "podIP" => PodIp,
+    "podIPs" => PodIps,
+});
+
+deserialize_from!(map, Status, "PodStatus", |map| {
+    let mut phase: Option<String> = None;
+    let mut conditions = Conditions::default();
+    let mut listed = FirstIps::default();
+    let mut single: Option<Str<'de>> = None;
+    while let Some(key) = map.next_key::<StatusField>()? {
+        match key {
+            StatusField::Phase => phase = map.next_value()?,
+            StatusField::Conditions => {
+                let read: Option<Conditions> = map.next_value()?;
+                conditions = read.unwrap_or_default();
+            }
+            StatusField::PodIps => {
+                let read: Option<PodIps> = map.next_value()?;
+                listed = read.map(|l| l.0).unwrap_or_default();
+            }
+            StatusField::PodIp => single = map.next_value()?,
+            StatusField::Other => skip(&mut map)?,
+        }
+    }
+    let mut ips = listed;
+    if listed.offered == 0
+        && let Some(ip) = single
+    {
+        ips.offer(&ip.0);
+    }
+    Ok(Status {
+        phase: phase.unwrap_or_default(),
+        ready: conditions.ready,
+        containers_ready: conditions.containers_ready,
+        gate_open: conditions.gate_open,
+        gate_said: conditions.gate_said,
+        ips,
+    })
+});
+
+/// `status.conditions`, reduced to the three tgsync reads (the last of a type wins),
+/// and the gate's reason and message.
+#[derive(Default)]
+struct Conditions {
+    ready: bool,
+    containers_ready: bool,
+    gate_open: bool,
+    gate_said: Option<(String, String)>,
+}
+
+deserialize_from!(seq, Conditions, "a list of pod conditions", |seq| {
+    let mut c = Conditions::default();
+    while let Some(condition) = seq.next_element::<Condition<'de>>()? {
+        let is_true = condition.status.as_deref() == Some("True");
+        match condition.type_.as_deref().unwrap_or_default() {
+            "Ready" => c.ready = is_true,
+            "ContainersReady" => c.containers_ready = is_true,
+            READINESS_GATE => {
+                c.gate_open = is_true;
+                c.gate_said = Some((
+                    condition.reason.map(|r| r.into_owned()).unwrap_or_default(),
+                    condition
+                        .message
+                        .map(|m| m.into_owned())
+                        .unwrap_or_default(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(c)
+});
+
+/// One `PodCondition`: its `type`, `status`, `reason` and `message`.
+struct Condition<'de> {
+    type_: Option<Cow<'de, str>>,
+    status: Option<Cow<'de, str>>,
+    reason: Option<Cow<'de, str>>,
+    message: Option<Cow<'de, str>>,
+}
+
+fields!(ConditionField {
+    "type" => Type,
+    "status" => Status,
+    "reason" => Reason,
+    "message" => Message,
+});
+
+deserialize_from!(map, Condition<'de>, "PodCondition", |map| {
+    let mut c = Condition {
+        type_: None,
+        status: None,
+        reason: None,
+        message: None,
+    };
+    while let Some(key) = map.next_key::<ConditionField>()? {
+        match key {
+            ConditionField::Type => {
+                let ty: Option<Str<'de>> = map.next_value()?;
+                c.type_ = ty.map(|t| t.0);
+            }
+            ConditionField::Status => {
+                let status: Option<Str<'de>> = map.next_value()?;
+                c.status = status.map(|s| s.0);
+            }
+            ConditionField::Reason => {
+                let reason: Option<Str<'de>> = map.next_value()?;
+                c.reason = reason.map(|r| r.0);
+            }
+            ConditionField::Message => {
+                let message: Option<Str<'de>> = map.next_value()?;
+                c.message = message.map(|m| m.0);
+            }
+            ConditionField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(c)
+});
+
+/// `status.podIPs`, reduced to the first address of each family.
+struct PodIps(FirstIps);
+
+fields!(PodIpField {
+    "ip" => Ip,
+});
+
+deserialize_from!(seq, PodIps, "a list of pod IPs", |seq| {
+    let mut ips = FirstIps::default();
+    while let Some(entry) = seq.next_element::<PodIpEntry<'de>>()? {
+        ips.offer(entry.0.as_deref().unwrap_or_default());
+    }
+    Ok(PodIps(ips))
+});
+
+/// One `PodIP`: its `ip`.
+struct PodIpEntry<'de>(Option<Cow<'de, str>>);
+
+deserialize_from!(map, PodIpEntry<'de>, "PodIP", |map| {
+    let mut ip = None;
+    while let Some(key) = map.next_key::<PodIpField>()? {
+        match key {
+            PodIpField::Ip => {
+                let read: Option<Str<'de>> = map.next_value()?;
+                ip = read.map(|i| i.0);
+            }
+            PodIpField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(PodIpEntry(ip))
+});
