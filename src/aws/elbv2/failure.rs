@@ -95,24 +95,21 @@ impl Failure {
     /// group, you must specify an Availability Zone for IP target '…' since it is
     /// outside of the VPC" (an ALB group that refuses `all`).
     pub(super) fn zone_required_ip(&self) -> Option<std::net::IpAddr> {
-        if self.code.as_deref() != Some("ValidationError")
-            || !self.message.contains("must specify an Availability Zone")
-        {
-            return None;
-        }
-        let (_, rest) = self.message.split_once("IP target '")?;
-        rest.split_once('\'')?.0.parse().ok()
+        self.validation_ip("must specify an Availability Zone", "IP target '")
     }
 
     /// The IP of ELBv2's "The Availability Zone is required for IP address '…' because
     /// it is not in the VPC".
     pub(super) fn outside_vpc_ip(&self) -> Option<std::net::IpAddr> {
-        if self.code.as_deref() != Some("ValidationError")
-            || !self.message.contains("not in the VPC")
-        {
+        self.validation_ip("not in the VPC", "IP address '")
+    }
+
+    /// The IP quoted after `before` in a `ValidationError` whose message says `says`.
+    fn validation_ip(&self, says: &str, before: &str) -> Option<std::net::IpAddr> {
+        if self.code.as_deref() != Some("ValidationError") || !self.message.contains(says) {
             return None;
         }
-        let (_, rest) = self.message.split_once("IP address '")?;
+        let (_, rest) = self.message.split_once(before)?;
         rest.split_once('\'')?.0.parse().ok()
     }
 
@@ -129,7 +126,7 @@ mod tests {
     fn failure(code: &str, message: &str) -> Failure {
         Failure {
             error: ElbError::Other {
-                operation: "RegisterTargets",
+                operation: super::super::REGISTER_TARGETS,
                 message: format!("{code}: {message}"),
             },
             code: Some(code.to_owned()),

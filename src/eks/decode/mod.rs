@@ -15,10 +15,9 @@
 //! field is its default. The unit tests check both paths agree on every fixture and on
 //! generated pods. Unlike k8s-openapi, fields tgsync does not read are skipped without
 //! being validated (a malformed `creationTimestamp` does not make a pod unreadable).
-
 //!
-//! The readers are split by what they read: [`list`] a LIST page, [`pod`] one pod and
-//! [`event`] a watch event line; the building blocks they share are here.
+//! The readers are split by what they read: `list` a LIST page, `pod` one pod and
+//! `event` a watch event line; the building blocks they share are here.
 
 use std::borrow::Cow;
 use std::fmt;
