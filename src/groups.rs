@@ -387,6 +387,12 @@ pub fn arn_account(arn: &str) -> Option<&str> {
     (account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())).then_some(account)
 }
 
+/// The name in a target group ARN (`…:targetgroup/<name>/<id>`), or the ARN itself
+/// when it has none: a group's name for a report where only its ARN is at hand.
+pub fn arn_name(arn: &str) -> &str {
+    arn.rsplit('/').nth(1).unwrap_or(arn)
+}
+
 /// Why an ELBv2 call failed (after the SDK's retries).
 #[derive(Debug, Clone, Error)]
 pub enum ElbError {

@@ -403,10 +403,6 @@ pub struct WatchReport {
     /// Errors of the watch itself (a namespace that could not be watched).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
-    /// Groups whose pod changes the run could not serve before it ended, handed on to
-    /// the next run (their `dirty` flags set).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub handed_on: Vec<String>,
 }
 
 /// The whole run.
@@ -451,6 +447,12 @@ pub struct Report {
     /// Notes about the input (e.g. why an event was ignored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Groups whose requests the run could not serve before it ended (a pod change, or
+    /// what a one-shot run was asked for that failed, was deferred or backs off), handed
+    /// on to the next run: their `dirty` flags set and the cluster index's record of
+    /// requests, which the next scheduled run serves first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handed_on: Vec<String>,
 }
 
 /// A name the code gives (a function, an operation). Spelt as an alias so that serde's
@@ -514,6 +516,7 @@ impl Report {
             orphans: None,
             errors: Vec::new(),
             notes: Vec::new(),
+            handed_on: Vec::new(),
         }
     }
 

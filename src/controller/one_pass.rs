@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::Engine;
 use super::queue::{Queue, Want};
-use super::runner::{Ending, Runner, within};
+use super::runner::{Ending, Runner, Unserved, within};
 use crate::core::{PodFacts, PodIndex, Selector, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
@@ -223,9 +223,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             ..Scope::default()
         };
         let pressure = self.groups.pressure();
-        report
-            .groups
-            .extend(self.one_pass(bound, opts, &scope, None).await);
+        let (groups, unserved) = self.one_pass(bound, opts, &scope, None).await;
+        report.groups.extend(groups);
+        unserved.record(&mut report);
         report.elb = pressure.since(self.groups.pressure());
         if let Some(found) = &publish {
             self.publish_bindings(found).await;
@@ -248,7 +248,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         bound: Vec<BoundGroup>,
         opts: &RunOptions,
     ) -> Vec<GroupReport> {
-        self.one_pass(bound, opts, &Scope::default(), None).await
+        // Each pass reads its group's binding from the index (see `one_pass`).
+        self.index.bound_ahead(bound.iter().cloned());
+        self.one_pass(bound, opts, &Scope::default(), None).await.0
     }
 
     /// Releases the groups `arns` (see `reconcile::release`); with `opts.dry_run`,
@@ -268,18 +270,21 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let wake = tokio::sync::Notify::new();
         Runner::new(self, &queue, &wake)
-            .run(self.one_shot_ending(opts, false), |arn, want| {
-                let (results, notes) = (&results, &notes);
-                async move {
-                    let (group, note, action) = self.release_group(&arn, opts).await;
-                    self.pass_done(&group, opts.dry_run, None);
-                    results.keep(group);
-                    if let Some(note) = note {
-                        lock(notes).insert(arn.clone(), note);
+            .run(
+                self.one_shot_ending(opts, false).without_hand_on(),
+                |arn, want| {
+                    let (results, notes) = (&results, &notes);
+                    async move {
+                        let (group, note, action) = self.release_group(&arn, opts).await;
+                        self.pass_done(&group, opts.dry_run, None);
+                        results.keep(group);
+                        if let Some(note) = note {
+                            lock(notes).insert(arn.clone(), note);
+                        }
+                        (arn, want, action)
                     }
-                    (arn, want, action)
-                }
-            })
+                },
+            )
             .await;
         report.groups = results.into_reports();
         report.notes.extend(
@@ -309,21 +314,26 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         } else {
             Instant::now()
         };
-        Ending::Idle { leases, gates }
+        Ending::Idle {
+            leases,
+            gates,
+            hand_on: true,
+        }
     }
 
     /// One pass over `bound` through a one-shot run (see the module docs): the groups in
     /// a shuffled order, namespace by namespace (a run that runs out of time does not
     /// leave the same groups every time), each looked at from its namespace's LIST under
     /// `scope`. With `gated`, the pod event's gated pod: its gate is looked at again
-    /// while it waits, for as long as the invocation allows.
+    /// while it waits, for as long as the invocation allows. Returns the groups'
+    /// reports and what the run could not serve (handed on, or not; see [`Ending`]).
     pub(crate) async fn one_pass(
         &self,
         bound: Vec<BoundGroup>,
         opts: &RunOptions,
         scope: &Scope<'_>,
         gated: Option<&PodFacts>,
-    ) -> Vec<GroupReport> {
+    ) -> (Vec<GroupReport>, Unserved) {
         let mut rng = self.jitter_rng();
         let mut by_namespace: BTreeMap<String, Vec<BoundGroup>> = BTreeMap::new();
         for b in bound {
@@ -365,19 +375,30 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             order: order.iter().map(|b| b.group.arn.clone()).collect(),
             reports: Mutex::default(),
         };
-        let groups: HashMap<String, BoundGroup> = order
-            .into_iter()
-            .map(|b| (b.group.arn.clone(), b))
-            .collect();
+        drop(order);
         let wake = tokio::sync::Notify::new();
         let gates = gated.is_some() && !opts.dry_run;
         let runner = Runner::new(self, &queue, &wake);
-        Box::pin(runner.run(self.one_shot_ending(opts, gates), |arn, want| {
-            let (groups, snapshots, results) = (&groups, &snapshots, &results);
+        let unserved = Box::pin(runner.run(self.one_shot_ending(opts, gates), |arn, want| {
+            let (snapshots, results) = (&snapshots, &results);
             async move {
-                let Some(bound) = groups.get(&arn) else {
+                // The binding as the container's index has it now: a group unbound, or
+                // re-read, since the run began is acted on as it is now. (An unbound
+                // group's namespace LIST, if other groups share it, is kept until the run
+                // ends.)
+                let Some(bound) = self.index.get(&arn) else {
+                    results.keep(GroupReport::with_error(
+                        &arn,
+                        crate::groups::arn_name(&arn),
+                        Outcome::BindingError,
+                        format!(
+                            "no longer bound to cluster `{}` (untagged, deleted or bound to other pods since the run began); left untouched",
+                            self.cluster
+                        ),
+                    ));
                     return (arn, want, Action::Done);
                 };
+                let bound = &bound;
                 // The pod event's gated pod, if this group selects it and its gate
                 // waits for its target to turn healthy.
                 let waiting = gated.filter(|p| {
@@ -402,7 +423,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
         }))
         .await;
-        results.into_reports()
+        (results.into_reports(), unserved)
     }
 
     /// One group's look and, if something is to change, its leased pass; the report is

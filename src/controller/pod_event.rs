@@ -79,7 +79,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // at every second while the invocation allows (the schedule's controller does
         // it otherwise).
         let gated = live.filter(|p| p.gate == Some(false));
-        report.groups = self.one_pass(bound, opts, &scope, gated.as_ref()).await;
+        let (groups, unserved) = self.one_pass(bound, opts, &scope, gated.as_ref()).await;
+        report.groups = groups;
+        // A change neither applied nor handed on is an error: Lambda retries the event
+        // (and the dead-letter queue keeps it when it keeps failing).
+        if let Some(source) = unserved.error.filter(|_| !unserved.groups.is_empty()) {
+            return Err(PodEventError::NotHandedOn {
+                groups: unserved.groups,
+                source,
+            });
+        }
+        report.handed_on = unserved.groups;
         report.notes.push(format!(
             "pod {}/{} ({}): {} group(s) affected",
             event.namespace,

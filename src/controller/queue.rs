@@ -348,6 +348,20 @@ impl Queue {
         keys
     }
 
+    /// The keys with any request not served yet but a look at gates (queued, waiting,
+    /// parked on a lease, or merged into a pass in flight): what a one-shot run that
+    /// ends hands on.
+    pub fn pending_requests(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.pending.is_some_and(|p| !p.gates_only()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
+
     /// What a warm container keeps between invocations: the reactions (pod changes,
     /// gates); a full diff's looks are the next run's discovery's to ask for again.
     pub fn keep_reactions(&mut self) {

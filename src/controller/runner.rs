@@ -30,37 +30,97 @@ use crate::sync::lock;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Ending {
     /// At this time, whatever is still queued (the watching run: until shortly before
-    /// the next tick).
+    /// the next tick). The pod changes it could not serve are handed on; the warm
+    /// container keeps the rest of its queue.
     At(Instant),
-    /// Once nothing is left to run (a one-shot run: a manual run, a pod event). A key
-    /// waiting for a lease another process holds is waited for while it comes back by
-    /// `leases`, a key waiting for a gate while it comes back by `gates`; one waiting
-    /// for a backoff or a retry is left to the next run.
+    /// Once nothing is left to run (a one-shot run: a manual run, a pod event, a
+    /// release). A key waiting for a lease another process holds is waited for while it
+    /// comes back by `leases`, a key waiting for a gate while it comes back by `gates`;
+    /// one that failed, was cut or backs off is not run again: with `hand_on`, every
+    /// request the run could not serve is handed on to the next run.
     Idle {
         /// The last time a key parked on a lease may come back.
         leases: Instant,
         /// The last time a key waiting for a gate may come back.
         gates: Instant,
+        /// Whether what the run could not serve is handed on (a release's is not: its
+        /// request is a release, which a reconcile pass would not serve).
+        hand_on: bool,
     },
 }
 
 impl Ending {
     /// What the run keeps of a pass's `action` for `key`, asked to do `want`: a
     /// one-shot run waits for a lease or a gate, and leaves a backoff, a retry or a cut
-    /// pass to the next run — a pod change whose pass failed or was cut goes to `left`,
+    /// pass to the next run — each such request (but a look at gates) goes to `left`,
     /// to be handed on.
     fn keeps(self, action: Action, want: Want, key: &str, left: &mut Vec<String>) -> Action {
         match (self, action) {
-            (Self::Idle { .. }, Action::Requeue | Action::Failed) => {
-                if want.changed {
+            (Self::Idle { .. }, Action::Requeue | Action::Failed | Action::BackOff { .. }) => {
+                if !want.gates_only() {
                     left.push(key.to_owned());
                 }
                 Action::Done
             }
-            (Self::Idle { .. }, Action::BackOff { .. }) => Action::Done,
             (_, action) => action,
         }
     }
+
+    /// What is still queued when the run ends and must be handed on: a watching run's
+    /// pod changes (the warm container keeps the rest of its queue), a one-shot run's
+    /// every request (parked on a lease, say) but looks at gates.
+    fn left_in(self, queue: &Queue) -> Vec<String> {
+        match self {
+            Self::At(_) => queue.pending_changes(),
+            Self::Idle { .. } => queue.pending_requests(),
+        }
+    }
+
+    /// The same ending, handing nothing on (a release: see [`Ending::Idle`]).
+    pub(crate) fn without_hand_on(self) -> Self {
+        match self {
+            Self::Idle { leases, gates, .. } => Self::Idle {
+                leases,
+                gates,
+                hand_on: false,
+            },
+            at @ Self::At(_) => at,
+        }
+    }
+
+    /// Whether what the run could not serve is handed on.
+    fn hands_on(self) -> bool {
+        match self {
+            Self::At(_) => true,
+            Self::Idle { hand_on, .. } => hand_on,
+        }
+    }
+}
+
+impl Unserved {
+    /// Records what the run could not serve in its `report`: the groups handed on, or
+    /// an error naming them when handing them on failed.
+    pub(crate) fn record(self, report: &mut crate::report::Report) {
+        match self.error {
+            Some(e) if !self.groups.is_empty() => report.errors.push(format!(
+                "{} group(s) the run could not serve were not handed on to the next run ({e}); the next full diff finds them: {}",
+                self.groups.len(),
+                self.groups.join(", ")
+            )),
+            _ => report.handed_on = self.groups,
+        }
+    }
+}
+
+/// What a run could not serve when it ended.
+#[derive(Debug, Default)]
+pub(crate) struct Unserved {
+    /// The groups, sorted: handed on (each group's `dirty` flag and the cluster index's
+    /// record of requests), unless `error` says that failed or the run hands nothing on.
+    pub groups: Vec<String>,
+    /// Handing them on failed: nothing but a later full diff (or a retry of the
+    /// invocation) serves them.
+    pub error: Option<crate::state::StateError>,
 }
 
 /// Runs the keys of a queue.
@@ -94,9 +154,10 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     /// Runs the queue until `ending` (or the process shuts down): each key's pass is
     /// `job(key, want)`, whose [`Action`] the queue turns into a delay. When the run
     /// ends, the passes in flight finish (a run's options cut them cleanly at its
-    /// `cut_at`); what is still queued stays in the queue, and every pod change not
-    /// served is handed on ([`Runner::hand_on`]). Returns the groups handed on.
-    pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Vec<String>
+    /// `cut_at`); what is still queued stays in the queue, and every request the run
+    /// could not serve is handed on ([`Runner::hand_on`]; see [`Ending`]). Returns
+    /// what it could not serve.
+    pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Unserved
     where
         F: Fn(String, Want) -> Fut,
         Fut: Future<Output = (String, Want, Action)>,
@@ -107,7 +168,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         let (mut changes, mut verifications) = (0usize, 0usize);
         let mut next_lease_look = Instant::now() + LEASE_POLL;
         let mut looking = std::pin::pin!(futures::future::Fuse::terminated());
-        // Changes whose pass a one-shot run left to the next run.
+        // Requests whose pass a one-shot run left to the next run.
         let mut left = Vec::new();
         loop {
             let woken = self.wake.notified();
@@ -119,7 +180,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             let now = Instant::now();
             let over = match ending {
                 Ending::At(until) => now >= until,
-                Ending::Idle { leases, gates } => {
+                Ending::Idle { leases, gates, .. } => {
                     in_flight.is_empty() && !lock(self.queue).has_work(leases, gates)
                 }
             };
@@ -134,7 +195,9 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                 let Some((key, want)) = lock(self.queue).pop(now, room) else {
                     break;
                 };
-                if want.changed {
+                // The room the queue admitted it under: a reaction's (a pod change, a
+                // gate) or a verification's.
+                if want.reacts() {
                     changes += 1;
                 } else {
                     verifications += 1;
@@ -165,7 +228,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             };
             tokio::select! {
                 Some((key, want, action)) = in_flight.next(), if !in_flight.is_empty() => {
-                    if want.changed { changes -= 1 } else { verifications -= 1 }
+                    if want.reacts() { changes -= 1 } else { verifications -= 1 }
                     let kept = ending.keeps(action, want, &key, &mut left);
                     lock(self.queue).done(&key, want, kept, self.now());
                 }
@@ -189,30 +252,39 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             let kept = ending.keeps(action, want, &key, &mut left);
             lock(self.queue).done(&key, want, kept, self.now());
         }
-        left.extend(lock(self.queue).pending_changes());
+        left.extend(ending.left_in(&lock(self.queue)));
         left.sort_unstable();
         left.dedup();
-        self.hand_on(&left).await;
-        left
+        let error = if ending.hands_on() {
+            self.hand_on(&left).await.err()
+        } else {
+            None
+        };
+        Unserved {
+            groups: left,
+            error,
+        }
     }
 
-    /// Hands on the pod changes a run could not serve: each group's `dirty` flag, so
+    /// Hands on the requests a run could not serve: each group's `dirty` flag, so
     /// that whoever holds or next takes its lease serves it, and the index's record of
     /// requests, so that the next run serves them first (see
-    /// `StateStore::request_passes`). A failure is logged: the next full diff finds
-    /// the groups by their pods.
-    async fn hand_on(&self, groups: &[String]) {
+    /// `StateStore::request_passes`). A failure is logged and returned: whoever ran the
+    /// run answers it (the next full diff finds the groups by their pods).
+    async fn hand_on(&self, groups: &[String]) -> Result<(), crate::state::StateError> {
         if groups.is_empty() {
-            return;
+            return Ok(());
         }
         let engine = self.engine;
         tracing::info!(
             groups = groups.len(),
-            "handing on the pod changes this run could not serve"
+            "handing on the requests this run could not serve"
         );
-        if let Err(e) = engine.state.request_passes(&engine.cluster, groups).await {
-            tracing::warn!(error = %e, groups = groups.len(), "handing on the pod changes this run could not serve failed; the next full diff finds them by their pods");
-        }
+        engine
+            .state
+            .request_passes(&engine.cluster, groups)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, groups = groups.len(), "handing on the requests this run could not serve failed; the next full diff finds them by their pods"))
     }
 
     /// Reads the leases that park keys (one batched read) and tells the queue what each

@@ -87,9 +87,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         let running = Box::pin(runner.run(runner::Ending::At(real_until), |arn, want| {
             run.job(arn, want)
         }));
-        let handed_on = tokio::select! {
-            handed_on = running => handed_on,
-            () = background => Vec::new(),
+        let unserved = tokio::select! {
+            unserved = running => unserved,
+            () = background => runner::Unserved::default(),
         };
         // The warm container keeps the reactions it could not serve for its next
         // invocation (they are handed on too, should another container run it).
@@ -118,7 +118,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     crate::reconcile::DEFERRED,
                 ))
             }));
-        watch.handed_on = handed_on;
+        unserved.record(&mut report);
         report.watch = Some(watch);
         report.finish(self.clock.now())
     }
@@ -205,7 +205,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// when).
     pub(super) async fn job(&self, arn: String, want: Want) -> (String, Want, Action) {
         let Some(bound) = self.engine.index.get(&arn) else {
-            self.finished(&arn, want, None);
+            self.finished(&arn, want, None, Action::Done);
             return (arn, want, Action::Done);
         };
         if want.gates_only() {
@@ -232,7 +232,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         } else {
             Box::pin(self.pass(&bound, want)).await
         };
-        self.finished(&arn, want, report);
+        self.finished(&arn, want, report, action);
         // A gated pod it selects waits for its target to turn healthy: its gate is
         // looked at again soon.
         let action = match action {
@@ -358,9 +358,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
     }
 
-    /// Records a finished pass: the full diff's result, the watch's counts, the gates
-    /// it leaves waiting.
-    pub(super) fn finished(&self, arn: &str, want: Want, report: Option<GroupReport>) {
+    /// Records a finished pass, which ended with `action`: the full diff's result, the
+    /// watch's counts, the gates it leaves waiting.
+    pub(super) fn finished(
+        &self,
+        arn: &str,
+        want: Want,
+        report: Option<GroupReport>,
+        action: Action,
+    ) {
         if let Some(r) = &report {
             let reaction = want
                 .since
@@ -387,11 +393,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 out.full.insert(arn.to_owned(), r.clone());
             }
         }
-        // A pass deferred or cut before it finished did not look: its group stays at the
-        // front for the next full diff.
-        let looked_at = report.as_ref().is_none_or(|r| {
-            r.outcome != Outcome::Deferred && r.error.as_deref() != Some(crate::reconcile::CUT)
-        });
+        // A pass deferred or cut before it finished (it asks to run again) did not look:
+        // its group stays at the front for the next full diff.
+        let looked_at = action != Action::Requeue;
         if want.verify {
             if looked_at {
                 let mut looked = lock(&self.engine.controller.looked);

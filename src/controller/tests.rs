@@ -4,6 +4,8 @@
 use super::*;
 use discovery::{Priority, visit_order};
 
+use crate::clock::Clock as _;
+
 #[test]
 fn the_full_diff_starts_with_the_groups_looked_at_longest_ago_new_first_due_last() {
     let bound: Vec<String> = (0..50).map(|i| format!("g{i:02}")).collect();
@@ -168,4 +170,140 @@ async fn a_change_whose_state_read_fails_before_the_lease_is_retried() {
     };
     let (_, recovered) = tokio::join!(watching(&e, &clock, Duration::from_secs(8)), staged);
     eprintln!("deregistered {recovered:?} after the table answered again");
+}
+
+/// A gates-only request is a reaction: it takes the runner's room for reactions (as the
+/// queue admits it), not a verification's. With one slot of each, a pod change that
+/// arrives while a gate is looked at waits for it, and a verification runs beside it.
+#[tokio::test]
+async fn a_gate_look_takes_a_reactions_slot_not_a_verifications() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use fakes::*;
+    use queue::{Queue, Want};
+    use runner::{Ending, Runner};
+
+    let (e, clock) = engine();
+    let e = e.with_settings(crate::reconcile::EngineSettings {
+        concurrency: 1,
+        ..crate::reconcile::EngineSettings::default()
+    });
+    let queue = Mutex::new(Queue::default());
+    {
+        let mut q = lock(&queue);
+        q.request("gate", Want::gates());
+        q.request("verify", Want::verify());
+    }
+    let wake = tokio::sync::Notify::new();
+    let (reactions, max_reactions) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let (verifications, beside) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let far = tokio::time::Instant::now() + Duration::from_secs(60);
+    Runner::new(&e, &queue, &wake)
+        .run(
+            Ending::Idle {
+                leases: far,
+                gates: far,
+                hand_on: true,
+            },
+            |key, want| {
+                let (reactions, max_reactions) = (&reactions, &max_reactions);
+                let (verifications, beside) = (&verifications, &beside);
+                let (queue, wake, clock) = (&queue, &wake, &clock);
+                async move {
+                    let counter = if want.reacts() {
+                        reactions
+                    } else {
+                        verifications
+                    };
+                    let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    if want.reacts() {
+                        max_reactions.fetch_max(n, Ordering::SeqCst);
+                    }
+                    if want.gates_only() {
+                        // A pod change of another group arrives while the gate is looked at.
+                        lock(queue).request("change", Want::change(clock.now()));
+                        wake.notify_one();
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if reactions.load(Ordering::SeqCst) > 0
+                        && verifications.load(Ordering::SeqCst) > 0
+                    {
+                        beside.fetch_add(1, Ordering::SeqCst);
+                    }
+                    counter.fetch_sub(1, Ordering::SeqCst);
+                    (key, want, Action::Done)
+                }
+            },
+        )
+        .await;
+    assert_eq!(
+        max_reactions.load(Ordering::SeqCst),
+        1,
+        "a gate look and a pod change ran at once with one slot for reactions"
+    );
+    assert!(
+        beside.load(Ordering::SeqCst) > 0,
+        "the verification waited for the gate look's slot"
+    );
+}
+
+/// A one-shot run plans each pass from the container's one index of bound groups: a
+/// group unbound while its request waits (here, parked on a lease another process
+/// holds) is not filled from the run's earlier view of its binding.
+#[tokio::test]
+async fn a_one_shot_run_plans_from_the_index_as_it_is_at_each_pass() {
+    use std::time::Duration;
+
+    use crate::reconcile::{EngineSettings, RunOptions};
+    use crate::state::{GroupState, LeaseView};
+    use fakes::*;
+
+    let (e, clock) = engine();
+    let e = e.with_settings(EngineSettings {
+        lease_wait: Some(Duration::from_secs(10)),
+        ..EngineSettings::default()
+    });
+    e.pods.put(web("web-1", "10.0.1.1").build());
+    e.state.put(
+        TG,
+        GroupState {
+            lease: Some(LeaseView {
+                owner: "pod-events-demo-other".into(),
+                until: clock.now().plus(Duration::from_secs(2)),
+            }),
+            ..GroupState::default()
+        },
+    );
+    let unbind = async {
+        // The run's first look finds the lease held, asks the holder for another pass
+        // (`dirty`) and parks the group.
+        let started = tokio::time::Instant::now();
+        while !e.state.stored(TG).dirty {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the run never found the lease held"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Meanwhile its tags are removed and re-read (the index lets it go), and the
+        // holder gives the lease back.
+        e.groups
+            .set_tag(TG, crate::core::binding::TAG_CLUSTER, None);
+        e.index.unbound(TG);
+        e.state.put(TG, GroupState::default());
+    };
+    let opts = RunOptions::default();
+    let (report, ()) = tokio::join!(e.resync(&opts), unbind);
+    assert!(
+        live(&e).is_empty(),
+        "a group no longer bound was filled: {:?}\n{report:#?}",
+        live(&e)
+    );
+    let group = report.group(TG).expect("the group is reported");
+    assert_eq!(
+        group.outcome,
+        crate::report::Outcome::BindingError,
+        "{group:#?}"
+    );
 }

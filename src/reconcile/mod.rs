@@ -23,7 +23,7 @@ pub use action::Action;
 pub(crate) use gates::Settled;
 pub(crate) use leased::DEFERRED;
 pub(crate) use observe::Observed;
-pub(crate) use pass::{CUT, PodReads};
+pub(crate) use pass::PodReads;
 pub use pod_event::{PodEvent, PodEventError};
 pub(crate) use read_ahead::ReadAhead;
 #[cfg(test)]

@@ -33,4 +33,16 @@ pub enum PodEventError {
     /// Target groups could not be discovered.
     #[error("discovering target groups failed: {0}")]
     Discovery(#[from] crate::groups::ElbError),
+    /// The change was not applied to these groups before the invocation ended, and
+    /// handing it on to the next run failed too.
+    #[error(
+        "the change was neither applied to {} nor handed on to the next run ({source}); the event is retried",
+        groups.join(", ")
+    )]
+    NotHandedOn {
+        /// The groups left unserved.
+        groups: Vec<String>,
+        /// Why handing them on failed.
+        source: crate::state::StateError,
+    },
 }

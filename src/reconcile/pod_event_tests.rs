@@ -536,3 +536,53 @@ async fn a_deleted_group_in_the_index_falls_back_to_discovery() {
     assert_eq!(calls("DescribeTargetGroups"), 1, "no second discovery");
     assert_eq!(live(&e, TG), ["10.0.1.1:8080", "10.0.1.2:8080"]);
 }
+
+/// A pod event whose change is not applied when the invocation ends (its registration
+/// failed, so the group backs off) hands the change on: the group's `dirty` flag and
+/// the cluster index's record of requests, which the next watching run serves first.
+#[tokio::test]
+async fn a_change_not_applied_is_handed_on() {
+    let e = engine();
+    e.pods.put(web("web-7", "10.0.1.7").build());
+    e.groups.set_failing_mutations(true);
+    let r = handle(
+        &e,
+        &exporter_event("web-7", "Started", json!({"app": "web"})),
+    )
+    .await;
+    assert!(live(&e, TG).is_empty(), "the registration failed");
+    assert_eq!(r.handed_on, [TG], "{r:#?}");
+    let meta = crate::state::StateStore::index_meta(&e.state, "demo")
+        .await
+        .unwrap();
+    assert!(
+        meta.requested.contains(TG),
+        "the next run is asked to serve the group first: {meta:?}"
+    );
+    assert!(
+        e.state.stored(TG).dirty,
+        "whoever next holds the lease serves it"
+    );
+}
+
+/// A pod event whose change was neither applied nor handed on (the state table cannot
+/// be read or written) answers an error, so Lambda retries the event and the dead-letter
+/// queue keeps it when it keeps failing.
+#[tokio::test]
+async fn a_change_neither_applied_nor_handed_on_is_an_error() {
+    let e = engine();
+    e.pods.put(web("web-7", "10.0.1.7").build());
+    e.state.set_failing(true);
+    let Parsed::Pod(p) = parse(
+        &exporter_event("web-7", "Started", json!({"app": "web"})),
+        "demo",
+    ) else {
+        panic!("not a pod event");
+    };
+    let answer = e
+        .pod_event(&p, Duration::ZERO, &RunOptions::default())
+        .await;
+    assert!(live(&e, TG).is_empty());
+    let err = answer.expect_err("the event must be retried");
+    assert!(err.to_string().contains(TG), "{err}");
+}
