@@ -547,3 +547,133 @@ fn the_readmes_reaction_times_are_the_benchmarks() {
     }
     assert!(quoted >= 2, "README.md's reaction row: {tgsync}");
 }
+
+/// The README's "Try it" gives the two commands a newcomer runs, and CI runs the README's
+/// test command (the one `.ci/run` says it runs), so the two cannot drift apart.
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let readme = read("README.md");
+    let try_it: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| *l != "## Try it")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .collect();
+    let commands: Vec<&str> = try_it
+        .iter()
+        .skip_while(|l| !l.starts_with("```sh"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        ["scripts/sandbox.sh", "scripts/test.sh"],
+        "README.md's Try it: {try_it:#?}"
+    );
+    for command in &commands {
+        assert!(root().join(command).is_file(), "{command} does not exist");
+    }
+    let ci = read(".ci/run");
+    let last = ci
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or_default();
+    assert_eq!(
+        last.split_whitespace().next(),
+        Some(commands[1]),
+        ".ci/run must end by running the README's test command; it ends with `{last}`"
+    );
+}
+
+/// The first number in a table cell such as `**190 s** (5 + 180, rounded up)`.
+fn seconds(cell: &str) -> u64 {
+    let digits: String = cell
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number in `{cell}`"))
+}
+
+/// The value of `key:` in the first YAML code block of `text` that has it.
+fn yaml_value(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key))
+        .map(seconds)
+        .unwrap_or_else(|| panic!("no `{key}` in the example"))
+}
+
+/// docs/operations.md's graceful termination sizes the pod's side from tgsync's
+/// deregistration latency and the load balancer's propagation: each recommended `preStop`
+/// covers the watch's budget plus its load balancer's allowance, each grace period leaves
+/// the app 30 s after it, and the README's example pod template is the NLB row (its ALB
+/// figures the ALB row), the same as the page's own.
+#[test]
+fn the_termination_example_covers_the_documented_budgets() {
+    let ops = read("docs/operations.md");
+    let section: String = ops
+        .lines()
+        .skip_while(|l| *l != "## Graceful termination")
+        .take_while(|l| *l == "## Graceful termination" || !l.starts_with("## "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let budgets: BTreeMap<String, u64> = table_rows(&section, "| | budget |")
+        .into_iter()
+        .map(|r| (r[0].to_owned(), seconds(r[1])))
+        .collect();
+    let watch = budgets["tgsync, watch mode (the default)"];
+    let sized = table_rows(&section, "| load balancer | `preStop` sleep |");
+    assert_eq!(sized.len(), 2, "{sized:?}");
+    let mut by_type = BTreeMap::new();
+    for row in &sized {
+        let (pre_stop, grace) = (seconds(row[1]), seconds(row[2]));
+        let propagation = budgets[&format!("{} propagation", row[0])];
+        assert!(
+            pre_stop >= watch + propagation && pre_stop < watch + propagation + 10,
+            "{}: a preStop of {pre_stop} s for {watch} s + {propagation} s",
+            row[0]
+        );
+        assert!(grace >= pre_stop + 30, "{}: grace {grace} s", row[0]);
+        by_type.insert(row[0], (pre_stop, grace));
+    }
+    let readme = read("README.md");
+    let example: String = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("**Pods that roll without dropped connections.**"))
+        .take_while(|l| !l.starts_with("### "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (nlb_pre_stop, nlb_grace) = by_type["NLB"];
+    assert_eq!(yaml_value(&example, "seconds:"), nlb_pre_stop);
+    assert_eq!(
+        yaml_value(&example, "terminationGracePeriodSeconds:"),
+        nlb_grace
+    );
+    let (alb_pre_stop, alb_grace) = by_type["ALB"];
+    assert!(
+        example.contains(&format!("{alb_pre_stop} s and {alb_grace} s")),
+        "README.md's ALB figures are not {alb_pre_stop} s and {alb_grace} s"
+    );
+    let block = |text: &str| -> String {
+        text.lines()
+            .skip_while(|l| *l != "```yaml")
+            .skip(1)
+            .take_while(|l| *l != "```")
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let page_example: String = section
+        .lines()
+        .skip_while(|l| !l.starts_with("The pod template for an NLB group"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        block(&example),
+        block(&page_example),
+        "README.md and docs/operations.md show different pod templates"
+    );
+}
