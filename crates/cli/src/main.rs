@@ -90,7 +90,7 @@ struct Global {
     /// Print JSON for machines instead of tables (never coloured).
     #[arg(long, global = true)]
     json: bool,
-    /// Colour: auto (on a terminal, unless NO_COLOR is set), always or never.
+    /// Colour: auto (on a terminal, unless NO_COLOR is set and not empty), always or never.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true, value_name = "WHEN")]
     color: ColorChoice,
     /// On failure, also print what the AWS SDK said.

@@ -150,7 +150,7 @@ impl Deployment {
     }
 
     /// The cluster: `--cluster`, else the stack's `ClusterName` output, else its
-    /// `ClusterName` parameter (the template's outputs have no cluster).
+    /// `ClusterName` parameter (a stack deployed before the template had that output).
     pub fn cluster(&self) -> Result<String, CliError> {
         if let Some(c) = &self.given.cluster {
             return Ok(c.clone());

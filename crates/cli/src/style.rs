@@ -1,13 +1,13 @@
-//! Colour: on for a terminal, off when the output is not one, with `NO_COLOR` set
-//! (https://no-color.org), with `--json`, or with `--color never`; `--color always` forces
-//! it (a pager that shows colour).
+//! Colour: on for a terminal, off when the output is not one, with `NO_COLOR` set to a
+//! non-empty value (https://no-color.org: an empty one is ignored), with `--json`, or
+//! with `--color never`; `--color always` forces it (a pager that shows colour).
 
 use std::io::IsTerminal;
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ColorChoice {
-    /// Colour when the output is a terminal and `NO_COLOR` is not set.
+    /// Colour when the output is a terminal and `NO_COLOR` is unset or empty.
     Auto,
     /// Always colour (overrides `NO_COLOR`).
     Always,
@@ -27,7 +27,16 @@ impl Style {
 
     /// For a stream that `is_terminal` or not.
     pub fn new(choice: ColorChoice, is_terminal: bool) -> Self {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Self::with_no_color(choice, is_terminal, std::env::var_os("NO_COLOR").as_deref())
+    }
+
+    /// For a stream that `is_terminal` or not, with `NO_COLOR` as given.
+    fn with_no_color(
+        choice: ColorChoice,
+        is_terminal: bool,
+        no_color: Option<&std::ffi::OsStr>,
+    ) -> Self {
+        let no_color = no_color.is_some_and(|v| !v.is_empty());
         Self {
             on: match choice {
                 ColorChoice::Always => true,
@@ -87,6 +96,26 @@ impl Style {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An empty `NO_COLOR` is ignored (https://no-color.org), as docs/cli.md says.
+    #[test]
+    fn only_a_non_empty_no_color_turns_colour_off() {
+        use std::ffi::OsStr;
+        let auto =
+            |v: Option<&str>| Style::with_no_color(ColorChoice::Auto, true, v.map(OsStr::new));
+        assert_eq!(auto(None), Style { on: true });
+        assert_eq!(auto(Some("")), Style { on: true });
+        assert_eq!(auto(Some("1")), Style::PLAIN);
+        assert_eq!(
+            Style::with_no_color(ColorChoice::Always, true, Some(OsStr::new("1"))),
+            Style { on: true }
+        );
+        let page = include_str!("../../../docs/cli.md");
+        assert!(
+            page.contains("`NO_COLOR` set to a non-empty value"),
+            "docs/cli.md must say that only a non-empty NO_COLOR turns colour off"
+        );
+    }
 
     #[test]
     fn paints_only_when_on() {

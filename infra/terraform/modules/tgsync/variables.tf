@@ -26,7 +26,7 @@ variable "selector" {
   type        = string
 
   validation {
-    # Each term: a label key ([prefix/]name), optionally = or == and a label value.
+    # Each term: a label key ([prefix/]name), optionally = and a label value (no ==).
     condition = alltrue([
       for term in split(" ", var.selector) :
       can(regex("^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(=([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)?$", term))
