@@ -42,6 +42,15 @@ pub(crate) enum Ending {
         /// The last time a key waiting for a gate may come back.
         gates: Instant,
     },
+    /// Once nothing asked for is left, or at `until` once no key is ready (a release:
+    /// each named group released or failed for good, or the invocation out of time). Until
+    /// then a key parked on a lease another process holds waits for it to be given back
+    /// (or to expire), and one that failed is tried again after [`Action::Failed`]'s
+    /// delay; a backoff or a cut pass is left to the next run.
+    Drain {
+        /// When waiting ends.
+        until: Instant,
+    },
 }
 
 impl Ending {
@@ -51,13 +60,14 @@ impl Ending {
     /// to be handed on.
     fn keeps(self, action: Action, want: Want, key: &str, left: &mut Vec<String>) -> Action {
         match (self, action) {
-            (Self::Idle { .. }, Action::Requeue | Action::Failed) => {
+            (Self::Idle { .. }, Action::Requeue | Action::Failed)
+            | (Self::Drain { .. }, Action::Requeue) => {
                 if want.changed {
                     left.push(key.to_owned());
                 }
                 Action::Done
             }
-            (Self::Idle { .. }, Action::BackOff { .. }) => Action::Done,
+            (Self::Idle { .. } | Self::Drain { .. }, Action::BackOff { .. }) => Action::Done,
             (_, action) => action,
         }
     }
@@ -122,6 +132,11 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                 Ending::Idle { leases, gates } => {
                     in_flight.is_empty() && !lock(self.queue).has_work(leases, gates)
                 }
+                Ending::Drain { until } => {
+                    let queue = lock(self.queue);
+                    in_flight.is_empty()
+                        && (queue.is_idle() || (now >= until && !queue.has_work(now, now)))
+                }
             };
             if over || engine.is_shutting_down() {
                 break;
@@ -154,6 +169,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             let look = (parked && looking.is_terminated()).then_some(next_lease_look);
             let end = match ending {
                 Ending::At(until) => Some(until),
+                Ending::Drain { until } => Some(until).filter(|u| *u > now),
                 Ending::Idle { .. } => None,
             };
             let sleep_until = [next, look, end].into_iter().flatten().min();
