@@ -14,9 +14,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
+use tgsync::clock::Clock as _;
+use tgsync::handlers::manual::Invocation;
 use tgsync::logging::LambdaLevel;
 use tgsync::metrics::emf_lines;
+use tgsync::reconcile::START_CUTOFF;
 use tgsync::report::{Outcome, Report};
+use tgsync::state::{Acquire, Change, Release, StateStore as _};
 use tgsync::testkit::PodBuilder;
 use world::World;
 
@@ -221,4 +225,161 @@ async fn release_payloads_are_strict() {
         let out = tgsync::handlers::resync::handle(&w.engine, &bad, None, Duration::ZERO).await;
         assert!(out.is_err(), "{bad} must be refused");
     }
+}
+
+/// Another process (a pod-events invocation) holding `arn`'s lease as `owner`: it
+/// takes it, keeps renewing it every second (the world's clock following real time, so
+/// the stored lease moves on) until `give_back` is due, then serves the request it was
+/// asked for meanwhile and gives the lease back, as a live holder does. Returns its
+/// renewals and whether it was asked to run again (`dirty`) before giving it back.
+async fn holder(
+    w: &World,
+    arn: &str,
+    owner: &str,
+    give_back: Option<Duration>,
+    run: Duration,
+) -> (u32, bool) {
+    let lease = Duration::from_secs(15);
+    let now = w.clock.now();
+    let taken = w
+        .engine
+        .state
+        .acquire(arn, owner, now, now.plus(lease))
+        .await
+        .expect("acquire");
+    assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+    let start = std::time::Instant::now();
+    let (mut last, mut renewed, mut next_renewal) = (start, 0, Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tick = last.elapsed();
+        last += tick;
+        w.clock
+            .advance(u64::try_from(tick.as_millis()).expect("ms"));
+        let elapsed = start.elapsed();
+        if give_back.is_some_and(|at| elapsed >= at) {
+            let asked = w
+                .item(arn)
+                .await
+                .and_then(|i| i.get("dirty").and_then(|d| d.as_bool().ok()).copied())
+                == Some(true);
+            // Asked to run again: one more pass, then the lease goes back.
+            for _ in 0..3 {
+                let now = w.clock.now();
+                match w
+                    .engine
+                    .state
+                    .release(arn, owner, now, now.plus(lease), &Change::default())
+                    .await
+                    .expect("release")
+                {
+                    Release::Released => return (renewed, asked),
+                    Release::RunAgain(_) => continue,
+                    Release::Lost => panic!("the holder's lease was taken from it"),
+                }
+            }
+            panic!("the holder could not give its lease back");
+        }
+        if elapsed >= run {
+            return (renewed, false);
+        }
+        if elapsed >= next_renewal {
+            next_renewal += Duration::from_secs(1);
+            let ok = w
+                .engine
+                .state
+                .renew(arn, owner, w.clock.now().plus(lease))
+                .await
+                .expect("renew");
+            assert!(ok, "the holder keeps its lease");
+            renewed += 1;
+        }
+    }
+}
+
+/// Invokes the manual function's handler with `payload`, as the release alias is
+/// invoked, with `left` before the start cut-off of its deadline.
+async fn invoke_manual(w: &World, payload: Value, left: Duration) -> Value {
+    let invocation = Invocation {
+        deadline: Some(w.clock.now().plus(START_CUTOFF + left)),
+        invoked_function_arn: String::new(),
+    };
+    tgsync::handlers::manual::handle(&w.engine, &payload, &invocation)
+        .await
+        .expect("the handler accepts the payload")
+}
+
+/// A release that finds the group's lease held by another process, which keeps renewing
+/// it, waits for it while the invocation lasts and then answers a failure that says
+/// what to do: it released nothing, and every owned target is still in the group.
+#[tokio::test]
+async fn a_release_of_a_group_whose_lease_another_process_keeps_is_a_failure() {
+    let w = World::new().await;
+    let arn = filled_group(&w).await;
+    let owner = format!("pod-events@{}#1", w.cluster);
+    let left = Duration::from_secs(4);
+    let started = std::time::Instant::now();
+    let ((renewed, _), done) = tokio::join!(
+        holder(&w, &arn, &owner, None, left + Duration::from_secs(2)),
+        async {
+            // The holder has its lease first.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let done = invoke_manual(&w, json!({"release": [arn]}), left).await;
+            (done, started.elapsed())
+        }
+    );
+    let (done, took) = done;
+    assert!(
+        renewed >= 4,
+        "the holder kept renewing its lease: {renewed}"
+    );
+    let g = &done["groups"][0];
+    assert_eq!(g["outcome"], "failed", "{done:#}");
+    assert_eq!(done["totals"]["errors"], 1, "{done:#}");
+    assert_eq!(done["totals"]["released"], 0);
+    assert!(g["leaseUntil"].as_u64().is_some(), "{done:#}");
+    let error = g["error"].as_str().expect("an error");
+    assert!(error.contains("invoke the release again"), "{error}");
+    assert!(
+        took >= left,
+        "it waited for the lease while the invocation lasted: answered after {took:?}"
+    );
+    assert_eq!(
+        w.targets(&arn).await,
+        ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.200.9:8080"],
+        "nothing was released"
+    );
+    assert_eq!(w.ledger(&arn).await, ["10.0.1.1:8080", "10.0.1.2:8080"]);
+}
+
+/// A holder that gives the lease back while the release waits for it: the release then
+/// runs, deregisters what this cluster owns and deletes the group's rows.
+#[tokio::test]
+async fn a_release_waits_for_a_holder_that_gives_the_lease_back() {
+    let w = World::new().await;
+    let arn = filled_group(&w).await;
+    let owner = format!("pod-events@{}#1", w.cluster);
+    let give_back = Duration::from_millis(2_500);
+    let started = std::time::Instant::now();
+    let ((renewed, asked), done) = tokio::join!(
+        holder(&w, &arn, &owner, Some(give_back), Duration::from_secs(30)),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let done = invoke_manual(&w, json!({"release": [arn]}), Duration::from_secs(20)).await;
+            (done, started.elapsed())
+        }
+    );
+    let (done, took) = done;
+    assert!(
+        asked && renewed >= 2,
+        "the race was staged: the release found the lease held and asked the holder ({asked}, {renewed} renewals)"
+    );
+    assert!(took >= give_back, "it waited: {took:?}");
+    let g = &done["groups"][0];
+    assert_eq!(g["outcome"], "released", "{done:#}");
+    assert_eq!(g["deregistered"], json!(["10.0.1.1:8080", "10.0.1.2:8080"]));
+    assert_eq!(done["totals"]["errors"], 0, "{done:#}");
+    assert_eq!(w.targets(&arn).await, ["10.0.200.9:8080"]);
+    assert!(w.item(&arn).await.is_none(), "the group's item is deleted");
+    assert!(indexed(&w).await.is_empty(), "and its index row");
 }

@@ -8,7 +8,9 @@
 //! afresh (see `reconcile::leased`). A request parked on a lease another process holds
 //! is served when the lease is given back, while the run's `lease_wait` allows; a gate
 //! a pod event waits for is looked at every second while the invocation allows. What a
-//! one-shot run leaves (a backoff, a retry) is the next run's.
+//! one-shot run leaves (a backoff, a retry) is the next run's. A release waits for a held
+//! lease (and retries a failed take) while the invocation lasts; a group it could not
+//! release is a failure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,7 +25,7 @@ use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
 use crate::reconcile::{
     Action, Bindings, BoundGroup, DEFERRED, Observed, PodReads, ReadAhead, RunOptions,
-    START_CUTOFF, Scope, Settled,
+    START_CUTOFF, Scope, Settled, unreleased,
 };
 use crate::report::{GroupReport, Outcome, Report};
 use crate::state::StateStore;
@@ -270,23 +272,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let wake = tokio::sync::Notify::new();
         Runner::new(self, &queue, &wake)
-            .run(
-                self.one_shot_ending(opts, false).without_hand_on(),
-                |arn, want| {
-                    let (results, notes) = (&results, &notes);
-                    async move {
-                        let (group, note, action) = self.release_group(&arn, opts).await;
-                        self.pass_done(&group, opts.dry_run, None);
-                        results.keep(group);
-                        if let Some(note) = note {
-                            lock(notes).insert(arn.clone(), note);
-                        }
-                        (arn, want, action)
+            .run(self.release_ending(opts), |arn, want| {
+                let (results, notes) = (&results, &notes);
+                async move {
+                    let (group, note, action) = self.release_group(&arn, opts).await;
+                    self.pass_done(&group, opts.dry_run, None);
+                    results.keep(group);
+                    if let Some(note) = note {
+                        lock(notes).insert(arn.clone(), note);
                     }
-                },
-            )
+                    (arn, want, action)
+                }
+            })
             .await;
         report.groups = results.into_reports();
+        // What the invocation could not serve released nothing: a failure.
+        report.groups.iter_mut().for_each(unreleased);
         report.notes.extend(
             notes
                 .into_inner()
@@ -296,16 +297,36 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         report.finish(self.clock.now())
     }
 
+    /// How a release ends: once each named group is released or failed for good, or
+    /// when the invocation must stop starting passes ([`START_CUTOFF`] before its
+    /// deadline) — a group whose lease another process holds is waited for until then
+    /// (the holder may give it back any time), and a failed lease take is tried again.
+    /// Without a deadline, a held lease is waited for `lease_wait`.
+    fn release_ending(&self, opts: &RunOptions) -> Ending {
+        let left = self
+            .time_to_start(opts)
+            .unwrap_or_else(|| self.settings.lease_wait.unwrap_or_default());
+        Ending::Drain {
+            until: Instant::now() + left,
+        }
+    }
+
+    /// How long a one-shot run may still start passes: until [`START_CUTOFF`] before
+    /// its deadline; `None` without one (a deadline not in the future is not a real one:
+    /// `cargo lambda watch` sends a duration there).
+    fn time_to_start(&self, opts: &RunOptions) -> Option<std::time::Duration> {
+        let now = self.clock.now();
+        opts.deadline
+            .filter(|d| *d > now)
+            .map(|d| std::time::Duration::from_millis(d.0 - now.0).saturating_sub(START_CUTOFF))
+    }
+
     /// How a one-shot run ends: once nothing is left, keeping requests parked on a
     /// lease another process holds for `lease_wait`, and (with `gates`) a pod's gate
     /// looked at for as long as the invocation allows — always [`START_CUTOFF`] before
     /// its deadline.
     pub(crate) fn one_shot_ending(&self, opts: &RunOptions, gates: bool) -> Ending {
-        let now = self.clock.now();
-        let left = opts
-            .deadline
-            .filter(|d| *d > now)
-            .map(|d| std::time::Duration::from_millis(d.0 - now.0).saturating_sub(START_CUTOFF));
+        let left = self.time_to_start(opts);
         let by_deadline = within(left);
         let leases =
             within(self.settings.lease_wait.or(Some(std::time::Duration::ZERO))).min(by_deadline);
@@ -314,11 +335,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         } else {
             Instant::now()
         };
-        Ending::Idle {
-            leases,
-            gates,
-            hand_on: true,
-        }
+        Ending::Idle { leases, gates }
     }
 
     /// One pass over `bound` through a one-shot run (see the module docs): the groups in

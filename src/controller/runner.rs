@@ -36,16 +36,22 @@ pub(crate) enum Ending {
     /// Once nothing is left to run (a one-shot run: a manual run, a pod event, a
     /// release). A key waiting for a lease another process holds is waited for while it
     /// comes back by `leases`, a key waiting for a gate while it comes back by `gates`;
-    /// one that failed, was cut or backs off is not run again: with `hand_on`, every
-    /// request the run could not serve is handed on to the next run.
+    /// one that failed, was cut or backs off is not run again: every request the run
+    /// could not serve is handed on to the next run.
     Idle {
         /// The last time a key parked on a lease may come back.
         leases: Instant,
         /// The last time a key waiting for a gate may come back.
         gates: Instant,
-        /// Whether what the run could not serve is handed on (a release's is not: its
-        /// request is a release, which a reconcile pass would not serve).
-        hand_on: bool,
+    },
+    /// Once nothing asked for is left, or at `until` once no key is ready (a release:
+    /// each named group released or failed for good, or the invocation out of time). Until
+    /// then a key parked on a lease another process holds waits for it to be given back
+    /// (or to expire), and one that failed is tried again after [`Action::Failed`]'s
+    /// delay; a backoff or a cut pass is left to the next run.
+    Drain {
+        /// When waiting ends.
+        until: Instant,
     },
 }
 
@@ -62,6 +68,9 @@ impl Ending {
                 }
                 Action::Done
             }
+            // A release's request is a release, which no reconcile pass would serve: it
+            // is not handed on (its report says what it could not release).
+            (Self::Drain { .. }, Action::Requeue | Action::BackOff { .. }) => Action::Done,
             (_, action) => action,
         }
     }
@@ -73,27 +82,13 @@ impl Ending {
         match self {
             Self::At(_) => queue.pending_changes(),
             Self::Idle { .. } => queue.pending_requests(),
-        }
-    }
-
-    /// The same ending, handing nothing on (a release: see [`Ending::Idle`]).
-    pub(crate) fn without_hand_on(self) -> Self {
-        match self {
-            Self::Idle { leases, gates, .. } => Self::Idle {
-                leases,
-                gates,
-                hand_on: false,
-            },
-            at @ Self::At(_) => at,
+            Self::Drain { .. } => Vec::new(),
         }
     }
 
     /// Whether what the run could not serve is handed on.
     fn hands_on(self) -> bool {
-        match self {
-            Self::At(_) => true,
-            Self::Idle { hand_on, .. } => hand_on,
-        }
+        !matches!(self, Self::Drain { .. })
     }
 }
 
@@ -183,6 +178,11 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                 Ending::Idle { leases, gates, .. } => {
                     in_flight.is_empty() && !lock(self.queue).has_work(leases, gates)
                 }
+                Ending::Drain { until } => {
+                    let queue = lock(self.queue);
+                    in_flight.is_empty()
+                        && (queue.is_idle() || (now >= until && !queue.has_work(now, now)))
+                }
             };
             if over || engine.is_shutting_down() {
                 break;
@@ -217,6 +217,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             let look = (parked && looking.is_terminated()).then_some(next_lease_look);
             let end = match ending {
                 Ending::At(until) => Some(until),
+                Ending::Drain { until } => Some(until).filter(|u| *u > now),
                 Ending::Idle { .. } => None,
             };
             let sleep_until = [next, look, end].into_iter().flatten().min();

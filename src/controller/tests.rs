@@ -204,7 +204,6 @@ async fn a_gate_look_takes_a_reactions_slot_not_a_verifications() {
             Ending::Idle {
                 leases: far,
                 gates: far,
-                hand_on: true,
             },
             |key, want| {
                 let (reactions, max_reactions) = (&reactions, &max_reactions);

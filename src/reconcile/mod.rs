@@ -26,6 +26,7 @@ pub(crate) use observe::Observed;
 pub(crate) use pass::PodReads;
 pub use pod_event::{PodEvent, PodEventError};
 pub(crate) use read_ahead::ReadAhead;
+pub(crate) use release::unreleased;
 #[cfg(test)]
 mod motion_tests;
 #[cfg(test)]

@@ -14,11 +14,32 @@ use crate::groups::{ElbError, TargetGroupApi};
 use crate::lease::{self, PassEnd, RunEnd, Taken};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Orphan, Outcome};
-use crate::state::{Change, GroupState, StateStore};
+use crate::state::{Change, GroupState, StateError, StateStore};
+
+/// A release's group with no time left to start it.
+const NOT_STARTED: &str = "the invocation is near its deadline; nothing was released";
 
 /// The name in a target group ARN (`…:targetgroup/<name>/<id>`).
 fn name_of(arn: &str) -> String {
     arn.rsplit('/').nth(1).unwrap_or(arn).to_owned()
+}
+
+/// A release's group as the invocation ends with it: one still waiting for a lease
+/// another process holds, or never started for want of time, released nothing and
+/// is a failure that says what to do (the outcomes tell which: nothing here reads
+/// a message).
+pub(crate) fn unreleased(report: &mut GroupReport) {
+    let error = match report.outcome {
+        Outcome::LeaseHeld => {
+            "nothing was released: another process held the group's lease for as long as this invocation could wait; invoke the release again (a holder that died frees the group at leaseUntil)"
+        }
+        Outcome::Deferred => {
+            "nothing was released: the invocation was too close to its deadline to start it; invoke the release again"
+        }
+        _ => return,
+    };
+    report.outcome = Outcome::Failed;
+    report.error = Some(error.into());
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
@@ -48,22 +69,35 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             self.plan_release(arn, &mut report).await;
             return (report, note, Action::Done);
         }
+        if self.past_start_deadline(opts) {
+            report.outcome = Outcome::Deferred;
+            report.error = Some(NOT_STARTED.into());
+            return (report, note, Action::Requeue);
+        }
         let (lease, state) = match self.take_lease(arn).await {
             Ok(Taken::Held(lease, state)) => (lease, state),
             Ok(Taken::Busy(busy)) => {
                 report.outcome = Outcome::LeaseHeld;
                 report.lease_until = Some(busy.until);
-                report.error = Some(
-                    "another reconcile kept the group's lease; nothing was released, invoke the release again".into(),
-                );
+                report.error = Some(format!(
+                    "another process ({}) holds the group's lease; nothing was released yet: the release waits for it while the invocation lasts",
+                    busy.owner
+                ));
                 return (report, note, Action::LeaseHeld { until: busy.until });
             }
             Err(e) => {
                 report.outcome = Outcome::Failed;
                 report.error = Some(format!(
-                    "taking the lease failed, nothing was released: {e}"
+                    "taking the lease failed, nothing was released: {e}; invoke the release again"
                 ));
-                return (report, note, Action::Done);
+                // Tried again while the invocation lasts, unless no retry can help.
+                let action = match e {
+                    StateError::NoTable { .. }
+                    | StateError::Malformed { .. }
+                    | StateError::TooLarge { .. } => Action::Done,
+                    _ => Action::Failed,
+                };
+                return (report, note, action);
             }
         };
         let holding = self.holding();
@@ -77,20 +111,37 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             )
             .await;
         drop(holding);
-        match end {
-            RunEnd::Released => self.retire_released(arn, &mut report).await,
-            RunEnd::Lost if report.error.is_none() => {
-                report.outcome = Outcome::Failed;
-                report.error =
-                    Some("the lease was lost during the release; invoke the release again".into());
+        let action = match end {
+            RunEnd::Released => {
+                self.retire_released(arn, &mut report).await;
+                Action::Done
+            }
+            // No time was left for a pass: nothing was released.
+            RunEnd::GivenUp if report.passes == 0 => {
+                report.outcome = Outcome::Deferred;
+                report.error = Some(NOT_STARTED.into());
+                Action::Requeue
+            }
+            // The pass failed (its report says how): an operator's to look at now.
+            RunEnd::GivenUp => Action::Done,
+            // The lease was lost or the pass cut before it finished: again while the
+            // invocation lasts (a new holder parks it).
+            RunEnd::Lost | RunEnd::Cut => {
+                if report.error.is_none() {
+                    report.outcome = Outcome::Failed;
+                    report.error = Some(
+                        "the lease was lost during the release; invoke the release again".into(),
+                    );
+                }
+                Action::Failed
             }
             RunEnd::Aborted => {
                 report.outcome = Outcome::Aborted;
                 report.error = Some("aborted at an injected fault".into());
+                Action::Done
             }
-            _ => {}
-        }
-        (report, note, Action::Done)
+        };
+        (report, note, action)
     }
 
     /// Dry run: what a release of `arn` would do.

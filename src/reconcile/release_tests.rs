@@ -101,9 +101,46 @@ async fn a_release_never_runs_beside_a_lease_holder() {
     assert!(matches!(held, Acquire::Acquired(_)));
     let (arns, opts) = release_of(&[TG], false);
     let r = e.release(&arns, &opts).await;
-    assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld, "{r:#?}");
+    // It released nothing: a failure that says when the holder's lease ends and what
+    // to do, not a `leaseHeld` that counts as no error.
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Failed, "{r:#?}");
+    assert_eq!(r.totals.errors, 1);
+    assert!(g.lease_until.is_some());
+    assert!(
+        g.error
+            .as_deref()
+            .is_some_and(|e| e.contains("invoke the release again")),
+        "{g:#?}"
+    );
     assert_eq!(e.groups.live_targets(TG), [t("10.0.1.1:8080")], "untouched");
     assert_eq!(e.state.ledger(TG).len(), 1);
+}
+
+/// A lease take that fails (the state table in trouble) is tried again, by the queue's
+/// retry policy, while the invocation lasts: the release goes through once the table
+/// answers again.
+#[tokio::test]
+async fn a_failed_lease_take_is_tried_again_while_the_invocation_lasts() {
+    let (e, clock) = engine();
+    e.resync(&RunOptions::default()).await;
+    let (arns, mut opts) = release_of(&[TG], false);
+    opts.deadline = Some(
+        clock
+            .now()
+            .plus(super::START_CUTOFF + std::time::Duration::from_secs(10)),
+    );
+    e.state.set_failing(true);
+    let recover = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        e.state.set_failing(false);
+    };
+    let (r, ()) = tokio::join!(e.release(&arns, &opts), recover);
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Released, "{r:#?}");
+    assert_eq!(g.deregistered, [t("10.0.1.1:8080")]);
+    assert!(e.groups.live_targets(TG).is_empty());
+    assert!(!e.state.has_item(TG), "its item is deleted");
 }
 
 /// A ledger written before the index existed (an upgrade) is indexed by the next full

@@ -305,7 +305,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             } else {
                 print(&output::released(&report, style))?;
             }
-            Ok(if output::failed(&report) {
+            Ok(if output::release_failed(&report) {
                 exit::ERROR
             } else {
                 exit::OK

@@ -364,6 +364,13 @@ pub fn failed(r: &Report) -> bool {
             .any(|g| g.outcome.is_error() || !g.failed_targets.is_empty())
 }
 
+/// Whether a release failed: anything [`failed`] counts, or a group it did not release
+/// (its holder kept the lease, the invocation ran out of time): a release that
+/// released nothing is never a success, whatever the function's release calls it.
+pub fn release_failed(r: &Report) -> bool {
+    failed(r) || r.groups.iter().any(|g| g.outcome != Outcome::Released)
+}
+
 /// `tgsync sync`.
 pub fn sync(r: &Report, style: Style) -> String {
     let mut out = format!(
@@ -493,6 +500,21 @@ pub fn released(r: &Report, style: Style) -> String {
     for n in &r.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
+    let unreleased: Vec<&str> = r
+        .groups
+        .iter()
+        .filter(|g| g.outcome != Outcome::Released)
+        .map(|g| g.name.as_str())
+        .collect();
+    if !unreleased.is_empty() {
+        let line = format!(
+            "error: {} of {} group(s) not released ({}): see ERROR, then run `tgsync release` for them again",
+            unreleased.len(),
+            r.groups.len(),
+            unreleased.join(", ")
+        );
+        let _ = writeln!(out, "\n{}", style.red(&line));
+    }
     out
 }
 
@@ -513,6 +535,35 @@ mod tests {
         let now = UnixMillis(1_000_000);
         assert_eq!(relative(UnixMillis(988_000), now), "12 s ago");
         assert_eq!(relative(UnixMillis(1_300_000), now), "in 5 min");
+    }
+
+    /// A release the function answered with a group not released (its lease held by
+    /// another process until the end, as a function of an earlier release answers) is
+    /// a failure: `tgsync release` exits 1 and says what to do.
+    #[test]
+    fn a_release_that_released_nothing_fails() {
+        let mut r = Report::new("manual", "demo", false, UnixMillis(1_000_000));
+        let mut busy = GroupReport::new("arn:b", "busy", Outcome::LeaseHeld);
+        busy.lease_until = Some(UnixMillis(1_015_000));
+        busy.error = Some("another reconcile kept the group's lease".into());
+        r.groups.push(busy);
+        r.groups
+            .push(GroupReport::new("arn:w", "web", Outcome::Released));
+        let r = r.finish(UnixMillis(1_005_000));
+        assert!(release_failed(&r), "{r:#?}");
+        let text = released(&r, Style::PLAIN);
+        assert!(
+            text.contains("error: 1 of 2 group(s) not released (busy)")
+                && text.contains("run `tgsync release` for them again"),
+            "{text}"
+        );
+        // Every group released: a success, and no such line.
+        let mut ok = Report::new("manual", "demo", false, UnixMillis(1_000_000));
+        ok.groups
+            .push(GroupReport::new("arn:w", "web", Outcome::Released));
+        let ok = ok.finish(UnixMillis(1_005_000));
+        assert!(!release_failed(&ok));
+        assert!(!released(&ok, Style::PLAIN).contains("not released"));
     }
 
     #[test]
