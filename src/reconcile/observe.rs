@@ -128,10 +128,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .backoff
             .gate(state.backoff.as_ref(), now, opts.force);
         let busy = state.held_by_other(None, now) || state.dirty;
-        let elsewhere = self
-            .leases
-            .elsewhere(arn, state.lease.as_ref(), now, &self.settings.lease)
-            .filter(|_| !opts.dry_run);
+        // (A dry run writes nothing, and asks no holder.)
+        let elsewhere = if opts.dry_run {
+            None
+        } else {
+            self.leases
+                .elsewhere(arn, state.lease.as_ref(), now, &self.settings.lease)
+        };
         // A request for a pass that no holder serves (its holder gave up, or a run
         // handed it on): this pass takes the lease, which clears it, even if nothing is
         // to change, and records the checkpoint the flag kept it from.
