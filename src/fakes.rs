@@ -938,8 +938,9 @@ impl FakeState {
         self.leave_out.store(leave_out, Ordering::SeqCst);
     }
 
-    /// How many acquisitions found the lease held by someone else (each set `dirty`):
-    /// race tests check that the race they stage really happened.
+    /// How many acquisitions (and looks that asked the holder) found the lease held by
+    /// someone else (each set `dirty`): race tests check that the race they stage really
+    /// happened.
     pub fn contended(&self) -> u64 {
         self.leases_held_elsewhere.load(Ordering::SeqCst)
     }
@@ -1038,6 +1039,28 @@ impl StateStore for FakeState {
                 Ok(Acquire::Acquired(entry.clone()))
             }
         }
+    }
+
+    async fn ask_holder(
+        &self,
+        group: &str,
+        holder: &str,
+        held_after: UnixMillis,
+    ) -> Result<bool, StateError> {
+        self.check("UpdateItem").await?;
+        let mut groups = lock(&self.groups);
+        let Some(entry) = groups.get_mut(group) else {
+            return Ok(false);
+        };
+        let held = entry
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.owner == holder && l.until >= held_after);
+        if held {
+            entry.dirty = true;
+            self.leases_held_elsewhere.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(held)
     }
 
     async fn renew(&self, group: &str, owner: &str, until: UnixMillis) -> Result<bool, StateError> {

@@ -276,6 +276,20 @@ pub trait StateStore: Send + Sync {
         until: UnixMillis,
     ) -> impl Future<Output = Result<Acquire, StateError>> + Send;
 
+    /// Asks the lease's holder for another pass without taking the lease: sets `dirty`
+    /// while `holder` holds it with an expiry at or after `held_after` (the caller's
+    /// now less the takeover grace: a lease nobody may take over yet), as
+    /// [`StateStore::acquire`] does when it finds the lease held. `Ok(false)` when
+    /// `holder` no longer holds it (given back, expired, taken over): nothing written.
+    /// What a look writes when the group's item shows the lease held elsewhere, before
+    /// any ELBv2 read.
+    fn ask_holder(
+        &self,
+        group: &str,
+        holder: &str,
+        held_after: UnixMillis,
+    ) -> impl Future<Output = Result<bool, StateError>> + Send;
+
     /// Extends `owner`'s lease to `until` while it is still `owner`'s — also after it
     /// expired, if nobody else took it meanwhile (a slow holder takes its lease back);
     /// `Ok(false)` when another holder has it or it was given up (the holder must stop

@@ -361,6 +361,29 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     ));
 }
 
+/// A look that finds the lease held elsewhere asks the holder for a pass without taking
+/// the lease: `dirty` is set only while that holder still holds it (its expiry at or
+/// after the time given), and nothing is written otherwise.
+#[tokio::test]
+async fn asking_the_holder_marks_it_dirty_only_while_it_holds_the_lease() {
+    let (_, state) = store().await;
+    assert!(!state.ask_holder(GROUP, "a", T0).await.expect("ask"));
+    assert_eq!(state.load(GROUP).await.expect("load"), Default::default());
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    let asked = |holder: &'static str, after: UnixMillis| {
+        let state = state.clone();
+        async move { state.ask_holder(GROUP, holder, after).await.expect("ask") }
+    };
+    assert!(!asked("b", at(1)).await, "not b's lease");
+    assert!(!asked("a", at(16)).await, "a's lease ends at 15 s");
+    assert!(!state.load(GROUP).await.expect("load").dirty);
+    assert!(asked("a", at(15)).await);
+    let s = state.load(GROUP).await.expect("load");
+    assert!(s.dirty, "{s:?}");
+    assert_eq!(s.lease.map(|l| l.owner).as_deref(), Some("a"), "not taken");
+    assert_eq!(state.leases_found_held(), 1);
+}
+
 /// A holder shutting down hands its lease over: shortened (to the write margin) with a
 /// request for another pass, so its group's next holder takes it when it ends and serves
 /// the request, even if the holder never gives it back.

@@ -267,3 +267,151 @@ async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
         "the 17th group's NotReady pod left after {left:?} (want within 1 s)"
     );
 }
+
+/// A group whose item shows a lease held elsewhere is parked before any ELBv2 read. At
+/// the template's settings (the resync's half of 8 Describe calls a second, over 2-s
+/// windows), 20 groups' leases are held by another process that keeps renewing them
+/// while each of them has a pod to register; the watching invocation of a warm
+/// container sees those 20 changes, and then a pod of a 21st group turns NotReady: its
+/// target leaves within a second. (Before, each held group's pass read its target
+/// health only to learn that it could not write, and those 20 reads filled the
+/// Describe budget ahead of the 21st group's: 3.2 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_whose_leases_are_held_elsewhere_read_no_target_health() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tgsync::aws::{Elbv2TargetGroups, MutationRate};
+    use tgsync::state::{Acquire, StateStore as _};
+    const HELD: usize = 20;
+    let w = World::new().await;
+    let mut arns = Vec::new();
+    for i in 0..=HELD {
+        let app = format!("app{i}");
+        arns.push(w.group("shop", &format!("app={app}"), 8080, &[]).await);
+        w.put_pod(pod("shop", &app, &format!("{app}-1"), &format!("10.0.{i}.1")).build());
+    }
+    let (held, web) = (&arns[..HELD], &arns[HELD]);
+    // Every group holds its pod's target (set up unpaced).
+    let setup = w.resync().await;
+    assert_eq!(setup.totals.registered, HELD + 1, "{setup:#?}");
+    // The engine as the template deploys the resync, its ELBv2 calls counted by a proxy.
+    let proxy = chaos_proxy::ChaosProxy::transparent().await;
+    let (mutations, describes) = MutationRate::container_shares(5, 8, 0.5, 1).expect("rates");
+    let groups =
+        Elbv2TargetGroups::from_sdk_config(&chaos_proxy::sdk_config(&proxy).await, mutations)
+            .with_describe_rate(describes);
+    let engine = w.engine_over(groups);
+    // A warm container: its first invocation lists and watches the namespace.
+    invoke(&engine, &w.clock, Duration::from_secs(3)).await;
+    // Another process of the deployment takes the 20 groups' leases and keeps renewing
+    // them; each of those groups gets a new pod, a change the holder would serve.
+    let holder = format!("resync@{}#elsewhere", w.cluster);
+    let now = w.clock.now();
+    for arn in held {
+        let taken = w
+            .engine
+            .state
+            .acquire(arn, &holder, now, now.plus(Duration::from_secs(15)))
+            .await
+            .expect("acquire");
+        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+    }
+    let (renewing, renewals, refused) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let renewer = {
+        let (state, clock, held) = (w.engine.state.clone(), w.clock.clone(), held.to_vec());
+        let (renewing, renewals, refused, holder) = (
+            renewing.clone(),
+            renewals.clone(),
+            refused.clone(),
+            holder.clone(),
+        );
+        tokio::spawn(async move {
+            while renewing.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for arn in &held {
+                    let until = tgsync::clock::Clock::now(&clock).plus(Duration::from_secs(15));
+                    match state.renew(arn, &holder, until).await {
+                        Ok(true) => renewals.fetch_add(1, Ordering::SeqCst),
+                        _ => refused.fetch_add(1, Ordering::SeqCst),
+                    };
+                }
+            }
+        })
+    };
+    for i in 0..HELD {
+        let app = format!("app{i}");
+        w.put_pod(pod("shop", &app, &format!("{app}-2"), &format!("10.0.{i}.2")).build());
+    }
+    let (records_before, requests_before) =
+        (proxy.records().len(), w.emulator.faults().requests().len());
+    let invocation = invoke(&engine, &w.clock, Duration::from_secs(8));
+    let change = async {
+        // Once the invocation's watch has resumed (and seen the 20 new pods), the 21st
+        // group's pod turns NotReady.
+        let started = Instant::now();
+        while !w.emulator.faults().requests()[requests_before..]
+            .iter()
+            .any(|q| q.is_watch())
+        {
+            assert!(started.elapsed() < Duration::from_secs(5), "no watch");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        w.emulator
+            .store()
+            .update_pod("shop", &format!("app{HELD}-1"), |p| {
+                set_condition(p, "Ready", false)
+            });
+        until_targets(&w, web, &[], Duration::from_secs(20)).await
+    };
+    let (report, left) = tokio::join!(invocation, change);
+    renewing.store(false, Ordering::SeqCst);
+    renewer.await.expect("the renewals");
+    let read_held = proxy.records()[records_before..]
+        .iter()
+        .filter(|r| r.operation == "DescribeTargetHealth")
+        .filter(|r| {
+            let body = chaos_proxy::percent_decode(&r.body);
+            held.iter().any(|arn| body.contains(arn.as_str()))
+        })
+        .count();
+    let mut asked = 0;
+    for (i, arn) in held.iter().enumerate() {
+        let item = w.item(arn).await.expect("an item");
+        assert_eq!(
+            item.get("owner").and_then(|o| o.as_s().ok()),
+            Some(&holder),
+            "{arn}: the lease stayed the other process's"
+        );
+        asked += usize::from(item.get("dirty").and_then(|d| d.as_bool().ok()) == Some(&true));
+        assert_eq!(w.targets(arn).await, [format!("10.0.{i}.1:8080")], "{arn}");
+    }
+    eprintln!(
+        "the 21st group's target left {left:?} after its pod turned NotReady; {read_held} health reads of the held groups; {} renewals; watch: {}",
+        renewals.load(Ordering::SeqCst),
+        report["watch"]
+    );
+    // The race this is about: the leases were held and renewed throughout the
+    // invocation, and every held group's pass met its lease and asked the holder.
+    assert_eq!(refused.load(Ordering::SeqCst), 0, "a renewal was refused");
+    assert!(
+        renewals.load(Ordering::SeqCst) >= 4 * HELD,
+        "the holder kept renewing"
+    );
+    assert_eq!(
+        asked, HELD,
+        "every held group's holder was asked for a pass"
+    );
+    assert_eq!(
+        read_held, 0,
+        "target health of groups whose leases were held elsewhere was read"
+    );
+    assert!(
+        left < Duration::from_secs(1),
+        "the 21st group's NotReady pod left after {left:?} (want under 1 s)"
+    );
+}

@@ -156,8 +156,9 @@ impl DynamoState {
         self
     }
 
-    /// How many lease acquisitions found the lease held by someone else (and marked it
-    /// dirty): how often reconciles of one group met, for benchmarks and race tests.
+    /// How many lease acquisitions (and looks that asked the holder) found the lease held
+    /// by someone else and marked it dirty: how often reconciles of one group met, for
+    /// benchmarks and race tests.
     pub fn leases_found_held(&self) -> u64 {
         self.contended.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -387,6 +388,29 @@ impl StateStore for DynamoState {
                  the group is retried on the next run"
             ),
         })
+    }
+
+    async fn ask_holder(
+        &self,
+        group: &str,
+        holder: &str,
+        held_after: UnixMillis,
+    ) -> Result<bool, StateError> {
+        let mark = Update::default()
+            .set("#d = :true")
+            .condition("#o = :holder AND #u >= :now")
+            .value(
+                ":holder",
+                aws_sdk_dynamodb::types::AttributeValue::S(holder.to_owned()),
+            )
+            .value(":now", items::n(held_after.0))
+            .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true));
+        let asked = self.update(group, mark, false).await?.is_ok();
+        if asked {
+            self.contended
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(asked)
     }
 
     async fn renew(&self, group: &str, owner: &str, until: UnixMillis) -> Result<bool, StateError> {

@@ -44,13 +44,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     .await
             }
             Ok(Taken::Busy(busy)) => {
-                report.outcome = Outcome::LeaseHeld;
-                report.error = Some(format!(
-                    "another reconcile ({}) holds the lease; it was asked to run again",
-                    busy.owner
-                ));
-                report.lease_until = Some(busy.until);
-                (report, Action::LeaseHeld { until: busy.until })
+                let action = super::elsewhere::lease_held(&mut report, &busy);
+                (report, action)
             }
             Err(e) => {
                 report.outcome = Outcome::Failed;
@@ -74,6 +69,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         prior: Option<PriorRead>,
     ) -> (GroupReport, Action) {
         let _holding = self.holding();
+        // A look of this container at the group meanwhile does not take it for a lease
+        // held elsewhere.
+        let _ours = self.leases.ours(lease.owner());
         // The observation's counts are redone by the passes.
         report.passes = 0;
         report.gates_opened.clear();

@@ -9,6 +9,7 @@
 //! against in-memory fakes in race and fault tests.
 
 mod action;
+mod elsewhere;
 mod gates;
 mod leased;
 mod observe;
@@ -151,6 +152,9 @@ pub struct Reconciler<P, G, S> {
     /// Each group's newest tag read in this container (a pass's re-read serves the
     /// passes after it for `binding_max_age`).
     tag_reads: tag_reads::TagReads,
+    /// The leases this container's passes hold, and since when looks find each group's
+    /// lease held elsewhere (see [`elsewhere`]).
+    leases: elsewhere::Leases,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
@@ -182,6 +186,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             gates_said: gates::GatesSaid::default(),
             gates_waiting: gates::GatesWaiting::default(),
             tag_reads: tag_reads::TagReads::default(),
+            leases: elsewhere::Leases::default(),
         }
     }
 

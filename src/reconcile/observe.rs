@@ -1,7 +1,8 @@
 //! Looking at a group without its lease: state, desired targets, target health, plan.
 //! Most runs end here — the group is right, so nothing is written and no lease taken —
 //! and only a group whose plan is not empty goes on to [`super::pass`], which takes the
-//! lease and reads everything afresh before acting.
+//! lease and reads everything afresh before acting. A group whose item shows its lease
+//! held by another process is parked before its health is read ([`super::elsewhere`]).
 
 use super::Action;
 use super::read_ahead::Ahead;
@@ -127,6 +128,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .backoff
             .gate(state.backoff.as_ref(), now, opts.force);
         let busy = state.held_by_other(None, now) || state.dirty;
+        // (A dry run writes nothing, and asks no holder.)
+        let elsewhere = if opts.dry_run {
+            None
+        } else {
+            self.leases
+                .elsewhere(arn, state.lease.as_ref(), now, &self.settings.lease)
+        };
         // A request for a pass that no holder serves (its holder gave up, or a run
         // handed it on): this pass takes the lease, which clears it, even if nothing is
         // to change, and records the checkpoint the flag kept it from.
@@ -167,6 +175,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             report.outcome = Outcome::BackingOff;
             note_backoff(&mut report, until, state.backoff.as_ref());
             return Observed::Done(report, Action::BackOff { until });
+        }
+        // Another process holds the lease: this group cannot be written now, so no
+        // health is read only to learn that (see `elsewhere`).
+        if let Some(held) = elsewhere
+            && held.parks(opts.use_checkpoint, &self.settings.lease)
+            && let Some(action) = self.park(arn, &held, now, &mut report).await
+        {
+            return Observed::Done(report, action);
         }
         let actual = match self.read_health(arn).await {
             Ok(a) => a,

@@ -376,6 +376,133 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     );
 }
 
+/// `TG` as discovery binds it.
+async fn bound_web(e: &TestEngine) -> super::BoundGroup {
+    let found = e.bindings().await.unwrap();
+    found.bound.into_iter().find(|b| b.group.arn == TG).unwrap()
+}
+
+/// One look at `bound` from the fakes' pods, as the schedule's full diff makes it
+/// (`verification`) or as a pod change's pass does.
+async fn look(
+    e: &TestEngine,
+    bound: &super::BoundGroup,
+    verification: bool,
+) -> (crate::report::GroupReport, super::Action) {
+    use crate::pods::PodSource as _;
+    let listing = e.pods.list_versioned("shop", None).await.unwrap();
+    let pods = crate::core::PodIndex::new(&listing.pods);
+    let opts = RunOptions {
+        use_checkpoint: verification,
+        ..RunOptions::default()
+    };
+    match e
+        .observe(bound, &pods, &opts, &super::Scope::default())
+        .await
+    {
+        super::Observed::Done(report, action) => (report, action),
+        super::Observed::Change(report, _) => (report, super::Action::Done),
+        super::Observed::Irrelevant => panic!("the look is the group's"),
+    }
+}
+
+/// A group whose item shows another process's live lease is parked before any ELBv2
+/// read: its holder is asked for a pass (`dirty`) and the key waits until the lease may
+/// be taken over, whether the look verifies the group or serves a pod change. (Before,
+/// each look read the group's target health only to learn that it could not write.)
+#[tokio::test]
+async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    run(&e).await;
+    // A pod the holder has not served yet: the look would have a change.
+    e.pods.put(web_pod("web-4", "10.0.1.4").build());
+    let now = clock.now();
+    let until = now.plus(std::time::Duration::from_secs(15));
+    assert!(matches!(
+        e.state
+            .acquire(TG, "resync@demo#other", now, until)
+            .await
+            .unwrap(),
+        Acquire::Acquired(_)
+    ));
+    let grace = e.settings.lease.takeover_grace;
+    let bound = bound_web(&e).await;
+    for verification in [true, false] {
+        let before = e.groups.calls();
+        let (report, action) = look(&e, &bound, verification).await;
+        assert_eq!(
+            action,
+            super::Action::LeaseHeld {
+                until: until.plus(grace)
+            },
+            "verification: {verification}; {report:#?}"
+        );
+        assert_eq!(report.outcome, Outcome::LeaseHeld);
+        assert_eq!(report.lease_until, Some(until.plus(grace)));
+        assert_eq!(
+            e.groups.calls(),
+            before,
+            "an ELBv2 call for a group it cannot write"
+        );
+        assert!(e.state.stored(TG).dirty, "the holder was asked for a pass");
+        // The holder serves the request when it releases.
+        let none = crate::state::Change::default();
+        assert!(matches!(
+            e.state
+                .release(TG, "resync@demo#other", now, until, &none)
+                .await
+                .unwrap(),
+            crate::state::Release::RunAgain(_)
+        ));
+    }
+}
+
+/// A verification needs no lease when it finds nothing to change: one that keeps
+/// finding the lease held for longer than a dead holder could keep it reads health
+/// after all and ends in sync, while a pod change's look still waits for the holder.
+#[tokio::test]
+async fn a_verification_is_not_parked_forever_on_a_lease_that_keeps_being_renewed() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    run(&e).await;
+    let now = clock.now();
+    let timings = e.settings.lease;
+    let owner = "resync@demo#other";
+    let until = now.plus(timings.duration);
+    assert!(matches!(
+        e.state.acquire(TG, owner, now, until).await.unwrap(),
+        Acquire::Acquired(_)
+    ));
+    let bound = bound_web(&e).await;
+    let (_, first) = look(&e, &bound, true).await;
+    assert!(
+        matches!(first, super::Action::LeaseHeld { .. }),
+        "{first:?}"
+    );
+    // The holder keeps renewing, past the longest a dead holder could keep the group.
+    clock.advance((timings.duration + timings.takeover_grace).as_millis() as u64);
+    assert!(
+        e.state
+            .renew(TG, owner, clock.now().plus(timings.duration))
+            .await
+            .unwrap()
+    );
+    let before = e.groups.calls();
+    let (report, action) = look(&e, &bound, true).await;
+    assert_eq!(action, super::Action::Done, "{report:#?}");
+    assert_eq!(report.outcome, Outcome::InSync);
+    assert_eq!(
+        e.groups.calls()["DescribeTargetHealth"],
+        before["DescribeTargetHealth"] + 1
+    );
+    let (_, change) = look(&e, &bound, false).await;
+    assert!(
+        matches!(change, super::Action::LeaseHeld { .. }),
+        "{change:?}"
+    );
+}
+
 #[tokio::test]
 async fn failures_back_off_and_force_overrides() {
     let (e, clock) = engine();
