@@ -101,6 +101,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             }
         };
         let holding = self.holding();
+        // A look of this container at the group meanwhile does not take it for a lease
+        // held elsewhere.
+        let ours = self.leases.ours(lease.owner());
         let end = lease
             .run(
                 state,
@@ -110,7 +113,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 async |state, lease| self.release_pass(arn, state, lease, &mut report).await,
             )
             .await;
-        drop(holding);
+        drop((ours, holding));
         let action = match end {
             RunEnd::Released => {
                 self.retire_released(arn, &mut report).await;
