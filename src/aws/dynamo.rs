@@ -180,7 +180,7 @@ impl DynamoState {
     fn error<E, R>(&self, operation: &'static str, group: &str, err: SdkError<E, R>) -> StateError
     where
         E: ProvideErrorMetadata + Error + 'static,
-        R: Debug,
+        R: Debug + 'static,
     {
         match err.code() {
             Some("ResourceNotFoundException") => StateError::NoTable {

@@ -11,6 +11,7 @@ pub mod accounts;
 mod calls;
 pub mod dynamo;
 pub mod elbv2;
+mod sdk_error;
 
 use std::error::Error;
 use std::fmt::Debug;
@@ -20,13 +21,12 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader, SdkConfig};
 use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::display::DisplayErrorContext;
-use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 pub use accounts::{Accounts, TargetAccountRole};
 pub use calls::ApiCalls;
 pub use dynamo::{DynamoState, IAM_ACTIONS as DYNAMODB_IAM_ACTIONS, create_table};
 pub use elbv2::{DESCRIBE_WINDOW_SECONDS, Elbv2TargetGroups, MutationRate, RateError};
+pub use sdk_error::{chain as error_chain, error_line as error_summary};
 
 /// Attempts per call (the first plus seven retries, backing off exponentially from
 /// 100 ms to at most 5 s): enough to ride out a storm of throttling from a per-account
@@ -105,21 +105,6 @@ pub fn config_loader() -> ConfigLoader {
 /// [`MAX_ATTEMPTS`] and the timeouts above.
 pub async fn sdk_config() -> SdkConfig {
     config_loader().load().await
-}
-
-/// `Code: message` for an SDK error, or the whole error chain when there is no service
-/// error code (timeouts, connection failures, credential problems), so reports say what
-/// AWS said without the SDK's debug noise.
-pub fn error_summary<E, R>(err: &SdkError<E, R>) -> String
-where
-    E: ProvideErrorMetadata + Error + 'static,
-    R: Debug,
-{
-    match (err.code(), err.message()) {
-        (Some(code), Some(message)) if !message.is_empty() => format!("{code}: {message}"),
-        (Some(code), _) => code.to_owned(),
-        _ => DisplayErrorContext(err).to_string(),
-    }
 }
 
 /// What the credentials provider said when a call failed for want of credentials (for a

@@ -6,7 +6,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsProvider};
-use aws_smithy_types::error::display::DisplayErrorContext;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use kube::client::retry::RetryPolicy;
@@ -53,12 +52,13 @@ pub enum AccessError {
     /// `eks:DescribeCluster` failed.
     #[error(
         "eks:DescribeCluster for cluster `{cluster}` failed: {reason}; check the cluster name \
-         and region, and that the function role may call eks:DescribeCluster"
+         and region, and that the role making the call (in Lambda, the function's role) may \
+         call eks:DescribeCluster"
     )]
     Describe {
         /// Cluster name.
         cluster: String,
-        /// The SDK error with its causes.
+        /// What EKS (or the SDK) said, in one line.
         reason: String,
     },
     /// DescribeCluster answered without an endpoint or CA (cluster still being created?).
@@ -296,7 +296,7 @@ impl ClusterAccess {
                 .await
                 .map_err(|e| AccessError::Credentials {
                     cluster: self.cluster.clone(),
-                    reason: DisplayErrorContext(&e).to_string(),
+                    reason: crate::aws::error_chain(&e),
                 })?;
         Ok(token::mint(
             &credentials,
@@ -352,7 +352,7 @@ impl ClusterAccess {
             .await
             .map_err(|e| AccessError::Describe {
                 cluster: cluster.clone(),
-                reason: DisplayErrorContext(&e).to_string(),
+                reason: crate::aws::error_summary(&e),
             })?;
         let described = output.cluster();
         let endpoint = described

@@ -4,7 +4,6 @@
 use std::fmt::Debug;
 
 use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use thiserror::Error;
 
@@ -202,7 +201,7 @@ impl CliError {
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: Debug + 'static,
     {
-        let detail = DisplayErrorContext(err).to_string();
+        let detail = tgsync::aws::error_summary(err);
         if tgsync::aws::credentials_failure(err).is_some() {
             return Self::NoCredentials {
                 profile: None,

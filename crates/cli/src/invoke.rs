@@ -108,7 +108,7 @@ impl Manual {
                     return Err(CliError::FunctionNotFound {
                         function: target,
                         region: self.region.clone(),
-                        detail: aws_sdk_lambda::error::DisplayErrorContext(&e).to_string(),
+                        detail: tgsync::aws::error_summary(&e),
                     });
                 }
                 Err(e) => {

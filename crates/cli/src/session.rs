@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use aws_config::{BehaviorVersion, ConfigLoader, Region, SdkConfig};
 use aws_credential_types::provider::ProvideCredentials;
-use aws_smithy_types::error::display::DisplayErrorContext;
 
 use crate::error::CliError;
 
@@ -46,7 +45,7 @@ impl Session {
             Ok(Err(e)) => {
                 return Err(CliError::NoCredentials {
                     profile,
-                    detail: DisplayErrorContext(&e).to_string(),
+                    detail: tgsync::aws::error_chain(&e),
                 });
             }
             Err(_) => {

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use crate::error::{Call, CliError};
@@ -73,7 +72,7 @@ impl Stack {
                     return CliError::StackNotFound {
                         stack: name.to_owned(),
                         region: session.region.clone(),
-                        detail: DisplayErrorContext(&e).to_string(),
+                        detail: tgsync::aws::error_summary(&e),
                     };
                 }
                 CliError::from_sdk(
