@@ -970,6 +970,15 @@ fn ours(state: &GroupState, owner: &str, now: UnixMillis) -> bool {
         .is_some_and(|l| l.owner == owner && l.until >= now)
 }
 
+/// Ends a lease given back at `now`: deleted, or with `linger` kept with its expiry set
+/// to `now` (a taker waits the takeover grace).
+fn end_lease(state: &mut GroupState, now: UnixMillis, linger: bool) {
+    match state.lease.as_mut() {
+        Some(l) if linger => l.until = now,
+        _ => state.lease = None,
+    }
+}
+
 fn apply(state: &mut GroupState, change: &Change) {
     if let Some(ledger) = &change.ledger {
         state.ledger.clone_from(ledger);
@@ -1113,6 +1122,7 @@ impl StateStore for FakeState {
         now: UnixMillis,
         until: UnixMillis,
         change: &Change,
+        linger: bool,
     ) -> Result<Release, StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
@@ -1127,7 +1137,7 @@ impl StateStore for FakeState {
             }
             return Ok(Release::RunAgain(state.clone()));
         }
-        state.lease = None;
+        end_lease(state, now, linger);
         Ok(Release::Released)
     }
 
@@ -1138,6 +1148,7 @@ impl StateStore for FakeState {
         now: UnixMillis,
         change: &Change,
         dirty: bool,
+        linger: bool,
     ) -> Result<(), StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
@@ -1146,8 +1157,10 @@ impl StateStore for FakeState {
         {
             if ours(state, owner, now) {
                 apply(state, change);
+                end_lease(state, now, linger);
+            } else if !linger {
+                state.lease = None;
             }
-            state.lease = None;
             state.dirty |= dirty;
         }
         Ok(())

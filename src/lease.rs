@@ -18,37 +18,7 @@ use crate::core::UnixMillis;
 use crate::groups::Fence;
 use crate::state::{Acquire, Change, GroupState, Release, StateError, StateStore};
 
-/// The lease's clock settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timings {
-    /// How long a lease lasts without renewal: the most a dead holder blocks its group.
-    pub duration: Duration,
-    /// How often a holder renews while it works.
-    pub renew_every: Duration,
-    /// A holder stops writing when its lease has less than this left: longer than an
-    /// ELBv2 attempt may take ([`crate::aws::MUTATION_ATTEMPT_DEADLINE`]), so an attempt
-    /// started before has ended before the lease expires.
-    pub write_margin: Duration,
-    /// A waiter takes over an expired lease only this long after its expiry (as stored):
-    /// longer than any ELBv2 attempt, so one sent by a holder whose clock ran behind, or
-    /// that took its whole deadline, has landed before the new holder acts.
-    pub takeover_grace: Duration,
-    /// The longest (real time) a pass waits for its lease to be renewed before a write
-    /// ([`Lease::ready`]) before it counts the lease as lost.
-    pub ready_wait: Duration,
-}
-
-impl Default for Timings {
-    fn default() -> Self {
-        Self {
-            duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
-            write_margin: Duration::from_secs(6),
-            takeover_grace: Duration::from_secs(6),
-            ready_wait: Duration::from_secs(20),
-        }
-    }
-}
+pub use crate::core::lease_protocol::Timings;
 
 /// While a renewal is due and unanswered, another attempt starts this often.
 pub const RENEW_RETRY: Duration = Duration::from_millis(1000);
@@ -124,6 +94,10 @@ pub struct Lease<'a, S> {
     lost: AtomicBool,
     /// Set by [`Lease::hand_over`] (the process is shutting down).
     handed_over: AtomicBool,
+    /// An ELBv2 attempt under the lease was abandoned without an answer and may still
+    /// land ([`Fence::abandoned`]): the lease is then given back ending now, never
+    /// deleted, so the next holder waits the takeover grace.
+    in_doubt: AtomicBool,
     /// Signalled by the heartbeat on every renewal (or loss), for [`Lease::ready`].
     renewed: tokio::sync::Notify,
     /// Signalled by [`Lease::ready`] to have the heartbeat renew at once.
@@ -173,6 +147,7 @@ pub async fn take<'a, S: StateStore>(
                 deadline: std::sync::Mutex::new(sent + timings.duration),
                 lost: AtomicBool::new(false),
                 handed_over: AtomicBool::new(false),
+                in_doubt: AtomicBool::new(false),
                 renewed: tokio::sync::Notify::new(),
                 renew_now: tokio::sync::Notify::new(),
             };
@@ -334,7 +309,14 @@ impl<S: StateStore> Lease<'_, S> {
             let until = now.plus(self.timings.duration);
             match self
                 .store
-                .release(&self.group, &self.owner, now, until, &change)
+                .release(
+                    &self.group,
+                    &self.owner,
+                    now,
+                    until,
+                    &change,
+                    self.in_doubt.load(Ordering::SeqCst),
+                )
                 .await
             {
                 Ok(Release::Released) => return RunEnd::Released,
@@ -365,7 +347,14 @@ impl<S: StateStore> Lease<'_, S> {
         let now = self.clock.now();
         if let Err(e) = self
             .store
-            .abandon(&self.group, &self.owner, now, change, owed)
+            .abandon(
+                &self.group,
+                &self.owner,
+                now,
+                change,
+                owed,
+                self.in_doubt.load(Ordering::SeqCst),
+            )
             .await
         {
             tracing::warn!(target_group = %self.group, error = %e, "giving the lease up failed; it expires on its own");
@@ -505,6 +494,10 @@ impl<S: StateStore> Fence for Lease<'_, S> {
     fn check(&self) -> Result<(), String> {
         Lease::check(self).map_err(|e| e.to_string())
     }
+
+    fn abandoned(&self) {
+        self.in_doubt.store(true, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]
@@ -575,6 +568,84 @@ mod tests {
             lease.check().is_err(),
             "a lease with the margin left on the monotonic clock is not fresh, whatever the wall clock says"
         );
+    }
+
+    /// An ELBv2 attempt abandoned at its deadline may still land: however the lease
+    /// ends after one (released, given up, cut), a taker waits the takeover grace, as
+    /// after an expiry, instead of taking it at once.
+    #[tokio::test]
+    async fn a_lease_ended_after_an_abandoned_attempt_is_taken_only_after_the_grace() {
+        let t = Timings::default();
+        let ends: [fn() -> PassEnd; 3] = [
+            || PassEnd::Done(Change::default()),
+            || PassEnd::GiveUp(Change::default()),
+            || PassEnd::Cut(Change::default()),
+        ];
+        for (i, end) in ends.into_iter().enumerate() {
+            let store = FakeState::default();
+            let clock = ManualClock::new(T0);
+            let Taken::Held(lease, state) = taken(&store, &clock, "a").await else {
+                panic!("free");
+            };
+            let ended = lease
+                .run(
+                    state,
+                    2,
+                    || true,
+                    std::future::pending(),
+                    async |_, lease| {
+                        Fence::abandoned(lease);
+                        end()
+                    },
+                )
+                .await;
+            assert_ne!(ended, RunEnd::Aborted);
+            let Taken::Busy(busy) = taken(&store, &clock, "b").await else {
+                panic!("end {i}: taken at once after an abandoned attempt");
+            };
+            assert_eq!(busy.until, T0.plus(t.takeover_grace), "end {i}");
+            clock.advance(t.grace_ms() + 1);
+            assert!(
+                matches!(taken(&store, &clock, "b").await, Taken::Held(..)),
+                "end {i}: not taken after the grace"
+            );
+        }
+        // Every attempt answered: given back for anyone to take at once.
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, state) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let done = lease
+            .run(
+                state,
+                2,
+                || true,
+                std::future::pending(),
+                async |_, _| PassEnd::Done(Change::default()),
+            )
+            .await;
+        assert_eq!(done, RunEnd::Released);
+        assert!(matches!(taken(&store, &clock, "b").await, Taken::Held(..)));
+    }
+
+    /// A renewal sent earlier and delivered after a later one never shortens the lease
+    /// (the holder, believing the later one, would write past the stored expiry).
+    #[tokio::test]
+    async fn renewals_delivered_out_of_order_only_extend_the_lease() {
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, _) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let later = T0.plus(Duration::from_secs(25));
+        assert!(store.renew("g", "a", later).await.expect("renew"));
+        // The earlier one lands now: refused, yet the lease is still ours, as long.
+        let earlier = T0.plus(Duration::from_secs(20));
+        assert!(store.renew("g", "a", earlier).await.expect("renew"));
+        let stored = store.stored("g").lease.expect("held");
+        assert_eq!((stored.owner.as_str(), stored.until), ("a", later));
+        drop(lease);
     }
 
     #[test]

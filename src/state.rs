@@ -309,7 +309,9 @@ pub trait StateStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Applies `change` and releases `owner`'s lease unless `dirty` is set; then clears
-    /// `dirty`, renews the lease to `until` and asks for another pass instead.
+    /// `dirty`, renews the lease to `until` and asks for another pass instead. With
+    /// `linger` (an ELBv2 attempt under the lease was abandoned and may still land) the
+    /// lease is not deleted but ends at `now`, so a taker waits the takeover grace.
     fn release(
         &self,
         group: &str,
@@ -317,13 +319,15 @@ pub trait StateStore: Send + Sync {
         now: UnixMillis,
         until: UnixMillis,
         change: &Change,
+        linger: bool,
     ) -> impl Future<Output = Result<Release, StateError>> + Send;
 
     /// Applies `change` (if the lease is still `owner`'s) and gives the lease up whatever
     /// its `dirty` flag, which stays set: a waiter that sees it knows its change was not
     /// served and takes the group itself. With `dirty`, the flag is set too (the holder
     /// leaves a request unserved: its own, or one it cleared); also when the lease had
-    /// expired but was still `owner`'s.
+    /// expired but was still `owner`'s. With `linger`, as in [`StateStore::release`]: the
+    /// holder stays recorded and the lease ends at `now` (or when it expired).
     fn abandon(
         &self,
         group: &str,
@@ -331,6 +335,7 @@ pub trait StateStore: Send + Sync {
         now: UnixMillis,
         change: &Change,
         dirty: bool,
+        linger: bool,
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Records a verification made without the lease (a scheduled run that found the

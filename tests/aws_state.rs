@@ -153,7 +153,7 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
             state.write(g, "me", T0, &change).await.expect("write");
         } else {
             let released = state
-                .release(g, "me", T0, UnixMillis(T0.0 + 15_000), &change)
+                .release(g, "me", T0, UnixMillis(T0.0 + 15_000), &change, false)
                 .await
                 .expect("release");
             assert_eq!(released, Release::Released, "{g}");
@@ -245,7 +245,7 @@ async fn the_ledger_round_trips_through_fenced_writes() {
     };
     assert_eq!(
         state
-            .release(GROUP, "a", at(2), at(17), &last)
+            .release(GROUP, "a", at(2), at(17), &last, false)
             .await
             .expect("release"),
         Release::Released
@@ -298,13 +298,13 @@ async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
     );
     assert_eq!(
         state
-            .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)))
+            .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)), false)
             .await
             .expect("release"),
         Release::Lost
     );
     state
-        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)), false)
+        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)), false, false)
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -337,7 +337,7 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     // The holder is asked to run again, once.
     let none = Change::default();
     match state
-        .release(GROUP, "a", at(3), at(18), &none)
+        .release(GROUP, "a", at(3), at(18), &none, false)
         .await
         .expect("release")
     {
@@ -350,7 +350,7 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     assert!(state.renew(GROUP, "a", at(19)).await.expect("renew"));
     assert_eq!(
         state
-            .release(GROUP, "a", at(5), at(20), &none)
+            .release(GROUP, "a", at(5), at(20), &none, false)
             .await
             .expect("release"),
         Release::Released
@@ -393,7 +393,7 @@ async fn abandoning_keeps_the_dirty_flag_for_waiters() {
         Acquire::HeldElsewhere { .. }
     ));
     state
-        .abandon(GROUP, "a", at(2), &Change::default(), false)
+        .abandon(GROUP, "a", at(2), &Change::default(), false, false)
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -403,6 +403,55 @@ async fn abandoning_keeps_the_dirty_flag_for_waiters() {
         panic!("free")
     };
     assert!(!s.dirty, "the new holder serves it");
+}
+
+/// After an ELBv2 attempt that was abandoned (it may still land), a lease given back,
+/// released or given up, is not deleted: its holder stays recorded with the lease ending
+/// then, so a taker waits the takeover grace as after an expiry (`take`'s `now` here is
+/// the taker's time less the grace).
+#[tokio::test]
+async fn a_lease_given_back_after_an_abandoned_attempt_ends_then_and_keeps_its_holder() {
+    let (_, state) = store().await;
+    let none = Change::default();
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert_eq!(
+        state
+            .release(GROUP, "a", at(2), at(17), &none, true)
+            .await
+            .expect("release"),
+        Release::Released
+    );
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(
+        s.lease.map(|l| (l.owner, l.until)),
+        Some(("a".into(), at(2)))
+    );
+    assert!(matches!(
+        take(&state, "b", at(2)).await,
+        Acquire::HeldElsewhere { .. }
+    ));
+    assert!(matches!(
+        take(&state, "b", at(3)).await,
+        Acquire::Acquired(_)
+    ));
+    state
+        .abandon(GROUP, "b", at(4), &none, true, true)
+        .await
+        .expect("abandon");
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(
+        s.lease.map(|l| (l.owner, l.until)),
+        Some(("b".into(), at(4)))
+    );
+    assert!(s.dirty, "the request stays for the next holder");
+    assert!(matches!(
+        take(&state, "c", at(4)).await,
+        Acquire::HeldElsewhere { .. }
+    ));
+    assert!(matches!(
+        take(&state, "c", at(5)).await,
+        Acquire::Acquired(_)
+    ));
 }
 
 /// A checkpoint written without the lease never overwrites a newer state.
@@ -685,7 +734,7 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
         .await
         .expect("first entry");
     state
-        .abandon(GROUP, "a", at(3), &Change::default(), false)
+        .abandon(GROUP, "a", at(3), &Change::default(), false, false)
         .await
         .unwrap();
     // The caller saw the state before that write: refused.
@@ -723,7 +772,14 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
         panic!("free lease")
     };
     state
-        .release(GROUP, "b", at(7), at(20), &with_ledger(&BTreeMap::new()))
+        .release(
+            GROUP,
+            "b",
+            at(7),
+            at(20),
+            &with_ledger(&BTreeMap::new()),
+            false,
+        )
         .await
         .unwrap();
     let now = state.peek(GROUP).await.unwrap();

@@ -456,11 +456,13 @@ impl StateStore for DynamoState {
         now: UnixMillis,
         until: UnixMillis,
         change: &Change,
+        linger: bool,
     ) -> Result<Release, StateError> {
-        let release = fenced(Update::default().change(change, &self.cluster), owner, now)
-            .remove("#o")
-            .remove("#u")
-            .remove("#d");
+        let release = end_lease(
+            fenced(Update::default().change(change, &self.cluster), owner, now),
+            linger,
+        )
+        .remove("#d");
         let release = Update::condition(
             release,
             "#o = :me AND #u >= :now AND (attribute_not_exists(#d) OR #d = :false)",
@@ -511,6 +513,7 @@ impl StateStore for DynamoState {
         now: UnixMillis,
         change: &Change,
         dirty: bool,
+        linger: bool,
     ) -> Result<(), StateError> {
         let ask = |update: Update| {
             if dirty {
@@ -521,27 +524,34 @@ impl StateStore for DynamoState {
                 update
             }
         };
-        let give_up = ask(fenced(
-            Update::default().change(change, &self.cluster),
-            owner,
-            now,
-        ))
-        .remove("#o")
-        .remove("#u");
+        let give_up = end_lease(
+            ask(fenced(
+                Update::default().change(change, &self.cluster),
+                owner,
+                now,
+            )),
+            linger,
+        );
         if self.update(group, give_up, false).await?.is_ok() {
             self.after_ledger_write(group, change).await;
             return Ok(());
         }
         // Expired meanwhile: write nothing, but give back what may still be ours (and
-        // leave the request for the next holder).
-        let just_go = ask(Update::default())
-            .remove("#o")
-            .remove("#u")
-            .condition("#o = :me")
-            .value(
-                ":me",
-                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-            );
+        // leave the request for the next holder). After an abandoned attempt the holder
+        // stays recorded: its expiry lets a taker in only after the grace.
+        if linger && !dirty {
+            return Ok(());
+        }
+        let just_go = ask(Update::default());
+        let just_go = if linger {
+            just_go
+        } else {
+            just_go.remove("#o").remove("#u")
+        };
+        let just_go = just_go.condition("#o = :me").value(
+            ":me",
+            aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
+        );
         self.update(group, just_go, false).await?.ok();
         Ok(())
     }
@@ -616,6 +626,17 @@ impl StateStore for DynamoState {
     ) -> Result<bool, StateError> {
         self.remove_from_index(group, cluster, version, now, delete)
             .await
+    }
+}
+
+/// Gives the lease back in `update` (a fenced one, with `:now`): deleted, or with
+/// `linger` (an ELBv2 attempt under it may still land) kept, ending at `now`, so a
+/// taker waits the takeover grace.
+fn end_lease(update: Update, linger: bool) -> Update {
+    if linger {
+        update.set("#u = :now")
+    } else {
+        update.remove("#o").remove("#u")
     }
 }
 

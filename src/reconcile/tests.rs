@@ -362,14 +362,14 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let none = crate::state::Change::default();
     assert!(matches!(
         e.state
-            .release(TG, "other", now, until, &none)
+            .release(TG, "other", now, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::RunAgain(_)
     ));
     assert_eq!(
         e.state
-            .release(TG, "other", now, until, &none)
+            .release(TG, "other", now, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::Released

@@ -265,7 +265,7 @@ impl World {
         };
         self.engine
             .state
-            .abandon(arn, "test-setup", now, &change, false)
+            .abandon(arn, "test-setup", now, &change, false, false)
             .await
             .expect("write backoff");
     }
