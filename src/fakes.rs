@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::clock::ManualClock;
+use crate::core::lease_protocol as protocol;
 use crate::core::{
     AdministrativeOverride, BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target,
     TargetHealth, UnixMillis,
@@ -970,6 +971,36 @@ fn ours(state: &GroupState, owner: &str, now: UnixMillis) -> bool {
         .is_some_and(|l| l.owner == owner && l.until >= now)
 }
 
+/// The lease part of a group's state, as the protocol's transitions see it.
+fn record(state: &GroupState) -> protocol::Record<String> {
+    protocol::Record {
+        owner: state.lease.as_ref().map(|l| l.owner.clone()),
+        until: state.lease.as_ref().map_or(0, |l| l.until.0),
+        dirty: state.dirty,
+        version: state.version,
+    }
+}
+
+/// Applies one of the protocol's transitions to a group's state, as DynamoDB applies
+/// its conditional write; whether its condition held. Taking the lease also removes
+/// the checkpoint.
+fn step(state: &mut GroupState, step: &protocol::Step<String>) -> bool {
+    let mut r = record(state);
+    if !step.apply(&mut r) {
+        return false;
+    }
+    if step.effect.take {
+        state.checkpoint = None;
+    }
+    state.lease = r.owner.map(|owner| LeaseView {
+        owner,
+        until: UnixMillis(r.until),
+    });
+    state.dirty = r.dirty;
+    state.version = r.version;
+    true
+}
+
 /// Ends a lease given back at `now`: deleted, or with `linger` kept with its expiry set
 /// to `now` (a taker waits the takeover grace).
 fn end_lease(state: &mut GroupState, now: UnixMillis, linger: bool) {
@@ -1058,18 +1089,16 @@ impl StateStore for FakeState {
             });
         }
         let mut groups = lock(&self.groups);
-        // Ownership only: an expired lease nobody took since is taken back.
-        match groups
-            .get_mut(group)
-            .and_then(|s| s.lease.as_mut())
-            .filter(|l| l.owner == owner)
-        {
-            Some(l) => {
-                l.until = until;
-                Ok(true)
-            }
-            None => Ok(false),
+        // Ownership only: an expired lease nobody took since is taken back; and only
+        // extending it.
+        let Some(state) = groups.get_mut(group) else {
+            return Ok(false);
+        };
+        let me = owner.to_owned();
+        if step(state, &protocol::renew(&me, until.0)) {
+            return Ok(true);
         }
+        Ok(protocol::renewed(Some(&record(state)), &me, until.0))
     }
 
     async fn hand_over(

@@ -454,6 +454,22 @@ async fn a_lease_given_back_after_an_abandoned_attempt_ends_then_and_keeps_its_h
     ));
 }
 
+/// A renewal delivered after a later one (sent earlier, slow on the wire) never
+/// shortens the lease; the holder still counts it as renewed.
+#[tokio::test]
+async fn renewals_only_extend_the_lease() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert!(state.renew(GROUP, "a", at(25)).await.expect("renew"));
+    assert!(state.renew(GROUP, "a", at(20)).await.expect("renew"));
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.lease.map(|l| l.until), Some(at(25)));
+    assert!(
+        !state.renew(GROUP, "b", at(30)).await.expect("renew"),
+        "not ours"
+    );
+}
+
 /// A checkpoint written without the lease never overwrites a newer state.
 #[tokio::test]
 async fn a_verification_without_the_lease_is_conditional_on_the_version() {

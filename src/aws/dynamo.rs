@@ -26,6 +26,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
 use super::error_summary;
+use crate::core::lease_protocol as protocol;
 use crate::core::{Checkpoint, UnixMillis};
 use crate::state::{Acquire, Change, Glance, GroupState, Release, StateError, StateStore};
 use items::Item;
@@ -390,17 +391,19 @@ impl StateStore for DynamoState {
     }
 
     async fn renew(&self, group: &str, owner: &str, until: UnixMillis) -> Result<bool, StateError> {
-        // Conditional on ownership only: a lease that expired under a slow holder and
-        // that nobody took since is taken back (any other taker changes the owner).
-        let renew = Update::default()
-            .set("#u = :until")
-            .condition("#o = :me")
-            .value(":until", items::n(until.0))
-            .value(
-                ":me",
-                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-            );
-        Ok(self.update(group, renew, false).await?.is_ok())
+        // Conditional on ownership, not expiry: a lease that expired under a slow holder
+        // and that nobody took since is taken back (any other taker changes the owner).
+        // Only extending: a renewal delivered after a later one changes nothing, and the
+        // lease, still ours for as long, goes on.
+        let me = owner.to_owned();
+        let renew = Update::step(&protocol::renew(&me, until.0));
+        match self.update(group, renew, false).await? {
+            Ok(_) => Ok(true),
+            Err(old) => {
+                let old = old.as_ref().map(items::parse_record).transpose()?;
+                Ok(protocol::renewed(old.as_ref(), &me, until.0))
+            }
+        }
     }
 
     async fn hand_over(

@@ -347,6 +347,19 @@ pub(super) fn parse_glance(item: &Item) -> Result<Glance, StateError> {
     Ok(state)
 }
 
+/// The lease part of a group's item, as the protocol's transitions see it.
+pub(super) fn parse_record(
+    item: &Item,
+) -> Result<crate::core::lease_protocol::Record<String>, StateError> {
+    let g = parse_glance(item)?;
+    Ok(crate::core::lease_protocol::Record {
+        owner: g.lease.as_ref().map(|l| l.owner.clone()),
+        until: g.lease.as_ref().map_or(0, |l| l.until.0),
+        dirty: g.dirty,
+        version: g.version,
+    })
+}
+
 /// Whether the item records that `cluster`'s rows of the earlier layout were folded in.
 pub(super) fn migrated(item: Option<&Item>, cluster: &str) -> bool {
     match item.and_then(|i| i.get("migrated")) {
