@@ -964,13 +964,6 @@ impl FakeState {
     }
 }
 
-fn ours(state: &GroupState, owner: &str, now: UnixMillis) -> bool {
-    state
-        .lease
-        .as_ref()
-        .is_some_and(|l| l.owner == owner && l.until >= now)
-}
-
 /// The lease part of a group's state, as the protocol's transitions see it.
 fn record(state: &GroupState) -> protocol::Record<String> {
     protocol::Record {
@@ -1001,15 +994,6 @@ fn step(state: &mut GroupState, step: &protocol::Step<String>) -> bool {
     true
 }
 
-/// Ends a lease given back at `now`: deleted, or with `linger` kept with its expiry set
-/// to `now` (a taker waits the takeover grace).
-fn end_lease(state: &mut GroupState, now: UnixMillis, linger: bool) {
-    match state.lease.as_mut() {
-        Some(l) if linger => l.until = now,
-        _ => state.lease = None,
-    }
-}
-
 fn apply(state: &mut GroupState, change: &Change) {
     if let Some(ledger) = &change.ledger {
         state.ledger.clone_from(ledger);
@@ -1025,9 +1009,6 @@ fn apply(state: &mut GroupState, change: &Change) {
     }
     if let Some(seen) = &change.seen {
         state.seen.clone_from(seen);
-    }
-    if !change.is_empty() {
-        state.version += 1;
     }
 }
 
@@ -1129,19 +1110,27 @@ impl StateStore for FakeState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
-    ) -> Result<(), StateError> {
+    ) -> Result<u64, StateError> {
         self.check("UpdateItem").await?;
-        let mut groups = lock(&self.groups);
-        match groups.get_mut(group) {
-            Some(state) if ours(state, owner, now) => {
-                apply(state, change);
-                Ok(())
-            }
-            _ => Err(StateError::LeaseLost {
-                group: group.to_owned(),
-            }),
+        if change.is_empty() {
+            return Ok(version);
         }
+        let mut groups = lock(&self.groups);
+        let me = owner.to_owned();
+        let lost = || StateError::LeaseLost {
+            group: group.to_owned(),
+        };
+        let state = groups.get_mut(group).ok_or_else(lost)?;
+        if step(state, &protocol::write(&me, now.0, version)) {
+            apply(state, change);
+            return Ok(state.version);
+        }
+        if protocol::write_landed(Some(&record(state)), &me, version) {
+            return Ok(version + 1);
+        }
+        Err(lost())
     }
 
     async fn release(
@@ -1149,25 +1138,40 @@ impl StateStore for FakeState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         until: UnixMillis,
         change: &Change,
         linger: bool,
     ) -> Result<Release, StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
-        let Some(state) = groups.get_mut(group).filter(|s| ours(s, owner, now)) else {
+        let Some(state) = groups.get_mut(group) else {
             return Ok(Release::Lost);
         };
-        apply(state, change);
-        if state.dirty {
-            state.dirty = false;
-            if let Some(l) = state.lease.as_mut() {
-                l.until = until;
-            }
-            return Ok(Release::RunAgain(state.clone()));
+        let me = owner.to_owned();
+        let changes = !change.is_empty();
+        if step(
+            state,
+            &protocol::release(&me, now.0, version, changes, linger),
+        ) {
+            apply(state, change);
+            return Ok(Release::Released);
         }
-        end_lease(state, now, linger);
-        Ok(Release::Released)
+        match protocol::release_refused(Some(&record(state)), &me, now.0, version, changes) {
+            protocol::Refused::Landed => Ok(Release::Released),
+            protocol::Refused::Lost => Ok(Release::Lost),
+            protocol::Refused::RunAgain => {
+                if step(
+                    state,
+                    &protocol::run_again(&me, now.0, version, until.0, changes),
+                ) {
+                    apply(state, change);
+                    Ok(Release::RunAgain(state.clone()))
+                } else {
+                    Ok(Release::Lost)
+                }
+            }
+        }
     }
 
     async fn abandon(
@@ -1175,22 +1179,22 @@ impl StateStore for FakeState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
         dirty: bool,
         linger: bool,
     ) -> Result<(), StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
-        if let Some(state) = groups.get_mut(group)
-            && state.lease.as_ref().is_some_and(|l| l.owner == owner)
-        {
-            if ours(state, owner, now) {
-                apply(state, change);
-                end_lease(state, now, linger);
-            } else if !linger {
-                state.lease = None;
-            }
-            state.dirty |= dirty;
+        let Some(state) = groups.get_mut(group) else {
+            return Ok(());
+        };
+        let me = owner.to_owned();
+        let give_up = protocol::give_up(&me, now.0, version, !change.is_empty(), dirty, linger);
+        if step(state, &give_up) {
+            apply(state, change);
+        } else if let Some(go) = protocol::just_go(&me, dirty, linger) {
+            step(state, &go);
         }
         Ok(())
     }
@@ -1205,16 +1209,10 @@ impl StateStore for FakeState {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
         let state = groups.entry(group.to_owned()).or_default();
-        if state.version != version || state.lease.as_ref().is_some_and(|l| l.until >= now) {
+        if !step(state, &protocol::verified(version, now.0)) {
             return Ok(false);
         }
-        apply(
-            state,
-            &Change {
-                checkpoint: Some(Some(checkpoint)),
-                ..Change::default()
-            },
-        );
+        state.checkpoint = Some(checkpoint);
         Ok(true)
     }
 

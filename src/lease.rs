@@ -98,6 +98,9 @@ pub struct Lease<'a, S> {
     /// land ([`Fence::abandoned`]): the lease is then given back ending now, never
     /// deleted, so the next holder waits the takeover grace.
     in_doubt: AtomicBool,
+    /// The item's version as of the holder's last write (or taking): every write is
+    /// conditional on it.
+    version: AtomicU64,
     /// Signalled by the heartbeat on every renewal (or loss), for [`Lease::ready`].
     renewed: tokio::sync::Notify,
     /// Signalled by [`Lease::ready`] to have the heartbeat renew at once.
@@ -148,6 +151,7 @@ pub async fn take<'a, S: StateStore>(
                 lost: AtomicBool::new(false),
                 handed_over: AtomicBool::new(false),
                 in_doubt: AtomicBool::new(false),
+                version: AtomicU64::new(state.version),
                 renewed: tokio::sync::Notify::new(),
                 renew_now: tokio::sync::Notify::new(),
             };
@@ -234,14 +238,23 @@ impl<S: StateStore> Lease<'_, S> {
     /// and the state table refuses it if the lease is no longer ours.
     pub async fn write(&self, change: &Change) -> Result<(), StateError> {
         self.ready().await?;
+        let version = self.version.load(Ordering::SeqCst);
         let result = self
             .store
-            .write(&self.group, &self.owner, self.clock.now(), change)
+            .write(&self.group, &self.owner, self.clock.now(), version, change)
             .await;
-        if matches!(result, Err(StateError::LeaseLost { .. })) {
-            self.lost.store(true, Ordering::SeqCst);
+        match result {
+            Ok(version) => {
+                self.version.store(version, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, StateError::LeaseLost { .. }) {
+                    self.lost.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
         }
-        result
     }
 
     /// Runs passes under the lease, renewing it meanwhile, until one ends it: the one
@@ -313,6 +326,7 @@ impl<S: StateStore> Lease<'_, S> {
                     &self.group,
                     &self.owner,
                     now,
+                    self.version.load(Ordering::SeqCst),
                     until,
                     &change,
                     self.in_doubt.load(Ordering::SeqCst),
@@ -325,6 +339,7 @@ impl<S: StateStore> Lease<'_, S> {
                     self.extended(sent);
                     tracing::info!(target_group = %self.group, pass = passes, "asked to run again while holding the lease");
                     owed = true;
+                    self.version.store(s.version, Ordering::SeqCst);
                     state = s;
                 }
                 Ok(Release::Lost) => {
@@ -351,6 +366,7 @@ impl<S: StateStore> Lease<'_, S> {
                 &self.group,
                 &self.owner,
                 now,
+                self.version.load(Ordering::SeqCst),
                 change,
                 owed,
                 self.in_doubt.load(Ordering::SeqCst),
@@ -645,6 +661,52 @@ mod tests {
         assert!(store.renew("g", "a", earlier).await.expect("renew"));
         let stored = store.stored("g").lease.expect("held");
         assert_eq!((stored.owner.as_str(), stored.until), ("a", later));
+        drop(lease);
+    }
+
+    /// Every write of a holder is conditional on the item's version: an older write
+    /// delivered late (an SDK retry of a whole-ledger write) cannot overwrite a newer
+    /// one, and a retry of a write that had landed still counts as written.
+    #[tokio::test]
+    async fn a_late_duplicate_of_an_older_write_never_overwrites_a_newer_one() {
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, state) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let backoff = |failures| Change {
+            backoff: Some(Some(crate::core::BackoffState {
+                failures,
+                next_attempt: T0,
+            })),
+            ..Change::default()
+        };
+        let v = state.version;
+        assert_eq!(
+            store
+                .write("g", "a", T0, v, &backoff(1))
+                .await
+                .expect("first"),
+            v + 1
+        );
+        // The first write's retry, its answer lost: landed already, so written.
+        assert_eq!(
+            store
+                .write("g", "a", T0, v, &backoff(1))
+                .await
+                .expect("retry"),
+            v + 1
+        );
+        assert_eq!(
+            store
+                .write("g", "a", T0, v + 1, &backoff(2))
+                .await
+                .expect("second"),
+            v + 2
+        );
+        // Another copy of the first, delivered last: refused.
+        assert!(store.write("g", "a", T0, v, &backoff(1)).await.is_err());
+        assert_eq!(store.stored("g").backoff.map(|b| b.failures), Some(2));
         drop(lease);
     }
 

@@ -298,25 +298,32 @@ pub trait StateStore: Send + Sync {
         until: UnixMillis,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
 
-    /// Applies `change` if `owner` still holds an unexpired lease at `now`
-    /// ([`StateError::LeaseLost`] otherwise: the fencing check).
+    /// Applies `change` if `owner` still holds an unexpired lease at `now` and the item
+    /// is still at `version` (the one the holder last read or wrote: an older write of
+    /// the holder, delivered late by a retry, never overwrites a newer one);
+    /// [`StateError::LeaseLost`] otherwise: the fencing check. Returns the item's new
+    /// version (`version` itself for an empty change, which writes nothing).
     fn write(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
-    ) -> impl Future<Output = Result<(), StateError>> + Send;
+    ) -> impl Future<Output = Result<u64, StateError>> + Send;
 
     /// Applies `change` and releases `owner`'s lease unless `dirty` is set; then clears
     /// `dirty`, renews the lease to `until` and asks for another pass instead. With
     /// `linger` (an ELBv2 attempt under the lease was abandoned and may still land) the
-    /// lease is not deleted but ends at `now`, so a taker waits the takeover grace.
+    /// lease is not deleted but ends at `now`, so a taker waits the takeover grace. Like
+    /// every write of the holder, conditional on the item's `version`.
+    #[allow(clippy::too_many_arguments)]
     fn release(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         until: UnixMillis,
         change: &Change,
         linger: bool,
@@ -327,12 +334,15 @@ pub trait StateStore: Send + Sync {
     /// served and takes the group itself. With `dirty`, the flag is set too (the holder
     /// leaves a request unserved: its own, or one it cleared); also when the lease had
     /// expired but was still `owner`'s. With `linger`, as in [`StateStore::release`]: the
-    /// holder stays recorded and the lease ends at `now` (or when it expired).
+    /// holder stays recorded and the lease ends at `now` (or when it expired). `change` is
+    /// written only at `version`, as by [`StateStore::write`].
+    #[allow(clippy::too_many_arguments)]
     fn abandon(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
         dirty: bool,
         linger: bool,

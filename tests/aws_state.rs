@@ -83,6 +83,11 @@ async fn take(state: &DynamoState, owner: &str, now: UnixMillis) -> Acquire {
         .expect("acquire")
 }
 
+/// The group's item's version, for a holder's next write.
+async fn version(state: &DynamoState) -> u64 {
+    state.peek(GROUP).await.expect("peek").version
+}
+
 #[tokio::test]
 async fn create_table_is_idempotent_and_enables_ttl() {
     let (client, state) = store().await;
@@ -129,7 +134,7 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
         })
         .collect();
     for (i, g) in groups.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
-        let Acquire::Acquired(_) = state
+        let Acquire::Acquired(taken) = state
             .acquire(g, "me", T0, UnixMillis(T0.0 + 15_000))
             .await
             .expect("acquire")
@@ -150,10 +155,21 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
         };
         // Every other group keeps its lease, the rest give it back.
         if i % 2 == 0 {
-            state.write(g, "me", T0, &change).await.expect("write");
+            state
+                .write(g, "me", T0, taken.version, &change)
+                .await
+                .expect("write");
         } else {
             let released = state
-                .release(g, "me", T0, UnixMillis(T0.0 + 15_000), &change, false)
+                .release(
+                    g,
+                    "me",
+                    T0,
+                    taken.version,
+                    UnixMillis(T0.0 + 15_000),
+                    &change,
+                    false,
+                )
                 .await
                 .expect("release");
             assert_eq!(released, Release::Released, "{g}");
@@ -226,10 +242,11 @@ async fn the_ledger_round_trips_through_fenced_writes() {
     };
     assert!(s.ledger.is_empty());
     let l = ledger(900);
-    state
-        .write(GROUP, "a", at(1), &with_ledger(&l))
+    let v = state
+        .write(GROUP, "a", at(1), s.version, &with_ledger(&l))
         .await
         .expect("write");
+    assert_eq!(v, s.version + 1);
     let backoff = BackoffState {
         failures: 2,
         next_attempt: at(9),
@@ -245,7 +262,7 @@ async fn the_ledger_round_trips_through_fenced_writes() {
     };
     assert_eq!(
         state
-            .release(GROUP, "a", at(2), at(17), &last, false)
+            .release(GROUP, "a", at(2), v, at(17), &last, false)
             .await
             .expect("release"),
         Release::Released
@@ -266,25 +283,26 @@ async fn the_ledger_round_trips_through_fenced_writes() {
 #[tokio::test]
 async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
     let (_, state) = store().await;
-    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    let Acquire::Acquired(a) = take(&state, "a", T0).await else {
+        panic!("free lease")
+    };
     let mine = ledger(2);
-    state
-        .write(GROUP, "a", at(1), &with_ledger(&mine))
+    let v = state
+        .write(GROUP, "a", at(1), a.version, &with_ledger(&mine))
         .await
         .expect("a writes while it holds the lease");
     // `a` stalls past its lease; `b` takes over.
-    assert!(matches!(
-        take(&state, "b", at(20)).await,
-        Acquire::Acquired(_)
-    ));
+    let Acquire::Acquired(b) = take(&state, "b", at(20)).await else {
+        panic!("taken over")
+    };
     let err = state
-        .write(GROUP, "a", at(21), &with_ledger(&ledger(5)))
+        .write(GROUP, "a", at(21), v, &with_ledger(&ledger(5)))
         .await
         .expect_err("a's write after losing the lease");
     assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
     // Even with a clock that lags (it thinks its lease is still valid).
     let err = state
-        .write(GROUP, "a", at(5), &with_ledger(&ledger(5)))
+        .write(GROUP, "a", at(5), v, &with_ledger(&ledger(5)))
         .await
         .expect_err("a's write with a lagging clock");
     assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
@@ -298,20 +316,36 @@ async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
     );
     assert_eq!(
         state
-            .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)), false)
+            .release(
+                GROUP,
+                "a",
+                at(21),
+                v,
+                at(36),
+                &with_ledger(&ledger(5)),
+                false
+            )
             .await
             .expect("release"),
         Release::Lost
     );
     state
-        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)), false, false)
+        .abandon(
+            GROUP,
+            "a",
+            at(21),
+            v,
+            &with_ledger(&ledger(5)),
+            false,
+            false,
+        )
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
     assert_eq!(s.ledger, mine, "the old holder changed the ledger");
     assert_eq!(s.lease.expect("b holds it").owner, "b");
     state
-        .write(GROUP, "b", at(22), &with_ledger(&ledger(3)))
+        .write(GROUP, "b", at(22), b.version, &with_ledger(&ledger(3)))
         .await
         .expect("the new holder writes");
 }
@@ -337,7 +371,15 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     // The holder is asked to run again, once.
     let none = Change::default();
     match state
-        .release(GROUP, "a", at(3), at(18), &none, false)
+        .release(
+            GROUP,
+            "a",
+            at(3),
+            version(&state).await,
+            at(18),
+            &none,
+            false,
+        )
         .await
         .expect("release")
     {
@@ -350,7 +392,15 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     assert!(state.renew(GROUP, "a", at(19)).await.expect("renew"));
     assert_eq!(
         state
-            .release(GROUP, "a", at(5), at(20), &none, false)
+            .release(
+                GROUP,
+                "a",
+                at(5),
+                version(&state).await,
+                at(20),
+                &none,
+                false
+            )
             .await
             .expect("release"),
         Release::Released
@@ -393,7 +443,15 @@ async fn abandoning_keeps_the_dirty_flag_for_waiters() {
         Acquire::HeldElsewhere { .. }
     ));
     state
-        .abandon(GROUP, "a", at(2), &Change::default(), false, false)
+        .abandon(
+            GROUP,
+            "a",
+            at(2),
+            version(&state).await,
+            &Change::default(),
+            false,
+            false,
+        )
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -416,7 +474,15 @@ async fn a_lease_given_back_after_an_abandoned_attempt_ends_then_and_keeps_its_h
     assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
     assert_eq!(
         state
-            .release(GROUP, "a", at(2), at(17), &none, true)
+            .release(
+                GROUP,
+                "a",
+                at(2),
+                version(&state).await,
+                at(17),
+                &none,
+                true
+            )
             .await
             .expect("release"),
         Release::Released
@@ -435,7 +501,7 @@ async fn a_lease_given_back_after_an_abandoned_attempt_ends_then_and_keeps_its_h
         Acquire::Acquired(_)
     ));
     state
-        .abandon(GROUP, "b", at(4), &none, true, true)
+        .abandon(GROUP, "b", at(4), version(&state).await, &none, true, true)
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -468,6 +534,47 @@ async fn renewals_only_extend_the_lease() {
         !state.renew(GROUP, "b", at(30)).await.expect("renew"),
         "not ours"
     );
+}
+
+/// Every write of a holder is conditional on the item's version: a copy of an older
+/// whole-ledger write delivered late (an SDK retry) is refused instead of overwriting a
+/// newer ledger, and a retry of a write that had landed still counts as written.
+#[tokio::test]
+async fn a_late_copy_of_an_older_ledger_write_never_overwrites_a_newer_one() {
+    let (_, state) = store().await;
+    let Acquire::Acquired(s) = take(&state, "a", T0).await else {
+        panic!("free lease")
+    };
+    let v = s.version;
+    let (older, newer) = (with_ledger(&ledger(1)), with_ledger(&ledger(2)));
+    assert_eq!(
+        state
+            .write(GROUP, "a", at(1), v, &older)
+            .await
+            .expect("write"),
+        v + 1
+    );
+    assert_eq!(
+        state
+            .write(GROUP, "a", at(1), v, &older)
+            .await
+            .expect("its retry"),
+        v + 1,
+        "landed already"
+    );
+    assert_eq!(
+        state
+            .write(GROUP, "a", at(2), v + 1, &newer)
+            .await
+            .expect("write"),
+        v + 2
+    );
+    let err = state
+        .write(GROUP, "a", at(1), v, &older)
+        .await
+        .expect_err("the older write, late");
+    assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
+    assert_eq!(state.load(GROUP).await.expect("load").ledger, ledger(2));
 }
 
 /// A checkpoint written without the lease never overwrites a newer state.
@@ -522,7 +629,7 @@ async fn a_ledger_beyond_the_item_limit_is_refused_whole() {
         big.insert(e.target, e);
     }
     let err = state
-        .write(GROUP, "a", at(1), &with_ledger(&big))
+        .write(GROUP, "a", at(1), version(&state).await, &with_ledger(&big))
         .await
         .expect_err("too large");
     assert!(
@@ -746,11 +853,19 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
             .unwrap()
     );
     state
-        .write(GROUP, "a", at(2), &with_ledger(&ledger(1)))
+        .write(GROUP, "a", at(2), s.version, &with_ledger(&ledger(1)))
         .await
         .expect("first entry");
     state
-        .abandon(GROUP, "a", at(3), &Change::default(), false, false)
+        .abandon(
+            GROUP,
+            "a",
+            at(3),
+            version(&state).await,
+            &Change::default(),
+            false,
+            false,
+        )
         .await
         .unwrap();
     // The caller saw the state before that write: refused.
@@ -792,6 +907,7 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
             GROUP,
             "b",
             at(7),
+            version(&state).await,
             at(20),
             &with_ledger(&BTreeMap::new()),
             false,

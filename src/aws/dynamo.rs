@@ -430,20 +430,32 @@ impl StateStore for DynamoState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
-    ) -> Result<(), StateError> {
+    ) -> Result<u64, StateError> {
         if change.is_empty() {
-            return Ok(());
+            return Ok(version);
         }
-        let write = fenced(Update::default().change(change, &self.cluster), owner, now);
+        let me = owner.to_owned();
+        let write = Update::default()
+            .change(change, &self.cluster)
+            .with_step(&protocol::write(&me, now.0, version));
         match self.update(group, write, false).await {
             Ok(Ok(_)) => {
                 self.after_ledger_write(group, change).await;
-                Ok(())
+                Ok(version + 1)
             }
-            Ok(Err(_)) => Err(StateError::LeaseLost {
-                group: group.to_owned(),
-            }),
+            Ok(Err(old)) => {
+                // A retry of a write that had landed is refused by its own version.
+                let old = old.as_ref().map(items::parse_record).transpose()?;
+                if protocol::write_landed(old.as_ref(), &me, version) {
+                    self.after_ledger_write(group, change).await;
+                    return Ok(version + 1);
+                }
+                Err(StateError::LeaseLost {
+                    group: group.to_owned(),
+                })
+            }
             Err(StateError::TooLarge { group, .. }) => Err(StateError::TooLarge {
                 group,
                 targets: change.ledger.as_ref().map_or(0, BTreeMap::len),
@@ -457,47 +469,32 @@ impl StateStore for DynamoState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         until: UnixMillis,
         change: &Change,
         linger: bool,
     ) -> Result<Release, StateError> {
-        let release = end_lease(
-            fenced(Update::default().change(change, &self.cluster), owner, now),
-            linger,
-        )
-        .remove("#d");
-        let release = Update::condition(
-            release,
-            "#o = :me AND #u >= :now AND (attribute_not_exists(#d) OR #d = :false)",
-        )
-        .value(
-            ":false",
-            aws_sdk_dynamodb::types::AttributeValue::Bool(false),
-        );
+        let me = owner.to_owned();
+        let changes = !change.is_empty();
+        let release = Update::default()
+            .change(change, &self.cluster)
+            .with_step(&protocol::release(&me, now.0, version, changes, linger));
         let old = match self.update(group, release, false).await? {
             Ok(_) => {
                 self.after_ledger_write(group, change).await;
                 return Ok(Release::Released);
             }
-            Err(old) => old.as_ref().map(items::parse_group).transpose()?,
+            Err(old) => old.as_ref().map(items::parse_record).transpose()?,
         };
-        let ours = old.as_ref().is_some_and(|s| {
-            s.lease
-                .as_ref()
-                .is_some_and(|l| l.owner == owner && l.until >= now)
-        });
-        if !ours {
-            return Ok(Release::Lost);
+        match protocol::release_refused(old.as_ref(), &me, now.0, version, changes) {
+            protocol::Refused::Landed => return Ok(Release::Released),
+            protocol::Refused::Lost => return Ok(Release::Lost),
+            protocol::Refused::RunAgain => {}
         }
         // Asked to run again: keep the lease, clear the flag, and still write the change.
-        let again = fenced(Update::default().change(change, &self.cluster), owner, now)
-            .set("#d = :false")
-            .set("#u = :until")
-            .value(
-                ":false",
-                aws_sdk_dynamodb::types::AttributeValue::Bool(false),
-            )
-            .value(":until", items::n(until.0));
+        let again = Update::default()
+            .change(change, &self.cluster)
+            .with_step(&protocol::run_again(&me, now.0, version, until.0, changes));
         match self.update(group, again, true).await? {
             Ok(item) => {
                 self.after_ledger_write(group, change).await;
@@ -514,27 +511,23 @@ impl StateStore for DynamoState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
         dirty: bool,
         linger: bool,
     ) -> Result<(), StateError> {
-        let ask = |update: Update| {
-            if dirty {
-                update
-                    .set("#d = :true")
-                    .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true))
-            } else {
-                update
-            }
-        };
-        let give_up = end_lease(
-            ask(fenced(
-                Update::default().change(change, &self.cluster),
-                owner,
-                now,
-            )),
-            linger,
-        );
+        let me = owner.to_owned();
+        let give_up =
+            Update::default()
+                .change(change, &self.cluster)
+                .with_step(&protocol::give_up(
+                    &me,
+                    now.0,
+                    version,
+                    !change.is_empty(),
+                    dirty,
+                    linger,
+                ));
         if self.update(group, give_up, false).await?.is_ok() {
             self.after_ledger_write(group, change).await;
             return Ok(());
@@ -542,20 +535,9 @@ impl StateStore for DynamoState {
         // Expired meanwhile: write nothing, but give back what may still be ours (and
         // leave the request for the next holder). After an abandoned attempt the holder
         // stays recorded: its expiry lets a taker in only after the grace.
-        if linger && !dirty {
-            return Ok(());
+        if let Some(step) = protocol::just_go(&me, dirty, linger) {
+            self.update(group, Update::step(&step), false).await?.ok();
         }
-        let just_go = ask(Update::default());
-        let just_go = if linger {
-            just_go
-        } else {
-            just_go.remove("#o").remove("#u")
-        };
-        let just_go = just_go.condition("#o = :me").value(
-            ":me",
-            aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-        );
-        self.update(group, just_go, false).await?.ok();
         Ok(())
     }
 
@@ -630,26 +612,4 @@ impl StateStore for DynamoState {
         self.remove_from_index(group, cluster, version, now, delete)
             .await
     }
-}
-
-/// Gives the lease back in `update` (a fenced one, with `:now`): deleted, or with
-/// `linger` (an ELBv2 attempt under it may still land) kept, ending at `now`, so a
-/// taker waits the takeover grace.
-fn end_lease(update: Update, linger: bool) -> Update {
-    if linger {
-        update.set("#u = :now")
-    } else {
-        update.remove("#o").remove("#u")
-    }
-}
-
-/// Makes `update` conditional on `owner` holding an unexpired lease at `now`.
-fn fenced(update: Update, owner: &str, now: UnixMillis) -> Update {
-    update
-        .condition("#o = :me AND #u >= :now")
-        .value(
-            ":me",
-            aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-        )
-        .value(":now", items::n(now.0))
 }

@@ -351,10 +351,9 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     seed_three(&e);
     let now = clock.now();
     let until = now.plus(std::time::Duration::from_secs(60));
-    assert!(matches!(
-        e.state.acquire(TG, "other", now, until).await.unwrap(),
-        Acquire::Acquired(_)
-    ));
+    let Acquire::Acquired(taken) = e.state.acquire(TG, "other", now, until).await.unwrap() else {
+        panic!("free");
+    };
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld);
     assert!(e.groups.targets(TG).is_empty());
@@ -362,14 +361,14 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let none = crate::state::Change::default();
     assert!(matches!(
         e.state
-            .release(TG, "other", now, until, &none, false)
+            .release(TG, "other", now, taken.version, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::RunAgain(_)
     ));
     assert_eq!(
         e.state
-            .release(TG, "other", now, until, &none, false)
+            .release(TG, "other", now, taken.version, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::Released

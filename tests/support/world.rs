@@ -250,7 +250,7 @@ impl World {
         use tgsync::state::{Acquire, Change, StateStore};
         let now = tgsync::clock::Clock::now(&self.clock);
         let until = now.plus(std::time::Duration::from_secs(15));
-        let Acquire::Acquired(_) = self
+        let Acquire::Acquired(taken) = self
             .engine
             .state
             .acquire(arn, "test-setup", now, until)
@@ -265,7 +265,7 @@ impl World {
         };
         self.engine
             .state
-            .abandon(arn, "test-setup", now, &change, false, false)
+            .abandon(arn, "test-setup", now, taken.version, &change, false, false)
             .await
             .expect("write backoff");
     }
