@@ -1203,13 +1203,13 @@ impl StateStore for FakeState {
         &self,
         group: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         checkpoint: Checkpoint,
     ) -> Result<bool, StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
         let state = groups.entry(group.to_owned()).or_default();
-        if !step(state, &protocol::verified(version, now.0)) {
+        if !step(state, &protocol::verified(version, expired_before.0)) {
             return Ok(false);
         }
         state.checkpoint = Some(checkpoint);
@@ -1334,15 +1334,13 @@ impl StateStore for FakeState {
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> Result<bool, StateError> {
         self.check("TransactWriteItems").await?;
         let mut groups = lock(&self.groups);
         let unchanged = groups.get(group).is_none_or(|s| {
-            s.version == version
-                && !s.dirty
-                && s.lease.as_ref().is_none_or(|l| l.until < now)
+            protocol::retire(version, expired_before.0).holds(&record(s))
                 && (!delete || s.ledger.is_empty())
         });
         if !unchanged {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::core::UnixMillis;
+use crate::core::lease_protocol as protocol;
 use crate::groups::Fence;
 use crate::state::{Acquire, Change, GroupState, Release, StateError, StateStore};
 
@@ -107,6 +108,14 @@ pub struct Lease<'a, S> {
     renew_now: tokio::sync::Notify,
 }
 
+/// What a write made without the lease (a verification, the index's retirement) passes
+/// as the time a lease must have expired before to count as free at `now`: one takeover
+/// grace before it, as a waiter takes it over (an ELBv2 attempt of its holder may land
+/// until then).
+pub fn expired_before(now: UnixMillis, timings: &Timings) -> UnixMillis {
+    UnixMillis(crate::core::lease_protocol::take_times(now.0, timings).0)
+}
+
 /// A lease owner id: the function, the cluster and a random part
 /// (`pod-events@prod#0123456789abcdef`).
 pub fn owner_id(function: &str, cluster: &str, random: u64) -> String {
@@ -132,12 +141,9 @@ pub async fn take<'a, S: StateStore>(
 ) -> Result<Taken<'a, S>, StateError> {
     let now = clock.now();
     let sent = tokio::time::Instant::now();
-    let until = now.plus(timings.duration);
     // Another holder's lease is taken over only a grace after its expiry.
-    let expired_before = UnixMillis(
-        now.0
-            .saturating_sub(u64::try_from(timings.takeover_grace.as_millis()).unwrap_or(0)),
-    );
+    let (expired_before, until) = protocol::take_times(now.0, &timings);
+    let (expired_before, until) = (UnixMillis(expired_before), UnixMillis(until));
     match store.acquire(group, &owner, expired_before, until).await? {
         Acquire::Acquired(state) => {
             let lease = Lease {
@@ -159,7 +165,7 @@ pub async fn take<'a, S: StateStore>(
         }
         Acquire::HeldElsewhere { owner, until } => Ok(Taken::Busy(Busy {
             owner,
-            until: until.plus(timings.takeover_grace),
+            until: UnixMillis(protocol::busy_until(until.0, &timings)),
         })),
     }
 }

@@ -349,14 +349,16 @@ pub trait StateStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Records a verification made without the lease (a scheduled run that found the
-    /// group right), only if the state is still `version` and nobody holds the lease at
-    /// `now`; `Ok(false)` when it changed meanwhile (the checkpoint is then not written,
+    /// group right), only if the state is still `version` and the lease is free: nobody
+    /// holds it, or it expired before `expired_before` (the caller's time less the
+    /// takeover grace: [`crate::lease::expired_before`]; an ELBv2 attempt of its holder
+    /// may land until then); `Ok(false)` otherwise (the checkpoint is then not written,
     /// which only costs a verification later).
     fn record_verified(
         &self,
         group: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         checkpoint: Checkpoint,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
     /// The groups whose ledger may hold `cluster`'s entries: an index kept beside the
@@ -438,16 +440,17 @@ pub trait StateStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Takes `group` out of `cluster`'s index, only if the group's state is still
-    /// `version` (as the caller saw it, holding no entry of `cluster`) and nobody holds
-    /// its lease or asked for a pass at `now`: a concurrent first registration is never
-    /// left out of the index. With `delete`, the group's item goes too (the caller saw
-    /// its ledger empty). `Ok(false)` when the state changed meanwhile.
+    /// `version` (as the caller saw it, holding no entry of `cluster`), its lease is free
+    /// (as in [`StateStore::record_verified`], `expired_before` the caller's time less
+    /// the takeover grace) and nobody asked for a pass: a concurrent first registration
+    /// is never left out of the index. With `delete`, the group's item goes too (the
+    /// caller saw its ledger empty). `Ok(false)` when the state changed meanwhile.
     fn retire(
         &self,
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
 }

@@ -577,6 +577,52 @@ async fn a_late_copy_of_an_older_ledger_write_never_overwrites_a_newer_one() {
     assert_eq!(state.load(GROUP).await.expect("load").ledger, ledger(2));
 }
 
+/// Writes made without the lease treat it as free only past its takeover grace: the
+/// caller passes its time less the grace (`expired_before`), and a lease that ended
+/// after that (a holder's abandoned attempt may still land) refuses them.
+#[tokio::test]
+async fn writes_without_the_lease_wait_for_its_takeover_grace() {
+    let (_, state) = store().await;
+    let Acquire::Acquired(s) = take(&state, "a", T0).await else {
+        panic!("free lease")
+    };
+    let none = Change::default();
+    state
+        .release(GROUP, "a", at(2), s.version, at(17), &none, true)
+        .await
+        .expect("release");
+    let cp = Checkpoint {
+        desired: 1,
+        verified_at: at(3),
+    };
+    let v = version(&state).await;
+    assert!(
+        !state
+            .record_verified(GROUP, v, at(2), cp)
+            .await
+            .expect("record")
+    );
+    assert!(
+        !state
+            .retire(GROUP, "c1", v, at(2), false)
+            .await
+            .expect("retire")
+    );
+    assert!(
+        state
+            .record_verified(GROUP, v, at(3), cp)
+            .await
+            .expect("record")
+    );
+    let v = version(&state).await;
+    assert!(
+        state
+            .retire(GROUP, "c1", v, at(3), false)
+            .await
+            .expect("retire")
+    );
+}
+
 /// A checkpoint written without the lease never overwrites a newer state.
 #[tokio::test]
 async fn a_verification_without_the_lease_is_conditional_on_the_version() {

@@ -545,25 +545,16 @@ impl StateStore for DynamoState {
         &self,
         group: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         checkpoint: Checkpoint,
     ) -> Result<bool, StateError> {
         let change = Change {
             checkpoint: Some(Some(checkpoint)),
             ..Change::default()
         };
-        let unchanged = if version == 0 {
-            "attribute_not_exists(#v)"
-        } else {
-            "#v = :version"
-        };
         let write = Update::default()
             .change(&change, &self.cluster)
-            .condition(format!(
-                "{unchanged} AND (attribute_not_exists(#o) OR #u < :now)"
-            ))
-            .value(":version", items::n(version))
-            .value(":now", items::n(now.0));
+            .with_step(&protocol::verified(version, expired_before.0));
         Ok(self.update(group, write, false).await?.is_ok())
     }
 
@@ -606,10 +597,10 @@ impl StateStore for DynamoState {
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> Result<bool, StateError> {
-        self.remove_from_index(group, cluster, version, now, delete)
+        self.remove_from_index(group, cluster, version, expired_before, delete)
             .await
     }
 }

@@ -774,6 +774,37 @@ async fn a_dirty_flag_with_no_holder_is_served_by_the_next_run() {
     );
 }
 
+/// A lease that ended less than the takeover grace ago (its holder's abandoned attempt
+/// may still land) is not free: a verification made without the lease records no
+/// checkpoint then, and records one once the grace has passed.
+#[tokio::test]
+async fn a_verification_records_nothing_within_a_leases_takeover_grace() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    scheduled(&e).await;
+    e.groups.settle();
+    let mut ended = e.state.stored(TG);
+    ended.checkpoint = None;
+    ended.lease = Some(crate::state::LeaseView {
+        owner: "other".into(),
+        until: clock.now(),
+    });
+    e.state.put(TG, ended);
+    clock.advance(1_000);
+    scheduled(&e).await;
+    assert_eq!(
+        e.state.stored(TG).checkpoint,
+        None,
+        "recorded within the grace"
+    );
+    clock.advance(e.settings.lease.grace_ms());
+    scheduled(&e).await;
+    assert!(
+        e.state.stored(TG).checkpoint.is_some(),
+        "not recorded after it"
+    );
+}
+
 /// A gate counts every bound group whose binding selects the pod: a group that selects
 /// it but cannot hold it (here its `tgsync/port` names a port the pod does not declare)
 /// keeps the gate False with a reason naming the group and the cause, and a pod no

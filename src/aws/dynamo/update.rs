@@ -44,6 +44,16 @@ impl Update {
         self
     }
 
+    /// Adds a clause to the condition (with AND).
+    pub(super) fn and_condition(mut self, condition: &str) -> Self {
+        self.condition = if self.condition.is_empty() {
+            condition.to_owned()
+        } else {
+            format!("({}) AND ({condition})", self.condition)
+        };
+        self
+    }
+
     /// A value placeholder.
     pub(super) fn value(mut self, name: &str, value: AttributeValue) -> Self {
         self.values.insert(name.to_owned(), value);
