@@ -95,7 +95,8 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     /// `job(key, want)`, whose [`Action`] the queue turns into a delay. When the run
     /// ends, the passes in flight finish (a run's options cut them cleanly at its
     /// `cut_at`); what is still queued stays in the queue, and every pod change not
-    /// served is handed on ([`Runner::hand_on`]). Returns the groups handed on.
+    /// served is handed on ([`Runner::hand_on`]) — at shutdown, what is queued or parked
+    /// before the passes in flight drain. Returns the groups handed on.
     pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Vec<String>
     where
         F: Fn(String, Want) -> Fut,
@@ -183,8 +184,17 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         }
         // The time is up: no new pass; those in flight finish or are cut cleanly, and
         // what they leave is handed on (counted as a pass in flight, so the shutdown
-        // hook waits for it).
+        // hook waits for it). At shutdown the process ends ~400 ms after the signal,
+        // before a pass whose call is in flight may end: what is queued or parked is
+        // handed on first, then the passes drain (each hands its own lease over).
         let _holding = engine.holding();
+        let mut handed = Vec::new();
+        if engine.is_shutting_down() {
+            handed = lock(self.queue).pending_changes();
+            handed.sort_unstable();
+            handed.dedup();
+            self.hand_on(&handed).await;
+        }
         while let Some((key, want, action)) = in_flight.next().await {
             let kept = ending.keeps(action, want, &key, &mut left);
             lock(self.queue).done(&key, want, kept, self.now());
@@ -192,7 +202,10 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         left.extend(lock(self.queue).pending_changes());
         left.sort_unstable();
         left.dedup();
+        left.retain(|g| handed.binary_search(g).is_err());
         self.hand_on(&left).await;
+        left.extend(handed);
+        left.sort_unstable();
         left
     }
 
