@@ -832,6 +832,14 @@ impl FakeState {
             .unwrap_or_default()
     }
 
+    /// The ledger of a group without its tombstones (entries of deregistered targets
+    /// kept for the forget grace): the targets it holds as registered.
+    pub fn live_ledger(&self, group: &str) -> BTreeMap<Target, LedgerEntry> {
+        let mut ledger = self.ledger(group);
+        ledger.retain(|_, e| e.deregistered_at.is_none());
+        ledger
+    }
+
     /// The whole stored state of a group.
     pub fn stored(&self, group: &str) -> GroupState {
         lock(&self.groups).get(group).cloned().unwrap_or_default()

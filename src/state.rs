@@ -89,6 +89,13 @@ pub struct LedgerEntry {
     pub cluster: String,
     /// When the entry was written.
     pub registered_at: UnixMillis,
+    /// A tombstone: when its target was deregistered. The entry stays for the forget
+    /// grace ([`crate::core::FORGET_GRACE`]): an ELBv2 attempt to register it that was
+    /// abandoned may land after the deregistration, and a pass that finds it registered
+    /// then deregisters it again, even in shared mode. The ledger is so a superset of
+    /// what tgsync may have registered, also when a call lands late.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deregistered_at: Option<UnixMillis>,
 }
 
 /// Who holds a group's lease, as stored.

@@ -43,6 +43,7 @@ fn entry(target: &str, i: usize, cluster: &str) -> LedgerEntry {
         },
         cluster: cluster.into(),
         registered_at: UnixMillis(1_700_000_000_000 + i as u64),
+        deregistered_at: None,
     }
 }
 

@@ -35,6 +35,7 @@ fn entry(target: &str, cluster: &str, pod: &str) -> LedgerEntry {
         },
         cluster: cluster.into(),
         registered_at: UnixMillis(1),
+        deregistered_at: None,
     }
 }
 

@@ -217,7 +217,13 @@ impl World {
             .item(arn)
             .await
             .and_then(|i| i.get("ledger").and_then(|l| l.as_m().ok()).cloned())
-            .map(|m| m.into_keys().collect())
+            // Tombstones (deregistered targets kept for the forget grace) left out.
+            .map(|m| {
+                m.into_iter()
+                    .filter(|(_, e)| e.as_m().is_ok_and(|e| !e.contains_key("gone")))
+                    .map(|(k, _)| k)
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v
