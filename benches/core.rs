@@ -150,6 +150,7 @@ fn actual_and_owned(g: usize, desired: &BTreeSet<Target>) -> GroupState {
                 Claim {
                     mine: true,
                     since: UnixMillis(0),
+                    tombstone: false,
                 },
             )
         })

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::clock::ManualClock;
+use crate::core::lease_protocol as protocol;
 use crate::core::{
     AdministrativeOverride, BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target,
     TargetHealth, UnixMillis,
@@ -831,6 +832,14 @@ impl FakeState {
             .unwrap_or_default()
     }
 
+    /// The ledger of a group without its tombstones (entries of deregistered targets
+    /// kept for the forget grace): the targets it holds as registered.
+    pub fn live_ledger(&self, group: &str) -> BTreeMap<Target, LedgerEntry> {
+        let mut ledger = self.ledger(group);
+        ledger.retain(|_, e| e.deregistered_at.is_none());
+        ledger
+    }
+
     /// The whole stored state of a group.
     pub fn stored(&self, group: &str) -> GroupState {
         lock(&self.groups).get(group).cloned().unwrap_or_default()
@@ -964,11 +973,34 @@ impl FakeState {
     }
 }
 
-fn ours(state: &GroupState, owner: &str, now: UnixMillis) -> bool {
-    state
-        .lease
-        .as_ref()
-        .is_some_and(|l| l.owner == owner && l.until >= now)
+/// The lease part of a group's state, as the protocol's transitions see it.
+fn record(state: &GroupState) -> protocol::Record<String> {
+    protocol::Record {
+        owner: state.lease.as_ref().map(|l| l.owner.clone()),
+        until: state.lease.as_ref().map_or(0, |l| l.until.0),
+        dirty: state.dirty,
+        version: state.version,
+    }
+}
+
+/// Applies one of the protocol's transitions to a group's state, as DynamoDB applies
+/// its conditional write; whether its condition held. Taking the lease also removes
+/// the checkpoint.
+fn step(state: &mut GroupState, step: &protocol::Step<String>) -> bool {
+    let mut r = record(state);
+    if !step.apply(&mut r) {
+        return false;
+    }
+    if step.effect.take {
+        state.checkpoint = None;
+    }
+    state.lease = r.owner.map(|owner| LeaseView {
+        owner,
+        until: UnixMillis(r.until),
+    });
+    state.dirty = r.dirty;
+    state.version = r.version;
+    true
 }
 
 fn apply(state: &mut GroupState, change: &Change) {
@@ -986,9 +1018,6 @@ fn apply(state: &mut GroupState, change: &Change) {
     }
     if let Some(seen) = &change.seen {
         state.seen.clone_from(seen);
-    }
-    if !change.is_empty() {
-        state.version += 1;
     }
 }
 
@@ -1072,18 +1101,16 @@ impl StateStore for FakeState {
             });
         }
         let mut groups = lock(&self.groups);
-        // Ownership only: an expired lease nobody took since is taken back.
-        match groups
-            .get_mut(group)
-            .and_then(|s| s.lease.as_mut())
-            .filter(|l| l.owner == owner)
-        {
-            Some(l) => {
-                l.until = until;
-                Ok(true)
-            }
-            None => Ok(false),
+        // Ownership only: an expired lease nobody took since is taken back; and only
+        // extending it.
+        let Some(state) = groups.get_mut(group) else {
+            return Ok(false);
+        };
+        let me = owner.to_owned();
+        if step(state, &protocol::renew(&me, until.0)) {
+            return Ok(true);
         }
+        Ok(protocol::renewed(Some(&record(state)), &me, until.0))
     }
 
     async fn hand_over(
@@ -1114,19 +1141,27 @@ impl StateStore for FakeState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
-    ) -> Result<(), StateError> {
+    ) -> Result<u64, StateError> {
         self.check("UpdateItem").await?;
-        let mut groups = lock(&self.groups);
-        match groups.get_mut(group) {
-            Some(state) if ours(state, owner, now) => {
-                apply(state, change);
-                Ok(())
-            }
-            _ => Err(StateError::LeaseLost {
-                group: group.to_owned(),
-            }),
+        if change.is_empty() {
+            return Ok(version);
         }
+        let mut groups = lock(&self.groups);
+        let me = owner.to_owned();
+        let lost = || StateError::LeaseLost {
+            group: group.to_owned(),
+        };
+        let state = groups.get_mut(group).ok_or_else(lost)?;
+        if step(state, &protocol::write(&me, now.0, version)) {
+            apply(state, change);
+            return Ok(state.version);
+        }
+        if protocol::write_landed(Some(&record(state)), &me, version) {
+            return Ok(version + 1);
+        }
+        Err(lost())
     }
 
     async fn release(
@@ -1134,24 +1169,40 @@ impl StateStore for FakeState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         until: UnixMillis,
         change: &Change,
+        linger: bool,
     ) -> Result<Release, StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
-        let Some(state) = groups.get_mut(group).filter(|s| ours(s, owner, now)) else {
+        let Some(state) = groups.get_mut(group) else {
             return Ok(Release::Lost);
         };
-        apply(state, change);
-        if state.dirty {
-            state.dirty = false;
-            if let Some(l) = state.lease.as_mut() {
-                l.until = until;
-            }
-            return Ok(Release::RunAgain(state.clone()));
+        let me = owner.to_owned();
+        let changes = !change.is_empty();
+        if step(
+            state,
+            &protocol::release(&me, now.0, version, changes, linger),
+        ) {
+            apply(state, change);
+            return Ok(Release::Released);
         }
-        state.lease = None;
-        Ok(Release::Released)
+        match protocol::release_refused(Some(&record(state)), &me, now.0, version, changes) {
+            protocol::Refused::Landed => Ok(Release::Released),
+            protocol::Refused::Lost => Ok(Release::Lost),
+            protocol::Refused::RunAgain => {
+                if step(
+                    state,
+                    &protocol::run_again(&me, now.0, version, until.0, changes),
+                ) {
+                    apply(state, change);
+                    Ok(Release::RunAgain(state.clone()))
+                } else {
+                    Ok(Release::Lost)
+                }
+            }
+        }
     }
 
     async fn abandon(
@@ -1159,19 +1210,22 @@ impl StateStore for FakeState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
         dirty: bool,
+        linger: bool,
     ) -> Result<(), StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
-        if let Some(state) = groups.get_mut(group)
-            && state.lease.as_ref().is_some_and(|l| l.owner == owner)
-        {
-            if ours(state, owner, now) {
-                apply(state, change);
-            }
-            state.lease = None;
-            state.dirty |= dirty;
+        let Some(state) = groups.get_mut(group) else {
+            return Ok(());
+        };
+        let me = owner.to_owned();
+        let give_up = protocol::give_up(&me, now.0, version, !change.is_empty(), dirty, linger);
+        if step(state, &give_up) {
+            apply(state, change);
+        } else if let Some(go) = protocol::just_go(&me, dirty, linger) {
+            step(state, &go);
         }
         Ok(())
     }
@@ -1180,22 +1234,16 @@ impl StateStore for FakeState {
         &self,
         group: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         checkpoint: Checkpoint,
     ) -> Result<bool, StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
         let state = groups.entry(group.to_owned()).or_default();
-        if state.version != version || state.lease.as_ref().is_some_and(|l| l.until >= now) {
+        if !step(state, &protocol::verified(version, expired_before.0)) {
             return Ok(false);
         }
-        apply(
-            state,
-            &Change {
-                checkpoint: Some(Some(checkpoint)),
-                ..Change::default()
-            },
-        );
+        state.checkpoint = Some(checkpoint);
         Ok(true)
     }
 
@@ -1317,15 +1365,13 @@ impl StateStore for FakeState {
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> Result<bool, StateError> {
         self.check("TransactWriteItems").await?;
         let mut groups = lock(&self.groups);
         let unchanged = groups.get(group).is_none_or(|s| {
-            s.version == version
-                && !s.dirty
-                && s.lease.as_ref().is_none_or(|l| l.until < now)
+            protocol::retire(version, expired_before.0).holds(&record(s))
                 && (!delete || s.ledger.is_empty())
         });
         if !unchanged {

@@ -29,6 +29,11 @@ pub struct TargetGroup {
 pub trait Fence: Send + Sync {
     /// `Err` with the reason when no further attempt may be sent.
     fn check(&self) -> Result<(), String>;
+
+    /// An attempt sent under the fence was abandoned without an answer (its deadline
+    /// passed, or the connection failed): it may still land later. The lease it was
+    /// sent under then ends with the takeover grace instead of at once.
+    fn abandoned(&self) {}
 }
 
 tokio::task_local! {

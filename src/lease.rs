@@ -15,40 +15,11 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::core::UnixMillis;
+use crate::core::lease_protocol as protocol;
 use crate::groups::Fence;
 use crate::state::{Acquire, Change, GroupState, Release, StateError, StateStore};
 
-/// The lease's clock settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timings {
-    /// How long a lease lasts without renewal: the most a dead holder blocks its group.
-    pub duration: Duration,
-    /// How often a holder renews while it works.
-    pub renew_every: Duration,
-    /// A holder stops writing when its lease has less than this left: longer than an
-    /// ELBv2 attempt may take ([`crate::aws::MUTATION_ATTEMPT_DEADLINE`]), so an attempt
-    /// started before has ended before the lease expires.
-    pub write_margin: Duration,
-    /// A waiter takes over an expired lease only this long after its expiry (as stored):
-    /// longer than any ELBv2 attempt, so one sent by a holder whose clock ran behind, or
-    /// that took its whole deadline, has landed before the new holder acts.
-    pub takeover_grace: Duration,
-    /// The longest (real time) a pass waits for its lease to be renewed before a write
-    /// ([`Lease::ready`]) before it counts the lease as lost.
-    pub ready_wait: Duration,
-}
-
-impl Default for Timings {
-    fn default() -> Self {
-        Self {
-            duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
-            write_margin: Duration::from_secs(6),
-            takeover_grace: Duration::from_secs(6),
-            ready_wait: Duration::from_secs(20),
-        }
-    }
-}
+pub use crate::core::lease_protocol::Timings;
 
 /// While a renewal is due and unanswered, another attempt starts this often.
 pub const RENEW_RETRY: Duration = Duration::from_millis(1000);
@@ -124,10 +95,25 @@ pub struct Lease<'a, S> {
     lost: AtomicBool,
     /// Set by [`Lease::hand_over`] (the process is shutting down).
     handed_over: AtomicBool,
+    /// An ELBv2 attempt under the lease was abandoned without an answer and may still
+    /// land ([`Fence::abandoned`]): the lease is then given back ending now, never
+    /// deleted, so the next holder waits the takeover grace.
+    in_doubt: AtomicBool,
+    /// The item's version as of the holder's last write (or taking): every write is
+    /// conditional on it.
+    version: AtomicU64,
     /// Signalled by the heartbeat on every renewal (or loss), for [`Lease::ready`].
     renewed: tokio::sync::Notify,
     /// Signalled by [`Lease::ready`] to have the heartbeat renew at once.
     renew_now: tokio::sync::Notify,
+}
+
+/// What a write made without the lease (a verification, the index's retirement) passes
+/// as the time a lease must have expired before to count as free at `now`: one takeover
+/// grace before it, as a waiter takes it over (an ELBv2 attempt of its holder may land
+/// until then).
+pub fn expired_before(now: UnixMillis, timings: &Timings) -> UnixMillis {
+    UnixMillis(crate::core::lease_protocol::take_times(now.0, timings).0)
 }
 
 /// A lease owner id: the function, the cluster and a random part
@@ -155,12 +141,9 @@ pub async fn take<'a, S: StateStore>(
 ) -> Result<Taken<'a, S>, StateError> {
     let now = clock.now();
     let sent = tokio::time::Instant::now();
-    let until = now.plus(timings.duration);
     // Another holder's lease is taken over only a grace after its expiry.
-    let expired_before = UnixMillis(
-        now.0
-            .saturating_sub(u64::try_from(timings.takeover_grace.as_millis()).unwrap_or(0)),
-    );
+    let (expired_before, until) = protocol::take_times(now.0, &timings);
+    let (expired_before, until) = (UnixMillis(expired_before), UnixMillis(until));
     match store.acquire(group, &owner, expired_before, until).await? {
         Acquire::Acquired(state) => {
             let lease = Lease {
@@ -173,6 +156,8 @@ pub async fn take<'a, S: StateStore>(
                 deadline: std::sync::Mutex::new(sent + timings.duration),
                 lost: AtomicBool::new(false),
                 handed_over: AtomicBool::new(false),
+                in_doubt: AtomicBool::new(false),
+                version: AtomicU64::new(state.version),
                 renewed: tokio::sync::Notify::new(),
                 renew_now: tokio::sync::Notify::new(),
             };
@@ -180,7 +165,7 @@ pub async fn take<'a, S: StateStore>(
         }
         Acquire::HeldElsewhere { owner, until } => Ok(Taken::Busy(Busy {
             owner,
-            until: until.plus(timings.takeover_grace),
+            until: UnixMillis(protocol::busy_until(until.0, &timings)),
         })),
     }
 }
@@ -259,14 +244,23 @@ impl<S: StateStore> Lease<'_, S> {
     /// and the state table refuses it if the lease is no longer ours.
     pub async fn write(&self, change: &Change) -> Result<(), StateError> {
         self.ready().await?;
+        let version = self.version.load(Ordering::SeqCst);
         let result = self
             .store
-            .write(&self.group, &self.owner, self.clock.now(), change)
+            .write(&self.group, &self.owner, self.clock.now(), version, change)
             .await;
-        if matches!(result, Err(StateError::LeaseLost { .. })) {
-            self.lost.store(true, Ordering::SeqCst);
+        match result {
+            Ok(version) => {
+                self.version.store(version, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, StateError::LeaseLost { .. }) {
+                    self.lost.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
         }
-        result
     }
 
     /// Runs passes under the lease, renewing it meanwhile, until one ends it: the one
@@ -334,7 +328,15 @@ impl<S: StateStore> Lease<'_, S> {
             let until = now.plus(self.timings.duration);
             match self
                 .store
-                .release(&self.group, &self.owner, now, until, &change)
+                .release(
+                    &self.group,
+                    &self.owner,
+                    now,
+                    self.version.load(Ordering::SeqCst),
+                    until,
+                    &change,
+                    self.in_doubt.load(Ordering::SeqCst),
+                )
                 .await
             {
                 Ok(Release::Released) => return RunEnd::Released,
@@ -343,6 +345,7 @@ impl<S: StateStore> Lease<'_, S> {
                     self.extended(sent);
                     tracing::info!(target_group = %self.group, pass = passes, "asked to run again while holding the lease");
                     owed = true;
+                    self.version.store(s.version, Ordering::SeqCst);
                     state = s;
                 }
                 Ok(Release::Lost) => {
@@ -365,7 +368,15 @@ impl<S: StateStore> Lease<'_, S> {
         let now = self.clock.now();
         if let Err(e) = self
             .store
-            .abandon(&self.group, &self.owner, now, change, owed)
+            .abandon(
+                &self.group,
+                &self.owner,
+                now,
+                self.version.load(Ordering::SeqCst),
+                change,
+                owed,
+                self.in_doubt.load(Ordering::SeqCst),
+            )
             .await
         {
             tracing::warn!(target_group = %self.group, error = %e, "giving the lease up failed; it expires on its own");
@@ -505,6 +516,10 @@ impl<S: StateStore> Fence for Lease<'_, S> {
     fn check(&self) -> Result<(), String> {
         Lease::check(self).map_err(|e| e.to_string())
     }
+
+    fn abandoned(&self) {
+        self.in_doubt.store(true, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]
@@ -575,6 +590,130 @@ mod tests {
             lease.check().is_err(),
             "a lease with the margin left on the monotonic clock is not fresh, whatever the wall clock says"
         );
+    }
+
+    /// An ELBv2 attempt abandoned at its deadline may still land: however the lease
+    /// ends after one (released, given up, cut), a taker waits the takeover grace, as
+    /// after an expiry, instead of taking it at once.
+    #[tokio::test]
+    async fn a_lease_ended_after_an_abandoned_attempt_is_taken_only_after_the_grace() {
+        let t = Timings::default();
+        let ends: [fn() -> PassEnd; 3] = [
+            || PassEnd::Done(Change::default()),
+            || PassEnd::GiveUp(Change::default()),
+            || PassEnd::Cut(Change::default()),
+        ];
+        for (i, end) in ends.into_iter().enumerate() {
+            let store = FakeState::default();
+            let clock = ManualClock::new(T0);
+            let Taken::Held(lease, state) = taken(&store, &clock, "a").await else {
+                panic!("free");
+            };
+            let ended = lease
+                .run(
+                    state,
+                    2,
+                    || true,
+                    std::future::pending(),
+                    async |_, lease| {
+                        Fence::abandoned(lease);
+                        end()
+                    },
+                )
+                .await;
+            assert_ne!(ended, RunEnd::Aborted);
+            let Taken::Busy(busy) = taken(&store, &clock, "b").await else {
+                panic!("end {i}: taken at once after an abandoned attempt");
+            };
+            assert_eq!(busy.until, T0.plus(t.takeover_grace), "end {i}");
+            clock.advance(t.grace_ms() + 1);
+            assert!(
+                matches!(taken(&store, &clock, "b").await, Taken::Held(..)),
+                "end {i}: not taken after the grace"
+            );
+        }
+        // Every attempt answered: given back for anyone to take at once.
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, state) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let done = lease
+            .run(
+                state,
+                2,
+                || true,
+                std::future::pending(),
+                async |_, _| PassEnd::Done(Change::default()),
+            )
+            .await;
+        assert_eq!(done, RunEnd::Released);
+        assert!(matches!(taken(&store, &clock, "b").await, Taken::Held(..)));
+    }
+
+    /// A renewal sent earlier and delivered after a later one never shortens the lease
+    /// (the holder, believing the later one, would write past the stored expiry).
+    #[tokio::test]
+    async fn renewals_delivered_out_of_order_only_extend_the_lease() {
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, _) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let later = T0.plus(Duration::from_secs(25));
+        assert!(store.renew("g", "a", later).await.expect("renew"));
+        // The earlier one lands now: refused, yet the lease is still ours, as long.
+        let earlier = T0.plus(Duration::from_secs(20));
+        assert!(store.renew("g", "a", earlier).await.expect("renew"));
+        let stored = store.stored("g").lease.expect("held");
+        assert_eq!((stored.owner.as_str(), stored.until), ("a", later));
+        drop(lease);
+    }
+
+    /// Every write of a holder is conditional on the item's version: an older write
+    /// delivered late (an SDK retry of a whole-ledger write) cannot overwrite a newer
+    /// one, and a retry of a write that had landed still counts as written.
+    #[tokio::test]
+    async fn a_late_duplicate_of_an_older_write_never_overwrites_a_newer_one() {
+        let store = FakeState::default();
+        let clock = ManualClock::new(T0);
+        let Taken::Held(lease, state) = taken(&store, &clock, "a").await else {
+            panic!("free");
+        };
+        let backoff = |failures| Change {
+            backoff: Some(Some(crate::core::BackoffState {
+                failures,
+                next_attempt: T0,
+            })),
+            ..Change::default()
+        };
+        let v = state.version;
+        assert_eq!(
+            store
+                .write("g", "a", T0, v, &backoff(1))
+                .await
+                .expect("first"),
+            v + 1
+        );
+        // The first write's retry, its answer lost: landed already, so written.
+        assert_eq!(
+            store
+                .write("g", "a", T0, v, &backoff(1))
+                .await
+                .expect("retry"),
+            v + 1
+        );
+        assert_eq!(
+            store
+                .write("g", "a", T0, v + 1, &backoff(2))
+                .await
+                .expect("second"),
+            v + 2
+        );
+        // Another copy of the first, delivered last: refused.
+        assert!(store.write("g", "a", T0, v, &backoff(1)).await.is_err());
+        assert_eq!(store.stored("g").backoff.map(|b| b.failures), Some(2));
+        drop(lease);
     }
 
     #[test]

@@ -89,6 +89,13 @@ pub struct LedgerEntry {
     pub cluster: String,
     /// When the entry was written.
     pub registered_at: UnixMillis,
+    /// A tombstone: when its target was deregistered. The entry stays for the forget
+    /// grace ([`crate::core::FORGET_GRACE`]): an ELBv2 attempt to register it that was
+    /// abandoned may land after the deregistration, and a pass that finds it registered
+    /// then deregisters it again, even in shared mode. The ledger is so a superset of
+    /// what tgsync may have registered, also when a call lands late.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deregistered_at: Option<UnixMillis>,
 }
 
 /// Who holds a group's lease, as stored.
@@ -312,50 +319,67 @@ pub trait StateStore: Send + Sync {
         until: UnixMillis,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
 
-    /// Applies `change` if `owner` still holds an unexpired lease at `now`
-    /// ([`StateError::LeaseLost`] otherwise: the fencing check).
+    /// Applies `change` if `owner` still holds an unexpired lease at `now` and the item
+    /// is still at `version` (the one the holder last read or wrote: an older write of
+    /// the holder, delivered late by a retry, never overwrites a newer one);
+    /// [`StateError::LeaseLost`] otherwise: the fencing check. Returns the item's new
+    /// version (`version` itself for an empty change, which writes nothing).
     fn write(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
-    ) -> impl Future<Output = Result<(), StateError>> + Send;
+    ) -> impl Future<Output = Result<u64, StateError>> + Send;
 
     /// Applies `change` and releases `owner`'s lease unless `dirty` is set; then clears
-    /// `dirty`, renews the lease to `until` and asks for another pass instead.
+    /// `dirty`, renews the lease to `until` and asks for another pass instead. With
+    /// `linger` (an ELBv2 attempt under the lease was abandoned and may still land) the
+    /// lease is not deleted but ends at `now`, so a taker waits the takeover grace. Like
+    /// every write of the holder, conditional on the item's `version`.
+    #[allow(clippy::too_many_arguments)]
     fn release(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         until: UnixMillis,
         change: &Change,
+        linger: bool,
     ) -> impl Future<Output = Result<Release, StateError>> + Send;
 
     /// Applies `change` (if the lease is still `owner`'s) and gives the lease up whatever
     /// its `dirty` flag, which stays set: a waiter that sees it knows its change was not
     /// served and takes the group itself. With `dirty`, the flag is set too (the holder
     /// leaves a request unserved: its own, or one it cleared); also when the lease had
-    /// expired but was still `owner`'s.
+    /// expired but was still `owner`'s. With `linger`, as in [`StateStore::release`]: the
+    /// holder stays recorded and the lease ends at `now` (or when it expired). `change` is
+    /// written only at `version`, as by [`StateStore::write`].
+    #[allow(clippy::too_many_arguments)]
     fn abandon(
         &self,
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
         dirty: bool,
+        linger: bool,
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Records a verification made without the lease (a scheduled run that found the
-    /// group right), only if the state is still `version` and nobody holds the lease at
-    /// `now`; `Ok(false)` when it changed meanwhile (the checkpoint is then not written,
+    /// group right), only if the state is still `version` and the lease is free: nobody
+    /// holds it, or it expired before `expired_before` (the caller's time less the
+    /// takeover grace: [`crate::lease::expired_before`]; an ELBv2 attempt of its holder
+    /// may land until then); `Ok(false)` otherwise (the checkpoint is then not written,
     /// which only costs a verification later).
     fn record_verified(
         &self,
         group: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         checkpoint: Checkpoint,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
     /// The groups whose ledger may hold `cluster`'s entries: an index kept beside the
@@ -437,16 +461,17 @@ pub trait StateStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StateError>> + Send;
 
     /// Takes `group` out of `cluster`'s index, only if the group's state is still
-    /// `version` (as the caller saw it, holding no entry of `cluster`) and nobody holds
-    /// its lease or asked for a pass at `now`: a concurrent first registration is never
-    /// left out of the index. With `delete`, the group's item goes too (the caller saw
-    /// its ledger empty). `Ok(false)` when the state changed meanwhile.
+    /// `version` (as the caller saw it, holding no entry of `cluster`), its lease is free
+    /// (as in [`StateStore::record_verified`], `expired_before` the caller's time less
+    /// the takeover grace) and nobody asked for a pass: a concurrent first registration
+    /// is never left out of the index. With `delete`, the group's item goes too (the
+    /// caller saw its ledger empty). `Ok(false)` when the state changed meanwhile.
     fn retire(
         &self,
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> impl Future<Output = Result<bool, StateError>> + Send;
 }

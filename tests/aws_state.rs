@@ -43,6 +43,7 @@ fn entry(target: &str, i: usize, cluster: &str) -> LedgerEntry {
         },
         cluster: cluster.into(),
         registered_at: UnixMillis(1_700_000_000_000 + i as u64),
+        deregistered_at: None,
     }
 }
 
@@ -81,6 +82,11 @@ async fn take(state: &DynamoState, owner: &str, now: UnixMillis) -> Acquire {
         .acquire(GROUP, owner, now, UnixMillis(now.0 + 15_000))
         .await
         .expect("acquire")
+}
+
+/// The group's item's version, for a holder's next write.
+async fn version(state: &DynamoState) -> u64 {
+    state.peek(GROUP).await.expect("peek").version
 }
 
 #[tokio::test]
@@ -129,7 +135,7 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
         })
         .collect();
     for (i, g) in groups.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
-        let Acquire::Acquired(_) = state
+        let Acquire::Acquired(taken) = state
             .acquire(g, "me", T0, UnixMillis(T0.0 + 15_000))
             .await
             .expect("acquire")
@@ -150,10 +156,21 @@ async fn groups_read_in_batches_are_what_reads_one_by_one_give() {
         };
         // Every other group keeps its lease, the rest give it back.
         if i % 2 == 0 {
-            state.write(g, "me", T0, &change).await.expect("write");
+            state
+                .write(g, "me", T0, taken.version, &change)
+                .await
+                .expect("write");
         } else {
             let released = state
-                .release(g, "me", T0, UnixMillis(T0.0 + 15_000), &change)
+                .release(
+                    g,
+                    "me",
+                    T0,
+                    taken.version,
+                    UnixMillis(T0.0 + 15_000),
+                    &change,
+                    false,
+                )
                 .await
                 .expect("release");
             assert_eq!(released, Release::Released, "{g}");
@@ -226,10 +243,11 @@ async fn the_ledger_round_trips_through_fenced_writes() {
     };
     assert!(s.ledger.is_empty());
     let l = ledger(900);
-    state
-        .write(GROUP, "a", at(1), &with_ledger(&l))
+    let v = state
+        .write(GROUP, "a", at(1), s.version, &with_ledger(&l))
         .await
         .expect("write");
+    assert_eq!(v, s.version + 1);
     let backoff = BackoffState {
         failures: 2,
         next_attempt: at(9),
@@ -245,7 +263,7 @@ async fn the_ledger_round_trips_through_fenced_writes() {
     };
     assert_eq!(
         state
-            .release(GROUP, "a", at(2), at(17), &last)
+            .release(GROUP, "a", at(2), v, at(17), &last, false)
             .await
             .expect("release"),
         Release::Released
@@ -266,25 +284,26 @@ async fn the_ledger_round_trips_through_fenced_writes() {
 #[tokio::test]
 async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
     let (_, state) = store().await;
-    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    let Acquire::Acquired(a) = take(&state, "a", T0).await else {
+        panic!("free lease")
+    };
     let mine = ledger(2);
-    state
-        .write(GROUP, "a", at(1), &with_ledger(&mine))
+    let v = state
+        .write(GROUP, "a", at(1), a.version, &with_ledger(&mine))
         .await
         .expect("a writes while it holds the lease");
     // `a` stalls past its lease; `b` takes over.
-    assert!(matches!(
-        take(&state, "b", at(20)).await,
-        Acquire::Acquired(_)
-    ));
+    let Acquire::Acquired(b) = take(&state, "b", at(20)).await else {
+        panic!("taken over")
+    };
     let err = state
-        .write(GROUP, "a", at(21), &with_ledger(&ledger(5)))
+        .write(GROUP, "a", at(21), v, &with_ledger(&ledger(5)))
         .await
         .expect_err("a's write after losing the lease");
     assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
     // Even with a clock that lags (it thinks its lease is still valid).
     let err = state
-        .write(GROUP, "a", at(5), &with_ledger(&ledger(5)))
+        .write(GROUP, "a", at(5), v, &with_ledger(&ledger(5)))
         .await
         .expect_err("a's write with a lagging clock");
     assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
@@ -298,20 +317,36 @@ async fn a_holder_whose_lease_was_taken_over_cannot_change_the_ledger() {
     );
     assert_eq!(
         state
-            .release(GROUP, "a", at(21), at(36), &with_ledger(&ledger(5)))
+            .release(
+                GROUP,
+                "a",
+                at(21),
+                v,
+                at(36),
+                &with_ledger(&ledger(5)),
+                false
+            )
             .await
             .expect("release"),
         Release::Lost
     );
     state
-        .abandon(GROUP, "a", at(21), &with_ledger(&ledger(5)), false)
+        .abandon(
+            GROUP,
+            "a",
+            at(21),
+            v,
+            &with_ledger(&ledger(5)),
+            false,
+            false,
+        )
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
     assert_eq!(s.ledger, mine, "the old holder changed the ledger");
     assert_eq!(s.lease.expect("b holds it").owner, "b");
     state
-        .write(GROUP, "b", at(22), &with_ledger(&ledger(3)))
+        .write(GROUP, "b", at(22), b.version, &with_ledger(&ledger(3)))
         .await
         .expect("the new holder writes");
 }
@@ -337,7 +372,15 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     // The holder is asked to run again, once.
     let none = Change::default();
     match state
-        .release(GROUP, "a", at(3), at(18), &none)
+        .release(
+            GROUP,
+            "a",
+            at(3),
+            version(&state).await,
+            at(18),
+            &none,
+            false,
+        )
         .await
         .expect("release")
     {
@@ -350,7 +393,15 @@ async fn acquiring_is_idempotent_for_its_owner_and_marks_other_holders_dirty() {
     assert!(state.renew(GROUP, "a", at(19)).await.expect("renew"));
     assert_eq!(
         state
-            .release(GROUP, "a", at(5), at(20), &none)
+            .release(
+                GROUP,
+                "a",
+                at(5),
+                version(&state).await,
+                at(20),
+                &none,
+                false
+            )
             .await
             .expect("release"),
         Release::Released
@@ -416,7 +467,15 @@ async fn abandoning_keeps_the_dirty_flag_for_waiters() {
         Acquire::HeldElsewhere { .. }
     ));
     state
-        .abandon(GROUP, "a", at(2), &Change::default(), false)
+        .abandon(
+            GROUP,
+            "a",
+            at(2),
+            version(&state).await,
+            &Change::default(),
+            false,
+            false,
+        )
         .await
         .expect("abandon");
     let s = state.load(GROUP).await.expect("load");
@@ -426,6 +485,166 @@ async fn abandoning_keeps_the_dirty_flag_for_waiters() {
         panic!("free")
     };
     assert!(!s.dirty, "the new holder serves it");
+}
+
+/// After an ELBv2 attempt that was abandoned (it may still land), a lease given back,
+/// released or given up, is not deleted: its holder stays recorded with the lease ending
+/// then, so a taker waits the takeover grace as after an expiry (`take`'s `now` here is
+/// the taker's time less the grace).
+#[tokio::test]
+async fn a_lease_given_back_after_an_abandoned_attempt_ends_then_and_keeps_its_holder() {
+    let (_, state) = store().await;
+    let none = Change::default();
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert_eq!(
+        state
+            .release(
+                GROUP,
+                "a",
+                at(2),
+                version(&state).await,
+                at(17),
+                &none,
+                true
+            )
+            .await
+            .expect("release"),
+        Release::Released
+    );
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(
+        s.lease.map(|l| (l.owner, l.until)),
+        Some(("a".into(), at(2)))
+    );
+    assert!(matches!(
+        take(&state, "b", at(2)).await,
+        Acquire::HeldElsewhere { .. }
+    ));
+    assert!(matches!(
+        take(&state, "b", at(3)).await,
+        Acquire::Acquired(_)
+    ));
+    state
+        .abandon(GROUP, "b", at(4), version(&state).await, &none, true, true)
+        .await
+        .expect("abandon");
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(
+        s.lease.map(|l| (l.owner, l.until)),
+        Some(("b".into(), at(4)))
+    );
+    assert!(s.dirty, "the request stays for the next holder");
+    assert!(matches!(
+        take(&state, "c", at(4)).await,
+        Acquire::HeldElsewhere { .. }
+    ));
+    assert!(matches!(
+        take(&state, "c", at(5)).await,
+        Acquire::Acquired(_)
+    ));
+}
+
+/// A renewal delivered after a later one (sent earlier, slow on the wire) never
+/// shortens the lease; the holder still counts it as renewed.
+#[tokio::test]
+async fn renewals_only_extend_the_lease() {
+    let (_, state) = store().await;
+    assert!(matches!(take(&state, "a", T0).await, Acquire::Acquired(_)));
+    assert!(state.renew(GROUP, "a", at(25)).await.expect("renew"));
+    assert!(state.renew(GROUP, "a", at(20)).await.expect("renew"));
+    let s = state.load(GROUP).await.expect("load");
+    assert_eq!(s.lease.map(|l| l.until), Some(at(25)));
+    assert!(
+        !state.renew(GROUP, "b", at(30)).await.expect("renew"),
+        "not ours"
+    );
+}
+
+/// Every write of a holder is conditional on the item's version: a copy of an older
+/// whole-ledger write delivered late (an SDK retry) is refused instead of overwriting a
+/// newer ledger, and a retry of a write that had landed still counts as written.
+#[tokio::test]
+async fn a_late_copy_of_an_older_ledger_write_never_overwrites_a_newer_one() {
+    let (_, state) = store().await;
+    let Acquire::Acquired(s) = take(&state, "a", T0).await else {
+        panic!("free lease")
+    };
+    let v = s.version;
+    let (older, newer) = (with_ledger(&ledger(1)), with_ledger(&ledger(2)));
+    assert_eq!(
+        state
+            .write(GROUP, "a", at(1), v, &older)
+            .await
+            .expect("write"),
+        v + 1
+    );
+    assert_eq!(
+        state
+            .write(GROUP, "a", at(1), v, &older)
+            .await
+            .expect("its retry"),
+        v + 1,
+        "landed already"
+    );
+    assert_eq!(
+        state
+            .write(GROUP, "a", at(2), v + 1, &newer)
+            .await
+            .expect("write"),
+        v + 2
+    );
+    let err = state
+        .write(GROUP, "a", at(1), v, &older)
+        .await
+        .expect_err("the older write, late");
+    assert!(matches!(err, StateError::LeaseLost { .. }), "{err}");
+    assert_eq!(state.load(GROUP).await.expect("load").ledger, ledger(2));
+}
+
+/// Writes made without the lease treat it as free only past its takeover grace: the
+/// caller passes its time less the grace (`expired_before`), and a lease that ended
+/// after that (a holder's abandoned attempt may still land) refuses them.
+#[tokio::test]
+async fn writes_without_the_lease_wait_for_its_takeover_grace() {
+    let (_, state) = store().await;
+    let Acquire::Acquired(s) = take(&state, "a", T0).await else {
+        panic!("free lease")
+    };
+    let none = Change::default();
+    state
+        .release(GROUP, "a", at(2), s.version, at(17), &none, true)
+        .await
+        .expect("release");
+    let cp = Checkpoint {
+        desired: 1,
+        verified_at: at(3),
+    };
+    let v = version(&state).await;
+    assert!(
+        !state
+            .record_verified(GROUP, v, at(2), cp)
+            .await
+            .expect("record")
+    );
+    assert!(
+        !state
+            .retire(GROUP, "c1", v, at(2), false)
+            .await
+            .expect("retire")
+    );
+    assert!(
+        state
+            .record_verified(GROUP, v, at(3), cp)
+            .await
+            .expect("record")
+    );
+    let v = version(&state).await;
+    assert!(
+        state
+            .retire(GROUP, "c1", v, at(3), false)
+            .await
+            .expect("retire")
+    );
 }
 
 /// A checkpoint written without the lease never overwrites a newer state.
@@ -480,7 +699,7 @@ async fn a_ledger_beyond_the_item_limit_is_refused_whole() {
         big.insert(e.target, e);
     }
     let err = state
-        .write(GROUP, "a", at(1), &with_ledger(&big))
+        .write(GROUP, "a", at(1), version(&state).await, &with_ledger(&big))
         .await
         .expect_err("too large");
     assert!(
@@ -704,11 +923,19 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
             .unwrap()
     );
     state
-        .write(GROUP, "a", at(2), &with_ledger(&ledger(1)))
+        .write(GROUP, "a", at(2), s.version, &with_ledger(&ledger(1)))
         .await
         .expect("first entry");
     state
-        .abandon(GROUP, "a", at(3), &Change::default(), false)
+        .abandon(
+            GROUP,
+            "a",
+            at(3),
+            version(&state).await,
+            &Change::default(),
+            false,
+            false,
+        )
         .await
         .unwrap();
     // The caller saw the state before that write: refused.
@@ -746,7 +973,15 @@ async fn the_index_row_leaves_only_with_an_unchanged_unleased_item() {
         panic!("free lease")
     };
     state
-        .release(GROUP, "b", at(7), at(20), &with_ledger(&BTreeMap::new()))
+        .release(
+            GROUP,
+            "b",
+            at(7),
+            version(&state).await,
+            at(20),
+            &with_ledger(&BTreeMap::new()),
+            false,
+        )
         .await
         .unwrap();
     let now = state.peek(GROUP).await.unwrap();

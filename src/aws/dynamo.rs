@@ -26,6 +26,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
 use super::error_summary;
+use crate::core::lease_protocol as protocol;
 use crate::core::{Checkpoint, UnixMillis};
 use crate::state::{Acquire, Change, Glance, GroupState, Release, StateError, StateStore};
 use items::Item;
@@ -414,17 +415,19 @@ impl StateStore for DynamoState {
     }
 
     async fn renew(&self, group: &str, owner: &str, until: UnixMillis) -> Result<bool, StateError> {
-        // Conditional on ownership only: a lease that expired under a slow holder and
-        // that nobody took since is taken back (any other taker changes the owner).
-        let renew = Update::default()
-            .set("#u = :until")
-            .condition("#o = :me")
-            .value(":until", items::n(until.0))
-            .value(
-                ":me",
-                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-            );
-        Ok(self.update(group, renew, false).await?.is_ok())
+        // Conditional on ownership, not expiry: a lease that expired under a slow holder
+        // and that nobody took since is taken back (any other taker changes the owner).
+        // Only extending: a renewal delivered after a later one changes nothing, and the
+        // lease, still ours for as long, goes on.
+        let me = owner.to_owned();
+        let renew = Update::step(&protocol::renew(&me, until.0));
+        match self.update(group, renew, false).await? {
+            Ok(_) => Ok(true),
+            Err(old) => {
+                let old = old.as_ref().map(items::parse_record).transpose()?;
+                Ok(protocol::renewed(old.as_ref(), &me, until.0))
+            }
+        }
     }
 
     async fn hand_over(
@@ -451,20 +454,32 @@ impl StateStore for DynamoState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
-    ) -> Result<(), StateError> {
+    ) -> Result<u64, StateError> {
         if change.is_empty() {
-            return Ok(());
+            return Ok(version);
         }
-        let write = fenced(Update::default().change(change, &self.cluster), owner, now);
+        let me = owner.to_owned();
+        let write = Update::default()
+            .change(change, &self.cluster)
+            .with_step(&protocol::write(&me, now.0, version));
         match self.update(group, write, false).await {
             Ok(Ok(_)) => {
                 self.after_ledger_write(group, change).await;
-                Ok(())
+                Ok(version + 1)
             }
-            Ok(Err(_)) => Err(StateError::LeaseLost {
-                group: group.to_owned(),
-            }),
+            Ok(Err(old)) => {
+                // A retry of a write that had landed is refused by its own version.
+                let old = old.as_ref().map(items::parse_record).transpose()?;
+                if protocol::write_landed(old.as_ref(), &me, version) {
+                    self.after_ledger_write(group, change).await;
+                    return Ok(version + 1);
+                }
+                Err(StateError::LeaseLost {
+                    group: group.to_owned(),
+                })
+            }
             Err(StateError::TooLarge { group, .. }) => Err(StateError::TooLarge {
                 group,
                 targets: change.ledger.as_ref().map_or(0, BTreeMap::len),
@@ -478,45 +493,32 @@ impl StateStore for DynamoState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         until: UnixMillis,
         change: &Change,
+        linger: bool,
     ) -> Result<Release, StateError> {
-        let release = fenced(Update::default().change(change, &self.cluster), owner, now)
-            .remove("#o")
-            .remove("#u")
-            .remove("#d");
-        let release = Update::condition(
-            release,
-            "#o = :me AND #u >= :now AND (attribute_not_exists(#d) OR #d = :false)",
-        )
-        .value(
-            ":false",
-            aws_sdk_dynamodb::types::AttributeValue::Bool(false),
-        );
+        let me = owner.to_owned();
+        let changes = !change.is_empty();
+        let release = Update::default()
+            .change(change, &self.cluster)
+            .with_step(&protocol::release(&me, now.0, version, changes, linger));
         let old = match self.update(group, release, false).await? {
             Ok(_) => {
                 self.after_ledger_write(group, change).await;
                 return Ok(Release::Released);
             }
-            Err(old) => old.as_ref().map(items::parse_group).transpose()?,
+            Err(old) => old.as_ref().map(items::parse_record).transpose()?,
         };
-        let ours = old.as_ref().is_some_and(|s| {
-            s.lease
-                .as_ref()
-                .is_some_and(|l| l.owner == owner && l.until >= now)
-        });
-        if !ours {
-            return Ok(Release::Lost);
+        match protocol::release_refused(old.as_ref(), &me, now.0, version, changes) {
+            protocol::Refused::Landed => return Ok(Release::Released),
+            protocol::Refused::Lost => return Ok(Release::Lost),
+            protocol::Refused::RunAgain => {}
         }
         // Asked to run again: keep the lease, clear the flag, and still write the change.
-        let again = fenced(Update::default().change(change, &self.cluster), owner, now)
-            .set("#d = :false")
-            .set("#u = :until")
-            .value(
-                ":false",
-                aws_sdk_dynamodb::types::AttributeValue::Bool(false),
-            )
-            .value(":until", items::n(until.0));
+        let again = Update::default()
+            .change(change, &self.cluster)
+            .with_step(&protocol::run_again(&me, now.0, version, until.0, changes));
         match self.update(group, again, true).await? {
             Ok(item) => {
                 self.after_ledger_write(group, change).await;
@@ -533,40 +535,33 @@ impl StateStore for DynamoState {
         group: &str,
         owner: &str,
         now: UnixMillis,
+        version: u64,
         change: &Change,
         dirty: bool,
+        linger: bool,
     ) -> Result<(), StateError> {
-        let ask = |update: Update| {
-            if dirty {
-                update
-                    .set("#d = :true")
-                    .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true))
-            } else {
-                update
-            }
-        };
-        let give_up = ask(fenced(
-            Update::default().change(change, &self.cluster),
-            owner,
-            now,
-        ))
-        .remove("#o")
-        .remove("#u");
+        let me = owner.to_owned();
+        let give_up =
+            Update::default()
+                .change(change, &self.cluster)
+                .with_step(&protocol::give_up(
+                    &me,
+                    now.0,
+                    version,
+                    !change.is_empty(),
+                    dirty,
+                    linger,
+                ));
         if self.update(group, give_up, false).await?.is_ok() {
             self.after_ledger_write(group, change).await;
             return Ok(());
         }
         // Expired meanwhile: write nothing, but give back what may still be ours (and
-        // leave the request for the next holder).
-        let just_go = ask(Update::default())
-            .remove("#o")
-            .remove("#u")
-            .condition("#o = :me")
-            .value(
-                ":me",
-                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-            );
-        self.update(group, just_go, false).await?.ok();
+        // leave the request for the next holder). After an abandoned attempt the holder
+        // stays recorded: its expiry lets a taker in only after the grace.
+        if let Some(step) = protocol::just_go(&me, dirty, linger) {
+            self.update(group, Update::step(&step), false).await?.ok();
+        }
         Ok(())
     }
 
@@ -574,25 +569,16 @@ impl StateStore for DynamoState {
         &self,
         group: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         checkpoint: Checkpoint,
     ) -> Result<bool, StateError> {
         let change = Change {
             checkpoint: Some(Some(checkpoint)),
             ..Change::default()
         };
-        let unchanged = if version == 0 {
-            "attribute_not_exists(#v)"
-        } else {
-            "#v = :version"
-        };
         let write = Update::default()
             .change(&change, &self.cluster)
-            .condition(format!(
-                "{unchanged} AND (attribute_not_exists(#o) OR #u < :now)"
-            ))
-            .value(":version", items::n(version))
-            .value(":now", items::n(now.0));
+            .with_step(&protocol::verified(version, expired_before.0));
         Ok(self.update(group, write, false).await?.is_ok())
     }
 
@@ -635,21 +621,10 @@ impl StateStore for DynamoState {
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> Result<bool, StateError> {
-        self.remove_from_index(group, cluster, version, now, delete)
+        self.remove_from_index(group, cluster, version, expired_before, delete)
             .await
     }
-}
-
-/// Makes `update` conditional on `owner` holding an unexpired lease at `now`.
-fn fenced(update: Update, owner: &str, now: UnixMillis) -> Update {
-    update
-        .condition("#o = :me AND #u >= :now")
-        .value(
-            ":me",
-            aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-        )
-        .value(":now", items::n(now.0))
 }

@@ -245,9 +245,9 @@ pub fn out_of_step(
 ) -> bool {
     let namespace = pods.namespace;
     let mut held = HashSet::new();
-    let ours = ledger
-        .iter()
-        .filter(|(_, e)| e.cluster == cluster && e.pod.namespace == namespace);
+    let ours = ledger.iter().filter(|(_, e)| {
+        e.cluster == cluster && e.pod.namespace == namespace && e.deregistered_at.is_none()
+    });
     for (target, entry) in ours {
         let Some(pod) = pods.by_name.get(entry.pod.name.as_str()) else {
             return true;
@@ -413,6 +413,7 @@ mod tests {
             },
             cluster: cluster.into(),
             registered_at: UnixMillis(0),
+            deregistered_at: None,
         };
         BTreeMap::from([(target, entry)])
     }

@@ -150,8 +150,9 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     /// `job(key, want)`, whose [`Action`] the queue turns into a delay. When the run
     /// ends, the passes in flight finish (a run's options cut them cleanly at its
     /// `cut_at`); what is still queued stays in the queue, and every request the run
-    /// could not serve is handed on ([`Runner::hand_on`]; see [`Ending`]). Returns
-    /// what it could not serve.
+    /// could not serve is handed on ([`Runner::hand_on`]; see [`Ending`]) — at shutdown,
+    /// what is queued or parked before the passes in flight drain. Returns what it could
+    /// not serve.
     pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Unserved
     where
         F: Fn(String, Want) -> Fut,
@@ -247,8 +248,16 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         }
         // The time is up: no new pass; those in flight finish or are cut cleanly, and
         // what they leave is handed on (counted as a pass in flight, so the shutdown
-        // hook waits for it).
+        // hook waits for it). At shutdown the process ends ~400 ms after the signal,
+        // before a pass whose call is in flight may end: what is queued or parked is
+        // handed on first, then the passes drain (each hands its own lease over).
         let _holding = engine.holding();
+        let mut handed = Vec::new();
+        let mut error = None;
+        if engine.is_shutting_down() && ending.hands_on() {
+            handed = ending.left_in(&lock(self.queue));
+            error = self.hand_on(&handed).await.err();
+        }
         while let Some((key, want, action)) = in_flight.next().await {
             let kept = ending.keeps(action, want, &key, &mut left);
             lock(self.queue).done(&key, want, kept, self.now());
@@ -256,11 +265,15 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         left.extend(ending.left_in(&lock(self.queue)));
         left.sort_unstable();
         left.dedup();
-        let error = if ending.hands_on() {
-            self.hand_on(&left).await.err()
-        } else {
-            None
-        };
+        left.retain(|g| handed.binary_search(g).is_err());
+        if ending.hands_on()
+            && let Err(e) = self.hand_on(&left).await
+        {
+            error = Some(e);
+        }
+        left.extend(handed);
+        left.sort_unstable();
+        left.dedup();
         Unserved {
             groups: left,
             error,

@@ -306,3 +306,55 @@ async fn a_one_shot_run_plans_from_the_index_as_it_is_at_each_pass() {
         "{group:#?}"
     );
 }
+
+/// At SIGTERM the process ends ~400 ms later, long before a slow pass in flight may
+/// end: the requests still queued are handed on first (their groups' `dirty` flags and
+/// the index's record), then the passes in flight drain.
+#[tokio::test]
+async fn at_shutdown_queued_requests_are_handed_on_before_the_passes_in_flight_drain() {
+    use std::time::Duration;
+
+    use crate::reconcile::Action;
+    use crate::state::StateStore as _;
+    use queue::{Queue, Want};
+
+    let (e, clock) = fakes::engine();
+    let e = e.with_settings(crate::reconcile::EngineSettings {
+        concurrency: 1,
+        ..crate::reconcile::EngineSettings::default()
+    });
+    let queue = Mutex::new(Queue::default());
+    let wake = tokio::sync::Notify::new();
+    {
+        let mut q = crate::sync::lock(&queue);
+        q.request("slow", Want::change(clock.now()));
+        q.request("queued", Want::change(clock.now()));
+    }
+    let runner = runner::Runner::new(&e, &queue, &wake);
+    let run = runner.run(
+        runner::Ending::At(tokio::time::Instant::now() + Duration::from_secs(60)),
+        |key, want| async move {
+            // A pass whose call in flight takes its whole deadline.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            (key, want, Action::Done)
+        },
+    );
+    let signal = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        e.shut_down();
+        // The shutdown hook's grace.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        e.state.index_meta("demo").await.expect("meta").requested
+    };
+    let (handed, requested) = tokio::join!(run, signal);
+    assert!(
+        requested.contains("queued"),
+        "not handed on within the shutdown grace: {requested:?}"
+    );
+    assert!(e.state.stored("queued").dirty);
+    assert!(
+        handed.groups.contains(&"queued".to_owned()),
+        "{:?}",
+        handed.groups
+    );
+}

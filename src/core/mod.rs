@@ -12,6 +12,7 @@ pub mod gate;
 pub mod health;
 pub mod holds;
 pub mod index;
+pub mod lease_protocol;
 pub mod plan;
 pub mod pod;
 pub mod selector;

@@ -104,8 +104,12 @@ pub struct Claim {
     /// Registered or adopted by this deployment (this cluster); `false` for an entry of
     /// another cluster's deployment sharing the group.
     pub mine: bool,
-    /// When the entry was written.
+    /// When the entry was written, or for a tombstone when its target was deregistered.
     pub since: UnixMillis,
+    /// A tombstone: the target was deregistered (see `LedgerEntry::deregistered_at`).
+    /// Present, it is deregistered again (a registration landed late); desired and
+    /// present, it is adopted anew; gone, it is forgotten after the grace.
+    pub tombstone: bool,
 }
 
 /// The rest of the diff's inputs.
@@ -171,7 +175,7 @@ pub fn plan<'a>(
     loop {
         match (want.peek(), have.peek()) {
             (Some(w), Some(h)) if w == h => {
-                if !mine(h) {
+                if !mine(h) || claims.get(h).is_some_and(|c| c.tombstone) {
                     adopt.push(**h);
                 }
                 want.next();
@@ -265,6 +269,7 @@ mod tests {
                     Claim {
                         mine: true,
                         since: UnixMillis(0),
+                        tombstone: false,
                     },
                 )
             })
@@ -363,6 +368,7 @@ mod tests {
                 Claim {
                     mine: false,
                     since: UnixMillis(0),
+                    tombstone: false,
                 },
             ),
             // Theirs, not desired by us: kept even in exclusive mode.
@@ -371,6 +377,7 @@ mod tests {
                 Claim {
                     mine: false,
                     since: UnixMillis(0),
+                    tombstone: false,
                 },
             ),
             // Ours, registered a second ago and not visible yet: kept.
@@ -379,6 +386,7 @@ mod tests {
                 Claim {
                     mine: true,
                     since: UnixMillis(999_000),
+                    tombstone: false,
                 },
             ),
             // Ours, long gone: forgotten.
@@ -387,6 +395,7 @@ mod tests {
                 Claim {
                     mine: true,
                     since: UnixMillis(0),
+                    tombstone: false,
                 },
             ),
         ]);

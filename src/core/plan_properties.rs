@@ -80,6 +80,7 @@ fn claims(i: &Inputs) -> BTreeMap<Target, Claim> {
     let claim = |mine| Claim {
         mine,
         since: UnixMillis(0),
+        tombstone: false,
     };
     i.owned
         .iter()
@@ -281,7 +282,7 @@ proptest! {
         let claims: BTreeMap<Target, Claim> = i
             .owned
             .iter()
-            .map(|t| (*t, Claim { mine: true, since }))
+            .map(|t| (*t, Claim { mine: true, since, tombstone: false }))
             .collect();
         let p = plan(&i.desired, i.actual.iter(), &claims, &Rules::new(i.mode, NOW));
         let present = present(&i.actual);

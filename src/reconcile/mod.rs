@@ -569,7 +569,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     *t,
                     crate::core::Claim {
                         mine: e.cluster == self.cluster,
-                        since: e.registered_at,
+                        since: e.deregistered_at.unwrap_or(e.registered_at),
+                        tombstone: e.deregistered_at.is_some(),
                     },
                 )
             })

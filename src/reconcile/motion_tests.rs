@@ -267,7 +267,7 @@ async fn a_target_not_yet_visible_after_registration_is_not_forgotten() {
     }
     e.groups.settle();
     assert!(live(&e).is_empty(), "leaked: {:?}", live(&e));
-    assert!(e.state.ledger(TG).is_empty());
+    assert!(e.state.live_ledger(TG).is_empty());
 }
 
 /// A dry run always shows the plan, backoff or not.

@@ -263,7 +263,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 .record_verified(
                     arn,
                     state.version,
-                    now,
+                    crate::lease::expired_before(now, &self.settings.lease),
                     Checkpoint {
                         desired: fp,
                         verified_at: now,

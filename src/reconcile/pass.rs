@@ -313,6 +313,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 pod: d.pod.as_ref().clone(),
                 cluster: self.cluster.clone(),
                 registered_at: now,
+                deregistered_at: None,
             })
         };
         let mut failures = 0usize;
@@ -331,11 +332,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             }
             report.applied_at.get_or_insert_with(|| self.clock.now());
             report.deregistered.extend_from_slice(chunk);
-            // Removed from the ledger only now, and stored with the next ledger write (or
-            // at the end of the pass): a crash before that leaves a stale entry, which a
-            // later pass forgets; never an owned target without one.
+            // A tombstone only now, stored with the next ledger write (or at the end of
+            // the pass): a crash before that leaves a live entry, which a later pass
+            // forgets; never an owned target without one. The tombstone stays for the
+            // forget grace, so a registration of it landing late is undone.
+            let gone = self.clock.now();
             for t in chunk {
-                ledger.remove(t);
+                if let Some(e) = ledger.get_mut(t) {
+                    e.deregistered_at = Some(gone);
+                }
             }
             self.fault(FaultPoint::AfterDeregisterChunk)?;
         }

@@ -150,7 +150,7 @@ async fn deleted_pod_without_labels_is_found_through_the_ledger() {
     let r = handle(&e, &exporter_event("web-7", "Killing", Value::Null)).await;
     assert_eq!(r.groups.len(), 1, "{r:#?}");
     assert!(live(&e, TG).is_empty());
-    assert!(e.state.ledger(TG).is_empty());
+    assert!(e.state.live_ledger(TG).is_empty());
 }
 
 #[tokio::test]
@@ -258,7 +258,12 @@ fn resync_and_pod_events_race_over_many_interleavings() {
                 live.contains(&foreign.to_string()),
                 "seed {seed}: foreign target removed"
             );
-            let ledger: Vec<String> = e.state.ledger(TG).keys().map(Target::to_string).collect();
+            let ledger: Vec<String> = e
+                .state
+                .live_ledger(TG)
+                .keys()
+                .map(Target::to_string)
+                .collect();
             assert!(
                 !ledger.contains(&"10.0.1.2:8080".to_string()),
                 "seed {seed}: stale ledger {ledger:?}"
@@ -358,8 +363,12 @@ fn churn_with_both_functions_running_ends_exact() {
             let mut have = live(&e, TG);
             have.sort();
             assert_eq!(have, want, "seed {seed}: group differs from the live pods");
-            let mut ledger: Vec<String> =
-                e.state.ledger(TG).keys().map(Target::to_string).collect();
+            let mut ledger: Vec<String> = e
+                .state
+                .live_ledger(TG)
+                .keys()
+                .map(Target::to_string)
+                .collect();
             ledger.sort();
             let mut owned = owned;
             owned.sort();

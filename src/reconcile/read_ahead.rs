@@ -398,6 +398,7 @@ mod tests {
                     },
                     cluster: "demo".into(),
                     registered_at: UnixMillis(1),
+                    deregistered_at: None,
                 };
                 (target, entry)
             })

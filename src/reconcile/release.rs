@@ -253,7 +253,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                         arn,
                         &self.cluster,
                         state.version,
-                        self.clock.now(),
+                        crate::lease::expired_before(self.clock.now(), &self.settings.lease),
                         state.ledger.is_empty(),
                     )
                     .await
@@ -339,7 +339,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             } else if !dry_run
                 && let Err(e) = self
                     .state
-                    .retire(arn, &self.cluster, state.version, self.clock.now(), false)
+                    .retire(
+                        arn,
+                        &self.cluster,
+                        state.version,
+                        crate::lease::expired_before(self.clock.now(), &self.settings.lease),
+                        false,
+                    )
                     .await
             {
                 tracing::debug!(target_group = %arn, error = %e, "dropping a group with nothing of ours from the index failed; tried again next run");

@@ -35,6 +35,7 @@ fn entry(target: &str, cluster: &str, pod: &str) -> LedgerEntry {
         },
         cluster: cluster.into(),
         registered_at: UnixMillis(1),
+        deregistered_at: None,
     }
 }
 
@@ -215,9 +216,13 @@ async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
     })
     .await;
     assert!(e.state.indexed("demo", TG));
+    // Expired, but within its takeover grace: still counted as held.
+    e.resync(&RunOptions::default()).await;
+    assert!(e.state.indexed("demo", TG), "dropped within the grace");
+    clock.advance(e.settings.lease.grace_ms());
     e.resync(&RunOptions::default()).await;
     assert!(
         !e.state.indexed("demo", TG),
-        "dropped once the lease expired"
+        "dropped once the lease expired and its grace passed"
     );
 }

@@ -136,7 +136,7 @@ async fn deleted_terminating_and_unready_pods_are_deregistered() {
         vec![t("10.0.1.1:8080"), t("10.0.1.2:8080"), t("10.0.1.3:8080")]
     );
     assert_eq!(live(&e, TG), ["10.0.1.4:8080"]);
-    assert_eq!(e.state.ledger(TG).len(), 1);
+    assert_eq!(e.state.live_ledger(TG).len(), 1);
 }
 
 #[tokio::test]
@@ -188,6 +188,41 @@ async fn hand_removed_target_is_registered_again_hand_added_is_kept() {
     assert_eq!(g.registered, vec![t("10.0.1.2:8080")]);
     assert!(g.deregistered.is_empty());
     assert_eq!(g.foreign_kept, vec![t("10.9.9.9:8080")]);
+}
+
+/// A deregistration leaves a tombstone in the ledger for the forget grace: a target
+/// registered again behind it (an abandoned RegisterTargets of an earlier pass landing
+/// late) is deregistered by the next pass even in shared mode, where an unclaimed
+/// target would be kept; once gone, the tombstone is forgotten after the grace.
+#[tokio::test]
+async fn a_deregistered_target_registered_again_late_is_deregistered_again() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    run(&e).await;
+    e.groups.settle();
+    e.pods.delete("shop", "web-3");
+    let r = run(&e).await;
+    assert_eq!(r.group(TG).unwrap().deregistered, vec![t("10.0.1.3:8080")]);
+    e.groups.settle();
+    // The late landing.
+    e.groups
+        .add_target(TG, t("10.0.1.3:8080"), HealthState::Healthy);
+    clock.advance(10_000);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.deregistered, vec![t("10.0.1.3:8080")], "{g:?}");
+    assert!(g.foreign_kept.is_empty(), "{g:?}");
+    e.groups.settle();
+    assert!(
+        e.state.ledger(TG).contains_key(&t("10.0.1.3:8080")),
+        "kept for the grace"
+    );
+    clock.advance(crate::core::FORGET_GRACE.as_millis() as u64);
+    run(&e).await;
+    assert!(
+        !e.state.ledger(TG).contains_key(&t("10.0.1.3:8080")),
+        "forgotten after it"
+    );
 }
 
 #[tokio::test]
@@ -351,10 +386,9 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     seed_three(&e);
     let now = clock.now();
     let until = now.plus(std::time::Duration::from_secs(60));
-    assert!(matches!(
-        e.state.acquire(TG, "other", now, until).await.unwrap(),
-        Acquire::Acquired(_)
-    ));
+    let Acquire::Acquired(taken) = e.state.acquire(TG, "other", now, until).await.unwrap() else {
+        panic!("free");
+    };
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld);
     assert!(e.groups.targets(TG).is_empty());
@@ -362,14 +396,14 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     let none = crate::state::Change::default();
     assert!(matches!(
         e.state
-            .release(TG, "other", now, until, &none)
+            .release(TG, "other", now, taken.version, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::RunAgain(_)
     ));
     assert_eq!(
         e.state
-            .release(TG, "other", now, until, &none)
+            .release(TG, "other", now, taken.version, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::Released
@@ -579,7 +613,12 @@ async fn crash_at_any_fault_point_then_converge() {
             ["10.0.1.3:8080", "10.0.1.4:8080", "192.168.7.7:8080"],
             "{point}"
         );
-        let ledger: Vec<String> = e.state.ledger(TG).keys().map(Target::to_string).collect();
+        let ledger: Vec<String> = e
+            .state
+            .live_ledger(TG)
+            .keys()
+            .map(Target::to_string)
+            .collect();
         assert_eq!(
             ledger,
             ["10.0.1.3:8080", "10.0.1.4:8080"],
@@ -899,6 +938,37 @@ async fn a_dirty_flag_with_no_holder_is_served_by_the_next_run() {
     assert!(
         served.checkpoint.is_some(),
         "no checkpoint recorded: {served:?}"
+    );
+}
+
+/// A lease that ended less than the takeover grace ago (its holder's abandoned attempt
+/// may still land) is not free: a verification made without the lease records no
+/// checkpoint then, and records one once the grace has passed.
+#[tokio::test]
+async fn a_verification_records_nothing_within_a_leases_takeover_grace() {
+    let (e, clock) = engine();
+    seed_three(&e);
+    scheduled(&e).await;
+    e.groups.settle();
+    let mut ended = e.state.stored(TG);
+    ended.checkpoint = None;
+    ended.lease = Some(crate::state::LeaseView {
+        owner: "other".into(),
+        until: clock.now(),
+    });
+    e.state.put(TG, ended);
+    clock.advance(1_000);
+    scheduled(&e).await;
+    assert_eq!(
+        e.state.stored(TG).checkpoint,
+        None,
+        "recorded within the grace"
+    );
+    clock.advance(e.settings.lease.grace_ms());
+    scheduled(&e).await;
+    assert!(
+        e.state.stored(TG).checkpoint.is_some(),
+        "not recorded after it"
     );
 }
 

@@ -217,7 +217,13 @@ impl World {
             .item(arn)
             .await
             .and_then(|i| i.get("ledger").and_then(|l| l.as_m().ok()).cloned())
-            .map(|m| m.into_keys().collect())
+            // Tombstones (deregistered targets kept for the forget grace) left out.
+            .map(|m| {
+                m.into_iter()
+                    .filter(|(_, e)| e.as_m().is_ok_and(|e| !e.contains_key("gone")))
+                    .map(|(k, _)| k)
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v
@@ -250,7 +256,7 @@ impl World {
         use tgsync::state::{Acquire, Change, StateStore};
         let now = tgsync::clock::Clock::now(&self.clock);
         let until = now.plus(std::time::Duration::from_secs(15));
-        let Acquire::Acquired(_) = self
+        let Acquire::Acquired(taken) = self
             .engine
             .state
             .acquire(arn, "test-setup", now, until)
@@ -265,7 +271,7 @@ impl World {
         };
         self.engine
             .state
-            .abandon(arn, "test-setup", now, &change, false)
+            .abandon(arn, "test-setup", now, taken.version, &change, false, false)
             .await
             .expect("write backoff");
     }

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-use super::items::{self, Item, NAMES};
+use super::items::{self, Item};
 use super::{
     BATCH_WRITE_ITEM, DynamoState, GET_ITEM, PUT_ITEM, QUERY, TRANSACT_WRITE_ITEMS, UPDATE_ITEM,
     build_error,
@@ -382,36 +382,24 @@ impl DynamoState {
         group: &str,
         cluster: &str,
         version: u64,
-        now: UnixMillis,
+        expired_before: UnixMillis,
         delete: bool,
     ) -> Result<bool, StateError> {
         let op = TRANSACT_WRITE_ITEMS;
-        let unchanged = if version == 0 {
-            "attribute_not_exists(#v)"
-        } else {
-            "#v = :version"
-        };
-        let mut condition = format!(
-            "{unchanged} AND (attribute_not_exists(#o) OR #u < :now) AND (attribute_not_exists(#d) OR #d = :false)"
-        );
+        // The protocol's guard (unchanged, the lease free past its takeover grace, no
+        // pass asked for), rendered as every lease write is.
+        let mut guard = super::update::Update::step(&crate::core::lease_protocol::Step {
+            guard: crate::core::lease_protocol::retire(version, expired_before.0),
+            effect: crate::core::lease_protocol::Effect::default(),
+        });
         if delete {
-            condition.push_str(" AND (attribute_not_exists(#l) OR size(#l) = :zero)");
+            guard = guard
+                .and_condition("attribute_not_exists(#l) OR size(#l) = :zero")
+                .value(":zero", items::n(0));
         }
-        let names = NAMES
-            .iter()
-            .filter(|(p, _)| ["#v", "#o", "#u", "#d"].contains(p) || (delete && *p == "#l"))
-            .map(|(p, n)| ((*p).to_owned(), (*n).to_owned()))
-            .collect();
-        let mut values = std::collections::HashMap::from([
-            (":now".to_owned(), items::n(now.0)),
-            (":false".to_owned(), AttributeValue::Bool(false)),
-        ]);
-        if version != 0 {
-            values.insert(":version".to_owned(), items::n(version));
-        }
-        if delete {
-            values.insert(":zero".to_owned(), items::n(0));
-        }
+        let condition = guard.condition_expression().unwrap_or_default();
+        let names = guard.names();
+        let values = guard.values().unwrap_or_default();
         let key = items::group_key(group);
         // One key and condition: a Delete of the item, or only a check of it.
         macro_rules! guarded {

@@ -147,23 +147,25 @@ pub(super) fn key(pk: &str, sk: &str) -> Item {
     HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
 }
 
-/// The ledger as stored: `ip:port` → `{c, ns, pod, uid, at}` (short names: the item is
-/// limited to 400 KB, and every write sends the whole ledger).
+/// The ledger as stored: `ip:port` → `{c, ns, pod, uid, at}`, and `gone` (when it was
+/// deregistered) for a tombstone (short names: the item is limited to 400 KB, and every
+/// write sends the whole ledger).
 pub(super) fn ledger_value(ledger: &BTreeMap<Target, LedgerEntry>) -> AttributeValue {
     AttributeValue::M(
         ledger
             .values()
             .map(|e| {
-                (
-                    e.target.to_string(),
-                    AttributeValue::M(HashMap::from([
-                        ("c".to_owned(), s(e.cluster.as_str())),
-                        ("ns".to_owned(), s(e.pod.namespace.as_str())),
-                        ("pod".to_owned(), s(e.pod.name.as_str())),
-                        ("uid".to_owned(), s(e.pod.uid.as_str())),
-                        ("at".to_owned(), n(e.registered_at.0)),
-                    ])),
-                )
+                let mut m = HashMap::from([
+                    ("c".to_owned(), s(e.cluster.as_str())),
+                    ("ns".to_owned(), s(e.pod.namespace.as_str())),
+                    ("pod".to_owned(), s(e.pod.name.as_str())),
+                    ("uid".to_owned(), s(e.pod.uid.as_str())),
+                    ("at".to_owned(), n(e.registered_at.0)),
+                ]);
+                if let Some(gone) = e.deregistered_at {
+                    m.insert("gone".to_owned(), n(gone.0));
+                }
+                (e.target.to_string(), AttributeValue::M(m))
             })
             .collect(),
     )
@@ -347,6 +349,19 @@ pub(super) fn parse_glance(item: &Item) -> Result<Glance, StateError> {
     Ok(state)
 }
 
+/// The lease part of a group's item, as the protocol's transitions see it.
+pub(super) fn parse_record(
+    item: &Item,
+) -> Result<crate::core::lease_protocol::Record<String>, StateError> {
+    let g = parse_glance(item)?;
+    Ok(crate::core::lease_protocol::Record {
+        owner: g.lease.as_ref().map(|l| l.owner.clone()),
+        until: g.lease.as_ref().map_or(0, |l| l.until.0),
+        dirty: g.dirty,
+        version: g.version,
+    })
+}
+
 /// Whether the item records that `cluster`'s rows of the earlier layout were folded in.
 pub(super) fn migrated(item: Option<&Item>, cluster: &str) -> bool {
     match item.and_then(|i| i.get("migrated")) {
@@ -372,6 +387,7 @@ fn parse_entry(target: &str, value: &AttributeValue) -> Result<LedgerEntry, Stri
         registered_at: UnixMillis(
             number(m, "at").map_err(|e| format!("ledger entry {target}: {e}"))?,
         ),
+        deregistered_at: number(m, "gone").ok().map(UnixMillis),
     })
 }
 
@@ -416,6 +432,7 @@ pub(super) fn parse_legacy_row(
             },
             cluster: cluster.to_owned(),
             registered_at: UnixMillis(number(item, "registeredAt").map_err(&malformed)?),
+            deregistered_at: None,
         };
         legacy.ledger.insert(target, entry);
     } else if sk == "backoff" {
@@ -480,6 +497,7 @@ mod tests {
             },
             cluster: cluster.into(),
             registered_at: UnixMillis(1_700_000_000_123),
+            deregistered_at: None,
         }
     }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::items::{self, NAMES};
+use crate::core::lease_protocol::{Clause, Guard, Holder, Step};
 use crate::state::Change;
 
 /// An update expression under construction.
@@ -40,6 +41,16 @@ impl Update {
     /// The condition expression.
     pub(super) fn condition(mut self, condition: impl Into<String>) -> Self {
         self.condition = condition.into();
+        self
+    }
+
+    /// Adds a clause to the condition (with AND).
+    pub(super) fn and_condition(mut self, condition: &str) -> Self {
+        self.condition = if self.condition.is_empty() {
+            condition.to_owned()
+        } else {
+            format!("({}) AND ({condition})", self.condition)
+        };
         self
     }
 
@@ -95,6 +106,86 @@ impl Update {
                 .value(":one", items::n(1));
         }
         self
+    }
+
+    /// An update that is one of the lease protocol's transitions.
+    pub(super) fn step(step: &Step<String>) -> Self {
+        Self::default().with_step(step)
+    }
+
+    /// Adds one of the lease protocol's transitions: its guard joins the condition (with
+    /// AND), its effect the update (the version bumped once, also with a change). The
+    /// in-memory fake applies the same step with `Step::apply`.
+    pub(super) fn with_step(mut self, step: &Step<String>) -> Self {
+        let guard = self.guard(&step.guard);
+        self.condition = match (self.condition.is_empty(), guard) {
+            (_, None) => self.condition,
+            (true, Some(g)) => g,
+            (false, Some(g)) => format!("({}) AND ({g})", self.condition),
+        };
+        let e = &step.effect;
+        match &e.owner {
+            Holder::Keep => {}
+            Holder::Set(o) => {
+                self = self
+                    .set("#o = :e_owner")
+                    .value(":e_owner", AttributeValue::S(o.clone()))
+            }
+            Holder::Remove => self = self.remove("#o").remove("#u"),
+        }
+        if let Some(u) = e.until {
+            self = self.set("#u = :e_until").value(":e_until", items::n(u));
+        }
+        if let Some(d) = e.dirty {
+            self = self
+                .set("#d = :e_dirty")
+                .value(":e_dirty", AttributeValue::Bool(d));
+        }
+        if e.bump && !self.set.iter().any(|c| c.starts_with("#v =")) {
+            self = self
+                .set("#v = if_not_exists(#v, :zero) + :one")
+                .value(":zero", items::n(0))
+                .value(":one", items::n(1));
+        }
+        self
+    }
+
+    /// A guard as a condition expression, its values added (`None`: always holds).
+    fn guard(&mut self, guard: &Guard<String>) -> Option<String> {
+        if guard.0.is_empty() {
+            return None;
+        }
+        let mut any = Vec::new();
+        for all in &guard.0 {
+            let mut parts = Vec::new();
+            for clause in all {
+                parts.push(self.clause(clause));
+            }
+            any.push(format!("({})", parts.join(" AND ")));
+        }
+        Some(any.join(" OR "))
+    }
+
+    /// One clause, its value under a fresh placeholder.
+    fn clause(&mut self, clause: &Clause<String>) -> String {
+        let name = format!(
+            ":g{}",
+            self.values.keys().filter(|k| k.starts_with(":g")).count()
+        );
+        let (text, value) = match clause {
+            Clause::NoOwner => return "attribute_not_exists(#o)".to_owned(),
+            Clause::VersionIs(0) => return "attribute_not_exists(#v)".to_owned(),
+            Clause::OwnerIs(o) => ("#o = {}", AttributeValue::S(o.clone())),
+            Clause::UntilAtLeast(t) => ("#u >= {}", items::n(*t)),
+            Clause::UntilBefore(t) => ("#u < {}", items::n(*t)),
+            Clause::NotDirty => (
+                "(attribute_not_exists(#d) OR #d = {})",
+                AttributeValue::Bool(false),
+            ),
+            Clause::VersionIs(v) => ("#v = {}", items::n(*v)),
+        };
+        self.values.insert(name.clone(), value);
+        text.replace("{}", &name)
     }
 
     /// The update expression.
@@ -154,6 +245,42 @@ fn mentions(text: &str, token: &str) -> bool {
 mod tests {
     use super::*;
     use crate::core::{BackoffState, UnixMillis};
+
+    #[test]
+    fn a_protocol_step_is_its_condition_and_update() {
+        use crate::core::lease_protocol as protocol;
+        let me = "a".to_owned();
+        let u = Update::step(&protocol::renew(&me, 20));
+        assert_eq!(u.condition, "(#o = :g0 AND #u < :g1)");
+        assert_eq!(u.expression(), "SET #u = :e_until");
+        let u = Update::step(&protocol::take(&me, 5, 20));
+        assert_eq!(
+            u.condition,
+            "(attribute_not_exists(#o)) OR (#u < :g0) OR (#o = :g1)"
+        );
+        assert_eq!(
+            u.expression(),
+            "SET #o = :e_owner, #u = :e_until, #d = :e_dirty, #v = if_not_exists(#v, :zero) + :one"
+        );
+        let with_change = Update::default()
+            .change(
+                &Change {
+                    seen: Some(Default::default()),
+                    ..Change::default()
+                },
+                "c",
+            )
+            .with_step(&protocol::release(&me, 3, 7, true, true));
+        assert_eq!(
+            with_change.condition,
+            "(#o = :g0 AND #u >= :g1 AND #v = :g2 AND (attribute_not_exists(#d) OR #d = :g3))"
+        );
+        assert_eq!(
+            with_change.expression().matches("#v =").count(),
+            1,
+            "the version bumped once"
+        );
+    }
 
     #[test]
     fn a_change_writes_exactly_its_parts() {

@@ -231,13 +231,26 @@ impl Pace {
                     fence.check().map_err(Stopped::Fenced)?;
                     // Boxed: an SDK send future is large, and this one sits in every
                     // pass's state.
-                    match tokio::time::timeout(MUTATION_ATTEMPT_DEADLINE, Box::pin(send())).await {
+                    let sent = match tokio::time::timeout(
+                        MUTATION_ATTEMPT_DEADLINE,
+                        Box::pin(send()),
+                    )
+                    .await
+                    {
                         Ok(sent) => sent,
                         Err(_) => Err(SdkError::timeout_error(format!(
                             "the attempt was abandoned after {} s, before the lease's write margin ends",
                             MUTATION_ATTEMPT_DEADLINE.as_secs()
                         ))),
+                    };
+                    // No answer: the request may have left and may still land.
+                    if matches!(
+                        sent,
+                        Err(SdkError::TimeoutError(_) | SdkError::DispatchFailure(_))
+                    ) {
+                        fence.abandoned();
                     }
+                    sent
                 }
                 None => send().await,
             };
