@@ -482,9 +482,10 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
         assert!(e.state.stored(TG).dirty, "the holder was asked for a pass");
         // The holder serves the request when it releases.
         let none = crate::state::Change::default();
+        let version = e.state.stored(TG).version;
         assert!(matches!(
             e.state
-                .release(TG, "resync@demo#other", now, until, &none)
+                .release(TG, "resync@demo#other", now, version, until, &none, false)
                 .await
                 .unwrap(),
             crate::state::Release::RunAgain(_)
