@@ -15,7 +15,6 @@ mod world;
 use std::time::{Duration, Instant};
 
 use invocation::{invoke, pod, until_targets};
-use tgsync::clock::Clock as _;
 use tgsync::testkit::set_condition;
 use world::World;
 
@@ -46,20 +45,8 @@ async fn a_group_waiting_for_its_lease_never_delays_another_groups_deregistratio
         until_targets(&w, &a, &["10.0.1.1:8080"], Duration::from_secs(10)).await;
         until_targets(&w, &b, &["10.0.2.1:8080"], Duration::from_secs(10)).await;
         // Another process takes A's lease (and would keep it 15 s).
-        use tgsync::state::{Acquire, StateStore as _};
-        let now = w.clock.now();
-        let taken = w
-            .engine
-            .state
-            .acquire(
-                &a,
-                "pod-events@other#1",
-                now,
-                now.plus(Duration::from_secs(15)),
-            )
-            .await
-            .expect("acquire");
-        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+        w.hold_lease(&a, "pod-events@other#1", Duration::from_secs(15))
+            .await;
         // A's pod turns NotReady: A's pass now needs that lease.
         let store = w.emulator.store();
         store.update_pod("shop", "a-1", |p| set_condition(p, "Ready", false));
@@ -222,17 +209,13 @@ async fn groups_whose_leases_are_held_elsewhere_hold_no_slot() {
             .await;
         }
         // Another process takes 16 groups' leases (and would keep them 15 s).
-        use tgsync::state::{Acquire, StateStore as _};
-        let now = w.clock.now();
         for (i, arn) in arns[..16].iter().enumerate() {
-            let holder = format!("pod-events@other#{i}");
-            let taken = w
-                .engine
-                .state
-                .acquire(arn, &holder, now, now.plus(Duration::from_secs(15)))
-                .await
-                .expect("acquire");
-            assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+            w.hold_lease(
+                arn,
+                &format!("pod-events@other#{i}"),
+                Duration::from_secs(15),
+            )
+            .await;
         }
         // Their pods turn NotReady: each of their passes needs a held lease.
         let store = w.emulator.store();
@@ -281,7 +264,7 @@ async fn groups_whose_leases_are_held_elsewhere_read_no_target_health() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use tgsync::aws::{Elbv2TargetGroups, MutationRate};
-    use tgsync::state::{Acquire, StateStore as _};
+    use tgsync::state::StateStore as _;
     const HELD: usize = 20;
     let w = World::new().await;
     let mut arns = Vec::new();
@@ -306,15 +289,8 @@ async fn groups_whose_leases_are_held_elsewhere_read_no_target_health() {
     // Another process of the deployment takes the 20 groups' leases and keeps renewing
     // them; each of those groups gets a new pod, a change the holder would serve.
     let holder = format!("resync@{}#elsewhere", w.cluster);
-    let now = w.clock.now();
     for arn in held {
-        let taken = w
-            .engine
-            .state
-            .acquire(arn, &holder, now, now.plus(Duration::from_secs(15)))
-            .await
-            .expect("acquire");
-        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+        w.hold_lease(arn, &holder, Duration::from_secs(15)).await;
     }
     let (renewing, renewals, refused) = (
         Arc::new(AtomicBool::new(true)),

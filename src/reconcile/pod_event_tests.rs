@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::RunOptions;
-use super::tests::{TG, TestEngine, fake_engine, web_group};
+use super::tests::{TG, TestEngine, fake_engine, ledger_targets, web_group};
 use crate::core::{HealthState, Target};
 use crate::fakes::FakePods;
 use crate::input::pod_event::{Parsed, parse};
@@ -258,12 +258,7 @@ fn resync_and_pod_events_race_over_many_interleavings() {
                 live.contains(&foreign.to_string()),
                 "seed {seed}: foreign target removed"
             );
-            let ledger: Vec<String> = e
-                .state
-                .live_ledger(TG)
-                .keys()
-                .map(Target::to_string)
-                .collect();
+            let ledger = ledger_targets(&e);
             assert!(
                 !ledger.contains(&"10.0.1.2:8080".to_string()),
                 "seed {seed}: stale ledger {ledger:?}"
@@ -363,12 +358,7 @@ fn churn_with_both_functions_running_ends_exact() {
             let mut have = live(&e, TG);
             have.sort();
             assert_eq!(have, want, "seed {seed}: group differs from the live pods");
-            let mut ledger: Vec<String> = e
-                .state
-                .live_ledger(TG)
-                .keys()
-                .map(Target::to_string)
-                .collect();
+            let mut ledger = ledger_targets(&e);
             ledger.sort();
             let mut owned = owned;
             owned.sort();

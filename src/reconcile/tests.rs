@@ -69,6 +69,16 @@ fn seed_three(e: &TestEngine) {
     e.pods.put(web_pod("web-3", "10.0.1.3").build());
 }
 
+/// The targets of `TG`'s ledger (tombstones left out) as `ip:port`, in the ledger's
+/// order.
+pub(super) fn ledger_targets(e: &TestEngine) -> Vec<String> {
+    e.state
+        .live_ledger(TG)
+        .keys()
+        .map(Target::to_string)
+        .collect()
+}
+
 fn live(e: &TestEngine, arn: &str) -> Vec<String> {
     e.groups
         .live_targets(arn)
@@ -614,12 +624,7 @@ async fn crash_at_any_fault_point_then_converge() {
             ["10.0.1.3:8080", "10.0.1.4:8080", "192.168.7.7:8080"],
             "{point}"
         );
-        let ledger: Vec<String> = e
-            .state
-            .live_ledger(TG)
-            .keys()
-            .map(Target::to_string)
-            .collect();
+        let ledger = ledger_targets(&e);
         assert_eq!(
             ledger,
             ["10.0.1.3:8080", "10.0.1.4:8080"],

@@ -188,6 +188,21 @@ impl World {
         self.emulator.store().put_pod(pod).expect("pod stored");
     }
 
+    /// Another process of the deployment takes `arn`'s lease as `holder`, for `lease`
+    /// from the world's now.
+    pub async fn hold_lease(&self, arn: &str, holder: &str, lease: std::time::Duration) {
+        use tgsync::clock::Clock as _;
+        use tgsync::state::{Acquire, StateStore as _};
+        let now = self.clock.now();
+        let taken = self
+            .engine
+            .state
+            .acquire(arn, holder, now, now.plus(lease))
+            .await
+            .expect("acquire");
+        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+    }
+
     /// Registered targets as `ip:port`, sorted, as DescribeTargetHealth shows them
     /// (draining ones excluded).
     pub async fn targets(&self, arn: &str) -> Vec<String> {
