@@ -85,8 +85,11 @@ pub fn emf_lines(report: &Report, level: LambdaLevel) -> Vec<String> {
         ("ElbRetries", json!(report.elb.retries)),
     ];
     if let Some(watch) = &report.watch {
-        // The controller watched during this run: its alarm sees a minute without.
+        // The controller watched during this run, and for how long: the watch alarm
+        // compares the watched time of a period with what the schedule and
+        // WatchSeconds make it (template.yaml, WatchNotRunningAlarm).
         run.push(("WatchRunning", json!(1)));
+        run.push(("WatchedSeconds", json!(watch.watched_ms as f64 / 1000.0)));
         // What the container's memory grows with, beside the sizes the README gives.
         run.push(("WatchedPods", json!(watch.stored_pods)));
     }
@@ -335,7 +338,7 @@ pub fn emit_gate(function: &str, cluster: &str, at: UnixMillis, latency: Duratio
 
 /// Every metric tgsync emits and its unit; a line declares those among its fields (each
 /// in the directives whose dimensions it is meant for, see [`per_group`]).
-const UNITS: [(&str, &str); 22] = [
+const UNITS: [(&str, &str); 23] = [
     ("DriftFound", "Count"),
     ("Registered", "Count"),
     ("Deregistered", "Count"),
@@ -352,6 +355,7 @@ const UNITS: [(&str, &str); 22] = [
     ("ElbThrottles", "Count"),
     ("ElbRetries", "Count"),
     ("WatchRunning", "Count"),
+    ("WatchedSeconds", "Seconds"),
     ("WatchedPods", "Count"),
     ("DesiredTargets", "Count"),
     ("RegisteredTargets", "Count"),
@@ -513,16 +517,24 @@ mod tests {
             assert!(run[m["Name"].as_str().unwrap()].is_number(), "{m}");
         }
         assert!(run.get("WatchedPods").is_none(), "no stores in this run");
+        assert!(
+            run.get("WatchedSeconds").is_none(),
+            "no watched time in this run"
+        );
         let mut watching = report();
         watching.watch = Some(crate::report::WatchReport {
             stored_pods: 12_345,
+            watched_ms: 55_250,
             ..Default::default()
         });
         let run = &parsed(emf_lines(&watching, LambdaLevel::Info))[0];
         assert_eq!(run["WatchRunning"], 1);
+        assert_eq!(run["WatchedSeconds"], 55.25, "how long it watched");
         assert_eq!(run["WatchedPods"], 12_345, "the pods its stores hold");
         let (_, metrics) = &declared(run)[0];
-        assert!(metrics.iter().any(|m| m == "WatchedPods"), "{metrics:?}");
+        for m in ["WatchedPods", "WatchedSeconds"] {
+            assert!(metrics.iter().any(|n| n == m), "{m}: {metrics:?}");
+        }
     }
 
     /// A pass that changed a group counts at the function level and, with the group's

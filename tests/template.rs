@@ -1,6 +1,7 @@
 //! `template.yaml` against what the code expects: the state table's layout, the IAM scope
 //! of target group changes, the pod-events rule against the sample events, the schedule,
-//! the runtime and build settings, and the environment the functions read.
+//! the runtime and build settings, the environment the functions read, and the alarms and
+//! `Rules` over every allowed setting, against a simulated stack's metric series.
 //!
 //! The template keeps CloudFormation's short-form tags (`!Ref`, `!Sub`, `!GetAtt`, ...);
 //! they are rewritten into the long JSON form (`{"Ref": ..}`, `{"Fn::Sub": ..}`) on load,
@@ -1374,7 +1375,7 @@ fn functions_are_rust_on_al2023_arm64_built_by_cargo_lambda() {
     let defaults = t.parameters(&[("ClusterName", "demo")]);
     let refs = BTreeMap::new();
     for (name, dir, binary, timeout) in [
-        ("ResyncFunction", "functions/resync", "tgsync-resync", 180),
+        ("ResyncFunction", "functions/resync", "tgsync-resync", 190),
         (
             "PodEventsFunction",
             "functions/pod-events",
@@ -1691,6 +1692,7 @@ fn known_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
         ("ElbThrottles", &["Cluster", "Function"]),
         ("ElbRetries", &["Cluster", "Function"]),
         ("WatchRunning", &["Cluster", "Function"]),
+        ("WatchedSeconds", &["Cluster", "Function"]),
         ("DesiredTargets", &["Cluster", "Function", "TargetGroup"]),
         ("RegisteredTargets", &["Cluster", "Function", "TargetGroup"]),
         ("HealthyTargets", &["Cluster", "Function", "TargetGroup"]),
@@ -1707,6 +1709,83 @@ fn known_metrics() -> BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
     known
 }
 
+/// The metrics an alarm reads: `{Namespace, MetricName, Dimensions}` of an alarm on one
+/// metric, or of each `MetricStat` of a metric math alarm.
+fn alarm_metrics(a: &Value) -> Vec<Value> {
+    match a.get("Metrics") {
+        Some(list) => as_list(list)
+            .iter()
+            .filter_map(|m| m.get("MetricStat"))
+            .map(|s| s["Metric"].clone())
+            .collect(),
+        None => vec![json!({
+            "Namespace": a["Namespace"],
+            "MetricName": a["MetricName"],
+            "Dimensions": a["Dimensions"],
+        })],
+    }
+}
+
+/// Alarm `name`'s metric is one that exists: tgsync's own under the namespace and
+/// dimensions the code emits it with, AWS metrics of this stack's own resources.
+fn check_alarm_metric(
+    t: &Template,
+    name: &str,
+    metric: &str,
+    namespace: &str,
+    dims: &[Value],
+    emitted: &BTreeMap<String, BTreeSet<(String, Vec<String>)>>,
+    functions: &BTreeSet<String>,
+) {
+    match namespace {
+        "tgsync" => {
+            let mut names: Vec<String> = dims
+                .iter()
+                .map(|d| d["Name"].as_str().unwrap().to_owned())
+                .collect();
+            names.sort();
+            let known = emitted
+                .get(metric)
+                .unwrap_or_else(|| panic!("{name}: src/metrics.rs emits no {metric}"));
+            assert!(
+                known.contains(&(namespace.to_owned(), names.clone())),
+                "{name}: {metric} is emitted under {known:?}, not {names:?}"
+            );
+            for d in dims {
+                match d["Name"].as_str().unwrap() {
+                    "Function" => assert!(
+                        functions.contains(d["Value"].as_str().unwrap_or_default()),
+                        "{name}: Function {} is not a served name ({functions:?})",
+                        d["Value"]
+                    ),
+                    "Cluster" => {
+                        assert_eq!(d["Value"], json!({ "Ref": "ClusterName" }), "{name}")
+                    }
+                    other => panic!("{name}: unexpected dimension {other}"),
+                }
+            }
+        }
+        "AWS/Lambda" => {
+            assert_eq!(dims.len(), 1, "{name}");
+            assert_eq!(dims[0]["Name"], "FunctionName", "{name}");
+            let function = dims[0]["Value"]["Ref"].as_str().expect("Ref to a function");
+            assert_eq!(
+                t.resource(function)["Type"],
+                "AWS::Serverless::Function",
+                "{name}"
+            );
+        }
+        "AWS/SQS" => {
+            assert_eq!(
+                dims,
+                [json!({ "Name": "QueueName", "Value": get_att("DeadLetterQueue", "QueueName") })],
+                "{name}"
+            );
+        }
+        other => panic!("{name}: namespace {other} not checked"),
+    }
+}
+
 /// Every alarm watches a metric that exists: tgsync's own metrics under the namespace
 /// and dimensions src/metrics.rs emits them with (Function = a binary's served name,
 /// Cluster = this stack's cluster); AWS metrics of this stack's own resources.
@@ -1719,57 +1798,11 @@ fn every_alarm_watches_a_metric_that_is_emitted() {
     let alarms = alarms(&t);
     assert!(alarms.len() >= 5, "{:?}", alarms.keys());
     for (name, a) in &alarms {
-        let metric = a["MetricName"].as_str().expect("MetricName");
-        let namespace = a["Namespace"].as_str().expect("Namespace");
-        let dims = as_list(&a["Dimensions"]);
-        match namespace {
-            "tgsync" => {
-                let mut names: Vec<String> = dims
-                    .iter()
-                    .map(|d| d["Name"].as_str().unwrap().to_owned())
-                    .collect();
-                names.sort();
-                let known = emitted
-                    .get(metric)
-                    .unwrap_or_else(|| panic!("{name}: src/metrics.rs emits no {metric}"));
-                assert!(
-                    known.contains(&(namespace.to_owned(), names.clone())),
-                    "{name}: {metric} is emitted under {known:?}, not {names:?}"
-                );
-                for d in &dims {
-                    match d["Name"].as_str().unwrap() {
-                        "Function" => assert!(
-                            functions.contains(d["Value"].as_str().unwrap_or_default()),
-                            "{name}: Function {} is not a served name ({functions:?})",
-                            d["Value"]
-                        ),
-                        "Cluster" => {
-                            assert_eq!(d["Value"], json!({ "Ref": "ClusterName" }), "{name}")
-                        }
-                        other => panic!("{name}: unexpected dimension {other}"),
-                    }
-                }
-            }
-            "AWS/Lambda" => {
-                assert_eq!(dims.len(), 1, "{name}");
-                assert_eq!(dims[0]["Name"], "FunctionName", "{name}");
-                let function = dims[0]["Value"]["Ref"].as_str().expect("Ref to a function");
-                assert_eq!(
-                    t.resource(function)["Type"],
-                    "AWS::Serverless::Function",
-                    "{name}"
-                );
-            }
-            "AWS/SQS" => {
-                assert_eq!(
-                    dims,
-                    [
-                        json!({ "Name": "QueueName", "Value": get_att("DeadLetterQueue", "QueueName") })
-                    ],
-                    "{name}"
-                );
-            }
-            other => panic!("{name}: namespace {other} not checked"),
+        for m in alarm_metrics(a) {
+            let metric = m["MetricName"].as_str().expect("MetricName");
+            let namespace = m["Namespace"].as_str().expect("Namespace");
+            let dims = as_list(&m["Dimensions"]);
+            check_alarm_metric(&t, name, metric, namespace, &dims, &emitted, &functions);
         }
         for key in ["AlarmActions", "OKActions"] {
             assert_eq!(
@@ -1837,208 +1870,911 @@ fn reconcile_error_alarms_outlast_the_backoff_gaps() {
 }
 
 // ------------------------------------------------------------------------------------
-// Alarms on a metric every scheduled run writes once (RunsCompleted, WatchRunning),
-// evaluated as CloudWatch does over simulated runs.
+// The alarms across the parameter space: each allowed `ScheduleMinutes` and `WatchSeconds`
+// the template accepts, a simulated stack's metric series (healthy, and each way it can
+// fail), and every alarm evaluated over them as CloudWatch does.
 // ------------------------------------------------------------------------------------
 
-/// The latest a run's data point may come after its schedule tick (EventBridge's
-/// delivery, a run that starts late because the previous one still holds the resync's
-/// one slot, a run that ends early): the simulations below take every point up to this
-/// late.
-const RUN_JITTER_S: u64 = 59;
+/// Which series a metric is: its namespace, its name, and whose it is (tgsync's
+/// `Function` dimension; a Lambda function's served name; `dead-letter` for the queue).
+type SeriesKey = (String, String, String);
 
-/// A CloudWatch alarm on a metric each run writes once (value 1), `Statistic: Sum`,
-/// `LessThanThreshold`, as one deployment resolves it.
-#[derive(Debug)]
-struct RunAlarm {
-    period: u64,
-    threshold: u64,
-    evaluation_periods: usize,
-    datapoints_to_alarm: usize,
-    missing_breaches: bool,
+/// Simulated metric data: each series' points (second, value).
+type Series = BTreeMap<SeriesKey, Vec<(u64, f64)>>;
+
+fn series_key(namespace: &str, metric: &str, of: &str) -> SeriesKey {
+    (namespace.to_owned(), metric.to_owned(), of.to_owned())
 }
 
-impl RunAlarm {
-    fn resolve(name: &str, props: &Value, d: &Deployment) -> Self {
-        let refs = BTreeMap::new();
-        let number = |key: &str| -> u64 {
-            match scalar_string(&resolve(&props[key], d, &refs)) {
+/// A CloudWatch alarm as one deployment resolves it: on one metric, or on a metric math
+/// expression over several (each `Metrics` entry with a `MetricStat`).
+#[derive(Debug, Clone)]
+struct Alarm {
+    name: String,
+    period: u64,
+    evaluation_periods: usize,
+    datapoints_to_alarm: usize,
+    threshold: f64,
+    comparison: String,
+    /// `TreatMissingData`: `breaching` (true) or `notBreaching` (false).
+    missing_breaches: bool,
+    /// The metrics it reads: id (the metric's name for a plain alarm), series, statistic.
+    metrics: Vec<(String, SeriesKey, String)>,
+    /// The metric math expression it alarms on; None: the one metric.
+    expression: Option<String>,
+}
+
+/// `Fn::Sub` strings with the deployment's parameters (and a `[string, variables]`
+/// form's variables, already resolved) put in.
+fn substitute(v: &Value, d: &Deployment) -> Value {
+    match v {
+        Value::Object(map) if map.len() == 1 && map.contains_key("Fn::Sub") => {
+            let (mut text, vars) = match &map["Fn::Sub"] {
+                Value::String(s) => (s.clone(), Map::new()),
+                Value::Array(items) => (
+                    items[0].as_str().expect("Fn::Sub string").to_owned(),
+                    items[1].as_object().cloned().unwrap_or_default(),
+                ),
+                other => panic!("Fn::Sub {other}"),
+            };
+            for (name, value) in vars.iter().chain(d.params.iter()) {
+                let value = match scalar_string(value) {
+                    Value::String(s) => s,
+                    other => panic!("${{{name}}} is not a scalar: {other}"),
+                };
+                text = text.replace(&format!("${{{name}}}"), &value);
+            }
+            Value::String(text)
+        }
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), substitute(v, d)))
+            .collect::<Map<_, _>>()
+            .into(),
+        Value::Array(items) => items.iter().map(|i| substitute(i, d)).collect(),
+        other => other.clone(),
+    }
+}
+
+impl Alarm {
+    /// `name` as deployment `d` creates it; None when its condition leaves it out.
+    fn resolve(t: &Template, name: &str, d: &Deployment) -> Option<Self> {
+        let a = t.resource(name);
+        if let Some(c) = a.get("Condition")
+            && !d.conditions[c.as_str().expect("a condition name")]
+        {
+            return None;
+        }
+        let p = substitute(&resolve(&a["Properties"], d, &BTreeMap::new()), d);
+        let number = |v: &Value, what: &str| -> f64 {
+            match scalar_string(v) {
                 Value::String(s) => s
                     .parse()
-                    .unwrap_or_else(|_| panic!("{name}: {key} = {s} is not a whole number")),
-                other => panic!("{name}: {key} = {other}"),
+                    .unwrap_or_else(|_| panic!("{name}: {what} = {s} is not a number")),
+                other => panic!("{name}: {what} = {other}"),
             }
         };
-        assert_eq!(props["Statistic"], "Sum", "{name}");
-        assert_eq!(props["ComparisonOperator"], "LessThanThreshold", "{name}");
-        let evaluation_periods = number("EvaluationPeriods") as usize;
-        let datapoints_to_alarm = if props.get("DatapointsToAlarm").is_some() {
-            number("DatapointsToAlarm") as usize
-        } else {
-            evaluation_periods
+        // Whose metric: the dimension that tells this stack's series apart.
+        let of = |metric: &Value| -> String {
+            let dims = as_list(&metric["Dimensions"]);
+            let dim = |key: &str| dims.iter().find(|d| d["Name"] == key).map(|d| &d["Value"]);
+            if let Some(f) = dim("Function") {
+                f.as_str().expect("a Function value").to_owned()
+            } else if let Some(f) = dim("FunctionName") {
+                let id = f["Ref"]
+                    .as_str()
+                    .expect("FunctionName: a Ref to a function");
+                served_as(t.props(id)["CodeUri"].as_str().expect("CodeUri"))
+            } else if dim("QueueName").is_some() {
+                "dead-letter".to_owned()
+            } else {
+                panic!("{name}: whose metric is {metric}?")
+            }
         };
-        let period = number("Period");
+        let key = |metric: &Value| {
+            series_key(
+                metric["Namespace"].as_str().expect("Namespace"),
+                metric["MetricName"].as_str().expect("MetricName"),
+                &of(metric),
+            )
+        };
+        let (period, metrics, expression) = if let Some(list) = p.get("Metrics") {
+            let mut period = None;
+            let mut metrics = Vec::new();
+            let mut expression = None;
+            for m in as_list(list) {
+                let id = m["Id"].as_str().expect("Id").to_owned();
+                let returned = m.get("ReturnData").is_none_or(|r| r == true);
+                if let Some(stat) = m.get("MetricStat") {
+                    let this = number(&stat["Period"], "MetricStat.Period") as u64;
+                    assert!(
+                        period.is_none_or(|p| p == this),
+                        "{name}: one period for every metric"
+                    );
+                    period = Some(this);
+                    let s = stat["Stat"].as_str().expect("Stat").to_owned();
+                    if returned {
+                        expression = Some(id.clone());
+                    }
+                    metrics.push((id, key(&stat["Metric"]), s));
+                } else {
+                    let e = m["Expression"].as_str().expect("Expression or MetricStat");
+                    if returned {
+                        expression = Some(e.to_owned());
+                    }
+                }
+            }
+            let period = period.unwrap_or_else(|| panic!("{name}: no MetricStat"));
+            (period, metrics, expression)
+        } else {
+            let stat = p["Statistic"].as_str().expect("Statistic").to_owned();
+            let id = p["MetricName"].as_str().expect("MetricName").to_owned();
+            (
+                number(&p["Period"], "Period") as u64,
+                vec![(id, key(&p), stat)],
+                None,
+            )
+        };
         assert!(
             period % 60 == 0 && period > 0,
             "{name}: CloudWatch takes periods of whole minutes here, not {period} s"
         );
-        Self {
+        let evaluation_periods = number(&p["EvaluationPeriods"], "EvaluationPeriods") as usize;
+        let datapoints_to_alarm = p.get("DatapointsToAlarm").map_or(evaluation_periods, |v| {
+            number(v, "DatapointsToAlarm") as usize
+        });
+        let missing_breaches = match p["TreatMissingData"].as_str() {
+            Some("breaching") => true,
+            Some("notBreaching") => false,
+            other => panic!("{name}: TreatMissingData {other:?} is not simulated here"),
+        };
+        Some(Self {
+            name: name.to_owned(),
             period,
-            threshold: number("Threshold"),
             evaluation_periods,
             datapoints_to_alarm,
-            missing_breaches: props["TreatMissingData"] == "breaching",
-        }
+            threshold: number(&p["Threshold"], "Threshold"),
+            comparison: p["ComparisonOperator"]
+                .as_str()
+                .expect("ComparisonOperator")
+                .to_owned(),
+            missing_breaches,
+            metrics,
+            expression,
+        })
     }
 
-    /// Each period's sum of the points in it, from 0 to `until` (None: no data).
-    fn sums(&self, points: &[u64], until: u64) -> Vec<Option<u64>> {
-        let mut sums = vec![None; (until / self.period) as usize];
-        for &p in points {
-            if let Some(s) = sums.get_mut((p / self.period) as usize) {
-                *s = Some(s.unwrap_or(0) + 1);
+    /// The alarm's data points, one per period from 0 to `until` (None: no data).
+    fn datapoints(&self, series: &Series, until: u64) -> Vec<Option<f64>> {
+        let periods = (until / self.period) as usize;
+        let mut values: BTreeMap<&str, Vec<Option<f64>>> = BTreeMap::new();
+        for (id, key, stat) in &self.metrics {
+            let mut buckets: Vec<Vec<f64>> = vec![Vec::new(); periods];
+            for &(t, v) in series.get(key).map(Vec::as_slice).unwrap_or_default() {
+                if let Some(b) = buckets.get_mut((t / self.period) as usize) {
+                    b.push(v);
+                }
             }
+            let agg = buckets
+                .iter()
+                .map(|b| {
+                    (!b.is_empty()).then(|| match stat.as_str() {
+                        "Sum" => b.iter().sum(),
+                        "Maximum" => b.iter().copied().fold(f64::MIN, f64::max),
+                        "Minimum" => b.iter().copied().fold(f64::MAX, f64::min),
+                        "Average" => b.iter().sum::<f64>() / b.len() as f64,
+                        "SampleCount" => b.len() as f64,
+                        other => panic!("{}: statistic {other} not simulated", self.name),
+                    })
+                })
+                .collect();
+            values.insert(id, agg);
         }
-        sums
-    }
-
-    fn breaching(&self, sum: Option<u64>) -> bool {
-        sum.map_or(self.missing_breaches, |s| s < self.threshold)
-    }
-
-    /// The end of the first period, evaluated from `from` on, at which the alarm is in
-    /// ALARM: `datapoints_to_alarm` of the last `evaluation_periods` breaching.
-    fn first_alarm(&self, points: &[u64], from: u64, until: u64) -> Option<u64> {
-        let sums = self.sums(points, until);
-        (0..sums.len())
-            .filter(|&i| i + 1 >= self.evaluation_periods && i as u64 * self.period >= from)
-            .find(|&i| {
-                sums[i + 1 - self.evaluation_periods..=i]
-                    .iter()
-                    .filter(|s| self.breaching(**s))
-                    .count()
-                    >= self.datapoints_to_alarm
+        (0..periods)
+            .map(|i| match &self.expression {
+                None => values[self.metrics[0].0.as_str()][i],
+                Some(e) => {
+                    let env: BTreeMap<&str, Option<f64>> =
+                        values.iter().map(|(id, v)| (*id, v[i])).collect();
+                    metric_math(e, &env)
+                }
             })
-            .map(|i| (i as u64 + 1) * self.period)
+            .collect()
+    }
+
+    /// The longest it may take to go off once its failure starts, at any setting: the
+    /// evaluation periods and the one the failure starts in, and never more than
+    /// [`FIRES_WITHIN_S`].
+    fn fires_within(&self) -> u64 {
+        ((self.evaluation_periods as u64 + 1) * self.period).min(FIRES_WITHIN_S)
+    }
+
+    fn breaching(&self, v: Option<f64>) -> bool {
+        let Some(v) = v else {
+            return self.missing_breaches;
+        };
+        match self.comparison.as_str() {
+            "GreaterThanThreshold" => v > self.threshold,
+            "GreaterThanOrEqualToThreshold" => v >= self.threshold,
+            "LessThanThreshold" => v < self.threshold,
+            "LessThanOrEqualToThreshold" => v <= self.threshold,
+            other => panic!("{}: {other}", self.name),
+        }
+    }
+
+    /// Whether the alarm is in ALARM as each period ends: `datapoints_to_alarm` of the
+    /// last `evaluation_periods` data points breaching.
+    fn states(&self, series: &Series, until: u64) -> Vec<bool> {
+        let points = self.datapoints(series, until);
+        (0..points.len())
+            .map(|i| {
+                i + 1 >= self.evaluation_periods
+                    && points[i + 1 - self.evaluation_periods..=i]
+                        .iter()
+                        .filter(|v| self.breaching(**v))
+                        .count()
+                        >= self.datapoints_to_alarm
+            })
+            .collect()
     }
 }
 
-/// How late each run's point comes after its tick, by run number: patterns that put
-/// the points early, late, alternating, and at pseudo-random offsets.
-fn jitter_patterns() -> Vec<Box<dyn Fn(u64) -> u64>> {
-    vec![
-        Box::new(|_| 0),
-        Box::new(|_| RUN_JITTER_S),
-        Box::new(|k| if k % 2 == 0 { 0 } else { RUN_JITTER_S }),
-        Box::new(|k| if k % 2 == 0 { RUN_JITTER_S } else { 0 }),
-        Box::new(|k| (k.wrapping_mul(2_654_435_761) >> 7) % (RUN_JITTER_S + 1)),
-    ]
+/// A CloudWatch metric math expression of numbers, metric ids, `+ - * /` and
+/// parentheses, for one data point (None when a metric it reads has none, as CloudWatch
+/// leaves such a time stamp out of the result).
+fn metric_math(expression: &str, env: &BTreeMap<&str, Option<f64>>) -> Option<f64> {
+    struct Parser<'a> {
+        tokens: Vec<String>,
+        at: usize,
+        env: &'a BTreeMap<&'a str, Option<f64>>,
+        expression: &'a str,
+    }
+    impl Parser<'_> {
+        fn next(&mut self) -> Option<String> {
+            let t = self.tokens.get(self.at).cloned();
+            self.at += 1;
+            t
+        }
+        fn peek(&self) -> Option<&str> {
+            self.tokens.get(self.at).map(String::as_str)
+        }
+        fn sum(&mut self) -> Option<f64> {
+            let mut v = self.product();
+            while let Some(op @ ("+" | "-")) = self.peek() {
+                let plus = op == "+";
+                self.at += 1;
+                let r = self.product();
+                v = v.zip(r).map(|(a, b)| if plus { a + b } else { a - b });
+            }
+            v
+        }
+        fn product(&mut self) -> Option<f64> {
+            let mut v = self.factor();
+            while let Some(op @ ("*" | "/")) = self.peek() {
+                let times = op == "*";
+                self.at += 1;
+                let r = self.factor();
+                v = v.zip(r).map(|(a, b)| if times { a * b } else { a / b });
+            }
+            v
+        }
+        fn factor(&mut self) -> Option<f64> {
+            let t = self
+                .next()
+                .unwrap_or_else(|| panic!("{}: ends early", self.expression));
+            match t.as_str() {
+                "(" => {
+                    let v = self.sum();
+                    assert_eq!(self.next().as_deref(), Some(")"), "{}", self.expression);
+                    v
+                }
+                "-" => self.factor().map(|v| -v),
+                _ if t.starts_with(|c: char| c.is_ascii_digit()) => {
+                    Some(t.parse().expect("a number"))
+                }
+                _ => {
+                    assert_ne!(
+                        self.peek(),
+                        Some("("),
+                        "{}: function {t} not simulated",
+                        self.expression
+                    );
+                    *self
+                        .env
+                        .get(t.as_str())
+                        .unwrap_or_else(|| panic!("{}: unknown id {t}", self.expression))
+                }
+            }
+        }
+    }
+    let mut tokens = Vec::new();
+    let mut chars = expression.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+        } else if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+            let mut word = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                    word.push(c);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            tokens.push(word);
+        } else {
+            assert!("+-*/()".contains(c), "{expression}: {c} not simulated");
+            tokens.push(c.to_string());
+            chars.next();
+        }
+    }
+    let mut p = Parser {
+        tokens,
+        at: 0,
+        env,
+        expression,
+    };
+    let v = p.sum();
+    assert_eq!(p.peek(), None, "{expression}: trailing tokens");
+    v
+}
+
+/// How a simulated stack behaves from the failure on (before it, every stack is healthy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    /// Every run completes; with watch mode on, each watches `WatchSeconds`.
+    Healthy,
+    /// One run fails (a crash), the others are healthy.
+    OneFailedRun,
+    /// Runs complete, but none watches (the watch does not start, or ends at once).
+    WatchStopped,
+    /// The schedule stops invoking the function.
+    ScheduleStopped,
+    /// Every run times out: Lambda counts an error, no metric line is written.
+    TimesOut,
+    /// Every run fails at once (a bad setting, a crash, out of memory).
+    Fails,
+    /// Runs complete, one group keeps failing: its retries, backing off, write errors.
+    GroupsFailing,
+}
+
+const SCENARIOS: [Scenario; 7] = [
+    Scenario::Healthy,
+    Scenario::OneFailedRun,
+    Scenario::WatchStopped,
+    Scenario::ScheduleStopped,
+    Scenario::TimesOut,
+    Scenario::Fails,
+    Scenario::GroupsFailing,
+];
+
+/// One deployment's resync as the simulation runs it.
+#[derive(Debug, Clone, Copy)]
+struct Stack {
+    /// The schedule's period, s (`ScheduleMinutes` × 60).
+    tick: u64,
+    /// `WatchSeconds` (0: watch mode off).
+    watch: u64,
+    /// The resync function's `Timeout`, s.
+    timeout: u64,
+    /// Its `EventInvokeConfig` `MaximumEventAgeInSeconds`.
+    max_event_age: u64,
+}
+
+impl Stack {
+    fn of(t: &Template, d: &Deployment) -> Self {
+        let p = t.props("ResyncFunction");
+        let param = |k: &str| -> u64 { d.params[k].as_str().unwrap().parse().unwrap() };
+        Self {
+            tick: 60 * param("ScheduleMinutes"),
+            watch: param("WatchSeconds"),
+            timeout: p["Timeout"].as_u64().expect("Timeout"),
+            max_event_age: p["EventInvokeConfig"]["MaximumEventAgeInSeconds"]
+                .as_u64()
+                .expect("MaximumEventAgeInSeconds"),
+        }
+    }
+}
+
+/// How the world treats the runs: the schedule's phase against CloudWatch's periods,
+/// each tick's delivery delay, how long passes drain after the watch's end, and whether
+/// Lambda's own metrics carry the invocation's start or its end.
+#[derive(Clone, Copy)]
+struct Jitter {
+    phase: u64,
+    delay: fn(u64) -> u64,
+    drain: u64,
+    lambda_at_end: bool,
+}
+
+/// Delivery delays of the scheduled events, by tick: none, always 15 s, alternating,
+/// pseudo-random up to 15 s, and (last) a 45-s one every seventh tick. After a late tick,
+/// or with every run draining for the whole `DRAIN`, Lambda may drop the next tick: the
+/// alarms must ride that out too.
+const DELAYS: [fn(u64) -> u64; 5] = [
+    |_| 0,
+    |_| 15,
+    |k| if k % 2 == 0 { 0 } else { 15 },
+    |k| (k.wrapping_mul(2_654_435_761) >> 7) % 16,
+    |k| if k % 7 == 3 { 45 } else { 0 },
+];
+
+/// What a simulated stack wrote, and how its schedule fared.
+struct Simulated {
+    series: Series,
+    /// Invocation attempts Lambda refused because the one slot was busy.
+    throttled: usize,
+    /// Scheduled events dropped after `MaximumEventAgeInSeconds` of refusals.
+    dropped: usize,
+    /// The longest stretch between the end of one run's watch and the start of the
+    /// next one's.
+    longest_unwatched: u64,
+}
+
+/// How long a run without a watch takes (a quiet run waiting for its Describe budget).
+const QUIET_RUN_S: u64 = 20;
+
+/// The controller's drain after the watch's end (src/controller/mod.rs `DRAIN`).
+fn drain_seconds() -> u64 {
+    let source = read("src/controller/mod.rs");
+    let needle = "const DRAIN: Duration = Duration::from_secs(";
+    let start = source
+        .find(needle)
+        .expect("src/controller/mod.rs defines DRAIN in seconds")
+        + needle.len();
+    let len = source[start..].find(')').expect("closing parenthesis");
+    source[start..start + len].parse().expect("DRAIN seconds")
+}
+
+/// How long before the deadline the watch ends (src/handlers/resync.rs).
+fn watch_end_margin() -> u64 {
+    tgsync::handlers::resync::WATCH_END_MARGIN.as_secs()
+}
+
+/// Runs the resync of `stack` from 0 to `until`: one event per tick, delivered after
+/// its delay; Lambda invokes it when the function's one slot (reserved concurrency 1)
+/// is free, and otherwise retries it 1, 2, 4, ... s later, dropping it once it is older
+/// than `MaximumEventAgeInSeconds`. Runs starting from `failure` on behave as `scenario`
+/// says.
+fn simulate(stack: Stack, scenario: Scenario, j: Jitter, failure: u64, until: u64) -> Simulated {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let resync = "resync";
+    let mut series = Series::new();
+    let mut put = |namespace: &str, metric: &str, t: u64, v: f64| {
+        series
+            .entry(series_key(namespace, metric, resync))
+            .or_default()
+            .push((t, v));
+    };
+    // (attempt at, delivered at, retries so far)
+    let mut events = BinaryHeap::new();
+    let mut k = 0;
+    while j.phase + k * stack.tick < until {
+        let tick = j.phase + k * stack.tick;
+        if !(scenario == Scenario::ScheduleStopped && tick >= failure) {
+            let at = tick + (j.delay)(k);
+            events.push(Reverse((at, at, 0u32)));
+        }
+        k += 1;
+    }
+    let (mut busy_until, mut throttled, mut dropped) = (0, 0, 0);
+    let mut failed_once = false;
+    let mut watches: Vec<(u64, u64)> = Vec::new();
+    while let Some(Reverse((at, delivered, retries))) = events.pop() {
+        if at >= until {
+            continue;
+        }
+        if at < busy_until {
+            throttled += 1;
+            let next = delivered + (1 << (retries + 1)) - 1;
+            if next - delivered > stack.max_event_age {
+                dropped += 1;
+            } else {
+                events.push(Reverse((next, delivered, retries + 1)));
+            }
+            continue;
+        }
+        let start = at;
+        let failing = start >= failure;
+        let crash = failing
+            && (scenario == Scenario::Fails
+                || (scenario == Scenario::OneFailedRun
+                    && !std::mem::replace(&mut failed_once, true)));
+        let end = if failing && scenario == Scenario::TimesOut {
+            start + stack.timeout
+        } else if crash {
+            start + 2
+        } else if stack.watch > 0 && !(failing && scenario == Scenario::WatchStopped) {
+            let watched = stack.watch.min(stack.timeout - watch_end_margin());
+            watches.push((start, start + watched));
+            start + watched + j.drain
+        } else {
+            start + QUIET_RUN_S
+        };
+        busy_until = end;
+        let error = failing && (crash || scenario == Scenario::TimesOut);
+        // Lambda counts every invocation in Errors, 0 or 1.
+        put(
+            "AWS/Lambda",
+            "Errors",
+            if j.lambda_at_end { end } else { start },
+            if error { 1.0 } else { 0.0 },
+        );
+        if error {
+            continue;
+        }
+        // The run line (src/metrics.rs), when the run ends.
+        put("tgsync", "RunsCompleted", end, 1.0);
+        put("tgsync", "ReconcileErrors", end, 0.0);
+        if watches.last().is_some_and(|(s, _)| *s == start) {
+            // watched_ms: from the run's start to its report, the drain included.
+            put("tgsync", "WatchRunning", end, 1.0);
+            put("tgsync", "WatchedSeconds", end, (end - start) as f64);
+        }
+    }
+    if scenario == Scenario::GroupsFailing {
+        // A group failing from `failure` on: its retries back off (1 s doubling to
+        // 1000 s), each at the first pass after its delay (up to a tick later).
+        let max = tgsync::core::BackoffPolicy::default().max.as_secs();
+        let (mut t, mut delay) = (failure, 1);
+        while t < until {
+            put("tgsync", "ReconcileErrors", t, 1.0);
+            t += delay + stack.tick;
+            delay = (delay * 2).min(max);
+        }
+    }
+    // The queue stays empty; SQS writes its gauge every minute.
+    let dlq = series
+        .entry(series_key(
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            "dead-letter",
+        ))
+        .or_default();
+    dlq.extend((0..until).step_by(60).map(|t| (t, 0.0)));
+    let longest_unwatched = watches
+        .windows(2)
+        .map(|w| w[1].0.saturating_sub(w[0].1))
+        .max()
+        .unwrap_or(0);
+    Simulated {
+        series,
+        throttled,
+        dropped,
+        longest_unwatched,
+    }
+}
+
+/// Whether the template's `Rules` accept deployment `d` (each assertion of each rule
+/// whose condition holds), with the descriptions of the assertions that fail.
+fn rules_refuse(t: &Template, d: &Deployment) -> Vec<String> {
+    fn string(v: &Value, d: &Deployment) -> String {
+        match v {
+            Value::Object(m) if m.contains_key("Ref") => {
+                match scalar_string(&d.params[m["Ref"].as_str().expect("Ref names a string")]) {
+                    Value::String(s) => s,
+                    other => panic!("a rule's Ref: {other}"),
+                }
+            }
+            other => match scalar_string(other) {
+                Value::String(s) => s,
+                other => panic!("a rule operand not understood: {other}"),
+            },
+        }
+    }
+    fn holds(v: &Value, d: &Deployment) -> bool {
+        let (op, args) = v
+            .as_object()
+            .and_then(|m| m.iter().next())
+            .expect("a rule function is a one-key object");
+        let list = || args.as_array().expect("rule function arguments are a list");
+        match op.as_str() {
+            "Fn::Equals" => string(&list()[0], d) == string(&list()[1], d),
+            "Fn::Not" => !holds(&list()[0], d),
+            "Fn::And" => list().iter().all(|c| holds(c, d)),
+            "Fn::Or" => list().iter().any(|c| holds(c, d)),
+            "Fn::Contains" => {
+                let needle = string(&list()[1], d);
+                as_list(&list()[0]).iter().any(|i| string(i, d) == needle)
+            }
+            other => panic!("rule function {other} not understood"),
+        }
+    }
+    let mut refused = Vec::new();
+    for (name, rule) in t.doc["Rules"].as_object().into_iter().flatten() {
+        if rule.get("RuleCondition").is_some_and(|c| !holds(c, d)) {
+            continue;
+        }
+        for a in as_list(&rule["Assertions"]) {
+            if !holds(&a["Assert"], d) {
+                refused.push(format!(
+                    "{name}: {}",
+                    a["AssertDescription"]
+                        .as_str()
+                        .unwrap_or("(no description)")
+                ));
+            }
+        }
+    }
+    refused
+}
+
+/// The values of a Number parameter its own constraints allow (MinValue to MaxValue, or
+/// AllowedValues).
+fn number_parameter_values(t: &Template, name: &str) -> Vec<u64> {
+    let p = &t.doc["Parameters"][name];
+    if let Some(values) = p.get("AllowedValues") {
+        return as_list(values)
+            .iter()
+            .map(|v| v.as_u64().expect("a whole number"))
+            .collect();
+    }
+    let min = p["MinValue"].as_u64().expect("MinValue");
+    let max = p["MaxValue"].as_u64().expect("MaxValue");
+    (min..=max).collect()
+}
+
+/// The alarms that must be in ALARM in `scenario` (watch mode on or off), and none other.
+fn expected_alarms(scenario: Scenario, watching: bool) -> BTreeSet<&'static str> {
+    let mut e: BTreeSet<&str> = match scenario {
+        Scenario::Healthy | Scenario::OneFailedRun => BTreeSet::new(),
+        Scenario::WatchStopped => BTreeSet::from(["WatchNotRunningAlarm"]),
+        Scenario::ScheduleStopped => BTreeSet::from(["ResyncHeartbeatAlarm"]),
+        Scenario::TimesOut | Scenario::Fails => {
+            BTreeSet::from(["ResyncInvocationErrorsAlarm", "ResyncHeartbeatAlarm"])
+        }
+        Scenario::GroupsFailing => BTreeSet::from(["ResyncErrorsAlarm"]),
+    };
+    if watching
+        && matches!(
+            scenario,
+            Scenario::ScheduleStopped | Scenario::TimesOut | Scenario::Fails
+        )
+    {
+        // No run completes, so none reports watched time.
+        e.insert("WatchNotRunningAlarm");
+    }
+    e
+}
+
+/// The longest an alarm may take to go off after its failure starts, at any setting.
+const FIRES_WITHIN_S: u64 = 30 * 60;
+
+/// Every alarm, at every allowed `ScheduleMinutes` and the `WatchSeconds` the template
+/// accepts with it (off, the shortest and longest watch, the default), over the series
+/// a simulated stack writes: healthy (at every phase of the schedule against the
+/// periods, with delivery delays, drains and either time stamp of Lambda's metrics), a
+/// run failing once, a stopped watch, a stopped schedule, every run timing out, every
+/// run failing, a group that keeps failing. Each failure must set off exactly its
+/// alarms, within their evaluation periods and the one the failure starts in (and
+/// within 30 minutes), and keep them in ALARM while it lasts; a healthy stack, and one
+/// failed run, none.
+#[test]
+fn alarms_fire_for_their_failures_at_every_setting() {
+    let t = Template::load();
+    let drain = drain_seconds();
+    let names: Vec<String> = alarms(&t).keys().cloned().collect();
+    let (warm, failure, until) = (HOUR, 2 * HOUR, 3 * HOUR + HOUR / 2);
+    let mut problems: BTreeSet<String> = BTreeSet::new();
+    let mut settings = 0;
+    for minutes in number_parameter_values(&t, "ScheduleMinutes") {
+        let schedule = minutes.to_string();
+        let deploy = |watch: u64| {
+            t.parameters(&[
+                ("ClusterName", "demo"),
+                ("ScheduleMinutes", &schedule),
+                ("WatchSeconds", &watch.to_string()),
+            ])
+        };
+        let accepted: Vec<u64> = number_parameter_values(&t, "WatchSeconds")
+            .into_iter()
+            .filter(|&w| rules_refuse(&t, &deploy(w)).is_empty())
+            .collect();
+        let default: u64 = scalar_string(t.parameter_default("WatchSeconds").unwrap())
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let on: Vec<u64> = accepted.iter().copied().filter(|&w| w > 0).collect();
+        let mut watches = BTreeSet::from([0]);
+        watches.extend(on.first());
+        watches.extend(on.last());
+        if accepted.contains(&default) {
+            watches.insert(default);
+        }
+        for watch in watches {
+            settings += 1;
+            let d = deploy(watch);
+            let stack = Stack::of(&t, &d);
+            let deployed: Vec<Alarm> = names
+                .iter()
+                .filter_map(|n| Alarm::resolve(&t, n, &d))
+                .collect();
+            let setting = format!("ScheduleMinutes={minutes} WatchSeconds={watch}");
+            for scenario in SCENARIOS {
+                if scenario == Scenario::WatchStopped && watch == 0 {
+                    continue;
+                }
+                let expected = expected_alarms(scenario, watch > 0);
+                for (p, delay) in DELAYS.into_iter().enumerate() {
+                    let late = p == DELAYS.len() - 1;
+                    for phase in (0..stack.tick).step_by(11) {
+                        for (drain, lambda_at_end) in [(0, false), (drain, true), (drain, false)] {
+                            let j = Jitter {
+                                phase,
+                                delay,
+                                drain,
+                                lambda_at_end,
+                            };
+                            let sim = simulate(stack, scenario, j, failure, until);
+                            // Delivered within 15 s and drained at once, no
+                            // healthy run loses a tick.
+                            if scenario == Scenario::Healthy
+                                && sim.dropped > 0
+                                && !late
+                                && drain == 0
+                            {
+                                problems.insert(format!(
+                                    "{setting}: a healthy stack's runs overlap and Lambda drops scheduled events"
+                                ));
+                            }
+                            for a in &deployed {
+                                let states = a.states(&sim.series, until);
+                                let end_of = |i: usize| (i as u64 + 1) * a.period;
+                                let before: Vec<usize> = (0..states.len())
+                                    .filter(|&i| {
+                                        end_of(i) > warm && end_of(i) <= failure && states[i]
+                                    })
+                                    .collect();
+                                if !before.is_empty() {
+                                    problems.insert(format!(
+                                        "{setting}: {} goes off on a healthy stack",
+                                        a.name
+                                    ));
+                                    continue;
+                                }
+                                let after: Vec<usize> =
+                                    (0..states.len()).filter(|&i| end_of(i) > failure).collect();
+                                if expected.contains(a.name.as_str()) {
+                                    // In ALARM from some period on, to the end.
+                                    let first = after
+                                        .iter()
+                                        .copied()
+                                        .find(|&i| states[i..].iter().all(|s| *s));
+                                    match first {
+                                        None if after.iter().any(|&i| states[i]) => {
+                                            problems.insert(format!(
+                                                "{setting}, {scenario:?}: {} goes off but does not stay in ALARM while the failure lasts",
+                                                a.name
+                                            ));
+                                        }
+                                        None => {
+                                            problems.insert(format!(
+                                                "{setting}, {scenario:?}: {} never goes off",
+                                                a.name
+                                            ));
+                                        }
+                                        Some(i) if end_of(i) - failure > a.fires_within() => {
+                                            problems.insert(format!(
+                                                "{setting}, {scenario:?}: {} takes {} min to go off, more than {} min",
+                                                a.name,
+                                                (end_of(i) - failure) / 60,
+                                                a.fires_within() / 60
+                                            ));
+                                        }
+                                        Some(_) => {}
+                                    }
+                                } else if after.iter().any(|&i| states[i]) {
+                                    problems.insert(format!(
+                                        "{setting}, {scenario:?}: {} goes off",
+                                        a.name
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(settings >= 3 * 3, "{settings} settings simulated");
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The template's `Rules` refuse exactly the watch settings that cannot work, and accept
+/// the rest, for every allowed `ScheduleMinutes` and every `WatchSeconds` the parameter
+/// allows: a watch that runs into the next tick (its run, drained, still holds the one
+/// slot when the next tick comes: the tick waits, is retried, and after
+/// `MaximumEventAgeInSeconds` dropped), and one that leaves more of each period
+/// unwatched than the shortest schedule's whole period (pod changes then wait longer in
+/// watch mode than on the 1-minute schedule without it). Off (0) is always accepted.
+/// Both are measured on the simulated stack, not computed from the bounds the rules
+/// state.
+#[test]
+fn template_rules_refuse_the_watch_settings_that_cannot_work() {
+    let t = Template::load();
+    let drain = drain_seconds();
+    let schedules = number_parameter_values(&t, "ScheduleMinutes");
+    let shortest = 60 * schedules.iter().min().expect("ScheduleMinutes values");
+    let mut wrong = Vec::new();
+    for &minutes in &schedules {
+        for watch in number_parameter_values(&t, "WatchSeconds") {
+            let d = t.parameters(&[
+                ("ClusterName", "demo"),
+                ("ScheduleMinutes", &minutes.to_string()),
+                ("WatchSeconds", &watch.to_string()),
+            ]);
+            let stack = Stack::of(&t, &d);
+            let nominal = |drain| Jitter {
+                phase: 0,
+                delay: DELAYS[0],
+                drain,
+                lambda_at_end: false,
+            };
+            let until = 2 * HOUR;
+            let drained = simulate(stack, Scenario::Healthy, nominal(drain), until, until);
+            let undrained = simulate(stack, Scenario::Healthy, nominal(0), until, until);
+            let works = watch == 0
+                || (drained.throttled == 0
+                    && undrained.longest_unwatched <= shortest
+                    && watch + watch_end_margin() <= stack.timeout);
+            let refused = rules_refuse(&t, &d);
+            for r in &refused {
+                assert!(
+                    r.contains(&format!("ScheduleMinutes {minutes}")) && r.contains("WatchSeconds"),
+                    "a refusal says which WatchSeconds go with the schedule: {r}"
+                );
+            }
+            if works == refused.is_empty() {
+                continue;
+            }
+            wrong.push(format!(
+                "ScheduleMinutes={minutes} WatchSeconds={watch}: {} (throttled ticks {}, dropped {}, longest unwatched {} s){}",
+                if works { "refused" } else { "accepted" },
+                drained.throttled,
+                drained.dropped,
+                undrained.longest_unwatched,
+                if refused.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {refused:?}")
+                }
+            ));
+        }
+    }
+    assert_eq!(
+        rules_refuse(&t, &t.parameters(&[("ClusterName", "demo")])),
+        Vec::<String>::new(),
+        "the defaults deploy"
+    );
+    let shown: Vec<&String> = wrong.iter().take(12).collect();
+    assert!(
+        wrong.is_empty(),
+        "{} settings the Rules get wrong, e.g.:\n{}",
+        wrong.len(),
+        shown
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 const HOUR: u64 = 3600;
 
-/// Checks `name` (an alarm on a once-per-run metric) for every allowed `ScheduleMinutes`:
-/// a healthy stack (one point per run, every tick, each up to [`RUN_JITTER_S`] late, at
-/// every phase against the periods) writes no fewer points in any period than the
-/// threshold; one missed run (a handover) does not fire it; and when the runs stop
-/// (or stop writing the metric) it fires within `fires_within` seconds of the last point.
-/// Returns, per ScheduleMinutes, the alarm and the fewest and most points a healthy
-/// period held.
-fn check_run_alarm(
-    name: &str,
-    fires_within: u64,
-    given: &[(&str, &str)],
-) -> Vec<(u64, RunAlarm, u64, u64)> {
-    let t = Template::load();
-    let allowed: Vec<u64> = as_list(&t.doc["Parameters"]["ScheduleMinutes"]["AllowedValues"])
-        .iter()
-        .map(|v| v.as_u64().expect("ScheduleMinutes values are numbers"))
-        .collect();
-    assert!(!allowed.is_empty());
-    let mut out = Vec::new();
-    for minutes in allowed {
-        let schedule = minutes.to_string();
-        let mut params = vec![
-            ("ClusterName", "demo"),
-            ("ScheduleMinutes", schedule.as_str()),
-        ];
-        params.extend_from_slice(given);
-        let d = t.parameters(&params);
-        let a = t.resource(name);
-        if let Some(c) = a.get("Condition") {
-            assert!(d.conditions[c.as_str().unwrap()], "{name} exists here");
-        }
-        let alarm = RunAlarm::resolve(name, &a["Properties"], &d);
-        let tick = minutes * 60;
-        let until = 6 * HOUR;
-        let (mut fewest, mut most) = (u64::MAX, 0);
-        for (p, jitter) in jitter_patterns().iter().enumerate() {
-            for phase in (0..tick).step_by(5) {
-                let healthy: Vec<u64> = (0..until / tick)
-                    .map(|k| phase + k * tick + jitter(k))
-                    .collect();
-                // A healthy stack: every period from the first hour on holds enough.
-                let sums = alarm.sums(&healthy, until);
-                for s in &sums[(HOUR / alarm.period) as usize..sums.len() - 1] {
-                    let s = s.unwrap_or(0);
-                    fewest = fewest.min(s);
-                    most = most.max(s);
-                }
-                assert_eq!(
-                    alarm.first_alarm(&healthy, HOUR, until - tick),
-                    None,
-                    "{name}, ScheduleMinutes={minutes}: fires on a healthy stack (jitter pattern {p}, phase {phase} s)"
-                );
-                // One run missed, anywhere in the second hour: no alarm.
-                for missed in (HOUR / tick)..(2 * HOUR / tick) {
-                    let mut points = healthy.clone();
-                    points.remove(missed as usize);
-                    assert_eq!(
-                        alarm.first_alarm(&points, HOUR, until - tick),
-                        None,
-                        "{name}, ScheduleMinutes={minutes}: one missed run (run {missed}, jitter pattern {p}, phase {phase} s) fires it"
-                    );
-                }
-                // The runs stop: it fires, soon enough.
-                for stop in (2 * HOUR / tick)..(2 * HOUR / tick + 10) {
-                    let points = &healthy[..stop as usize];
-                    let last = *points.last().unwrap();
-                    let fired = alarm.first_alarm(points, HOUR, until).unwrap_or_else(|| {
-                        panic!("{name}, ScheduleMinutes={minutes}: never fires after the runs stop")
-                    });
-                    assert!(
-                        fired > last,
-                        "{name}, ScheduleMinutes={minutes}: fired at {fired} s while runs still came (last {last} s)"
-                    );
-                    // docs/operations.md: "within three periods of the last run".
-                    assert!(
-                        fired - last <= 3 * alarm.period,
-                        "{name}, ScheduleMinutes={minutes}: fires {} s after the last run, more than three periods",
-                        fired - last
-                    );
-                    assert!(
-                        fired - last <= fires_within,
-                        "{name}, ScheduleMinutes={minutes}: fires {} s after the last run, more than {fires_within} s",
-                        fired - last
-                    );
-                }
-            }
-        }
-        assert!(
-            fewest >= alarm.threshold,
-            "{name}, ScheduleMinutes={minutes}: a healthy period holds as few as {fewest} points, under the threshold {}",
-            alarm.threshold
-        );
-        out.push((minutes, alarm, fewest, most));
-    }
-    out
-}
-
-/// A resync that is never invoked, or never finishes, writes no metric at all, so no
-/// error alarm can see it: the heartbeat alarm fires on the missing RunsCompleted, for
-/// every allowed schedule, and not on a healthy stack or one late or missed tick.
+/// The heartbeat: a resync that is never invoked, or never finishes, writes no metric at
+/// all, so no error alarm can see it; the heartbeat alarm is on the run line's
+/// `RunsCompleted`, with no data breaching. (What it does at every setting:
+/// [`alarms_fire_for_their_failures_at_every_setting`].)
 #[test]
-fn resync_heartbeat_fires_when_runs_stop() {
+fn resync_heartbeat_is_on_completed_runs() {
     let t = Template::load();
     let resync = served_as("functions/resync");
     let (name, a) = alarms(&t)
@@ -2055,17 +2791,19 @@ fn resync_heartbeat_fires_when_runs_stop() {
         a["TreatMissingData"], "breaching",
         "{name}: no data is the signal"
     );
-    // An outage is found within 15 minutes, whatever the schedule.
-    let checked = check_run_alarm(&name, 15 * 60, &[]);
-    assert_eq!(checked.len(), 3, "ScheduleMinutes 1, 2 and 3");
 }
 
-/// The watch alarm: only with watch mode on; each watching run writes one WatchRunning
-/// point when it ends, so what a healthy stack writes per period follows ScheduleMinutes.
-/// For every allowed value it must not fire on a healthy stack (nor on one missed run)
-/// and must fire when watching runs stop, within 20 minutes.
+/// The watch alarm: only with watch mode on; on the watched time the resync's run line
+/// reports (`WatchedSeconds`, one point per watching run), in percent of what a period
+/// should hold: `WatchSeconds` for each of the period's scheduled runs (the mapping's
+/// `Runs`). (What it does at every setting:
+/// [`alarms_fire_for_their_failures_at_every_setting`].)
 #[test]
-fn watch_not_running_alarm_fires_only_when_watching_runs_stop_for_every_schedule() {
+fn watch_alarm_is_on_watched_time_for_every_schedule() {
+    use tgsync::core::UnixMillis;
+    use tgsync::logging::LambdaLevel;
+    use tgsync::metrics::emf_lines;
+    use tgsync::report::{Report, WatchReport};
     let t = Template::load();
     let a = t.resource("WatchNotRunningAlarm");
     assert_eq!(a["Condition"], "WatchEnabled");
@@ -2073,36 +2811,44 @@ fn watch_not_running_alarm_fires_only_when_watching_runs_stop_for_every_schedule
         let d = t.parameters(&[("ClusterName", "demo"), ("WatchSeconds", watch)]);
         assert_eq!(d.conditions["WatchEnabled"], on, "WatchSeconds={watch}");
     }
-    let p = &a["Properties"];
-    let resync = served_as("functions/resync");
-    assert_eq!(p["MetricName"], "WatchRunning");
-    assert!(
-        as_list(&p["Dimensions"]).contains(&json!({ "Name": "Function", "Value": resync })),
-        "{p}"
-    );
-    assert_eq!(p["TreatMissingData"], "breaching", "no run is no watch");
-    // WatchRunning is one point per watching run (the run line), never per minute.
-    let run_line = sample_emf_lines()
-        .into_iter()
-        .find(|l| l["Function"] == resync.as_str() && l.get("RunsCompleted").is_some())
-        .expect("the resync's run line");
-    assert_eq!(run_line["WatchRunning"], 1, "one WatchRunning per run");
-    let checked = check_run_alarm("WatchNotRunningAlarm", 20 * 60, &[("WatchSeconds", "55")]);
-    assert_eq!(checked.len(), 3, "ScheduleMinutes 1, 2 and 3");
-    for (minutes, alarm, fewest, most) in &checked {
-        // The mapping's description figures are the alarm's.
+    let resync: &'static str = Box::leak(served_as("functions/resync").into_boxed_str());
+    // The run line carries the run's watched_ms, in seconds.
+    let mut r = Report::new(resync, "demo", false, UnixMillis(1_800_000_000_000));
+    r.watch = Some(WatchReport {
+        watched_ms: 55_250,
+        ..Default::default()
+    });
+    let r = r.finish(UnixMillis(1_800_000_055_250));
+    let run: Value = serde_json::from_str(&emf_lines(&r, LambdaLevel::Info)[0]).unwrap();
+    assert_eq!(run["WatchedSeconds"], 55.25, "{run}");
+    for minutes in number_parameter_values(&t, "ScheduleMinutes") {
+        let tick = 60 * minutes;
+        let watch = tick - 5;
         let d = t.parameters(&[
             ("ClusterName", "demo"),
             ("ScheduleMinutes", &minutes.to_string()),
+            ("WatchSeconds", &watch.to_string()),
         ]);
+        let alarm = Alarm::resolve(&t, "WatchNotRunningAlarm", &d).expect("watch mode on");
+        assert_eq!(
+            alarm
+                .metrics
+                .iter()
+                .map(|m| (&m.1, m.2.as_str()))
+                .collect::<Vec<_>>(),
+            [(&series_key("tgsync", "WatchedSeconds", resync), "Sum")],
+            "ScheduleMinutes={minutes}"
+        );
+        assert!(alarm.missing_breaches, "no run is no watch");
         let row = &d.mappings["WatchAlarm"][minutes.to_string()];
         assert_eq!(row["Minutes"].as_u64(), Some(alarm.period / 60), "{row}");
         let runs = row["Runs"].as_u64().expect("Runs");
-        assert_eq!(runs, alarm.period / 60 / minutes, "{row}");
-        assert!(
-            (*fewest..=*most).contains(&runs),
-            "ScheduleMinutes={minutes}: a healthy period holds {fewest} to {most} runs, not {row}"
-        );
+        assert_eq!(runs, alarm.period / tick, "{row}: the runs of a period");
+        // A period holding its runs, each watching WatchSeconds, is 100 %.
+        let env = BTreeMap::from([("watched", Some((runs * watch) as f64))]);
+        let full = metric_math(alarm.expression.as_deref().expect("metric math"), &env);
+        assert_eq!(full, Some(100.0), "ScheduleMinutes={minutes}");
+        assert_eq!(alarm.comparison, "LessThanThreshold");
     }
 }
 
@@ -2408,14 +3154,16 @@ fn docs_alarm_table_lists_every_alarm() {
     );
     for (name, a) in &alarms {
         let row = &rows[name];
-        for needle in [
-            a["MetricName"].as_str().unwrap(),
-            a["Namespace"].as_str().unwrap(),
-        ] {
-            assert!(
-                row.contains(needle),
-                "docs/operations.md's row of {name} does not name {needle}: {row}"
-            );
+        for m in alarm_metrics(a) {
+            for needle in [
+                m["MetricName"].as_str().unwrap(),
+                m["Namespace"].as_str().unwrap(),
+            ] {
+                assert!(
+                    row.contains(needle),
+                    "docs/operations.md's row of {name} does not name {needle}: {row}"
+                );
+            }
         }
     }
 }
@@ -3228,44 +3976,75 @@ fn docs_metrics_table_lists_every_metric() {
     );
 }
 
-/// docs/operations.md's table of WatchNotRunningAlarm by ScheduleMinutes is the
-/// template's mapping.
+/// docs/operations.md's table of the settings by ScheduleMinutes is the template's: the
+/// `WatchSeconds` its Rules accept, `WatchNotRunningAlarm`'s period and runs, and
+/// `ResyncInvocationErrorsAlarm`'s period (and each mapping's `Minutes`, which the alarm
+/// descriptions give, is its `Period`).
 #[test]
-fn docs_watch_alarm_table_is_the_templates() {
+fn docs_settings_table_is_the_templates() {
     let t = Template::load();
     let rows = docs_table(
         "docs/operations.md",
-        "| `ScheduleMinutes` | period | runs in a period | fires when fewer than this many, in 2 periods in a row |",
+        "| `ScheduleMinutes` | `WatchSeconds` the Rules accept | `WatchNotRunningAlarm` period | runs in a period | `ResyncInvocationErrorsAlarm` period |",
     );
+    let minutes_of = |cell: &str, row: &str| -> u64 {
+        cell.strip_suffix(" minutes")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("{row}: a period in minutes"))
+    };
     let mut documented = BTreeMap::new();
     for (_, row) in &rows {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
         let minutes = cells[1].to_owned();
-        let period: u64 = cells[2]
-            .strip_suffix(" minutes")
-            .and_then(|m| m.parse().ok())
-            .unwrap_or_else(|| panic!("{row}: the period in minutes"));
-        let runs: u64 = cells[3].parse().expect("runs");
-        let threshold: u64 = cells[4].parse().expect("threshold");
-        documented.insert(minutes, (period, runs, threshold));
+        let mut accepted = BTreeSet::new();
+        for part in cells[2].split(", ") {
+            match part.split_once('–') {
+                Some((lo, hi)) => accepted
+                    .extend(lo.parse::<u64>().expect("a number")..=hi.parse().expect("a number")),
+                None => {
+                    accepted.insert(part.parse::<u64>().expect("a number"));
+                }
+            }
+        }
+        let period = minutes_of(cells[3], row);
+        let runs: u64 = cells[4].parse().expect("runs");
+        let errors = minutes_of(cells[5], row);
+        documented.insert(minutes, (accepted, period, runs, errors));
     }
     let mut templated = BTreeMap::new();
-    for minutes in as_list(&t.doc["Parameters"]["ScheduleMinutes"]["AllowedValues"]) {
+    for minutes in number_parameter_values(&t, "ScheduleMinutes") {
         let key = minutes.to_string();
-        let d = t.parameters(&[("ClusterName", "demo"), ("ScheduleMinutes", &key)]);
-        let a = RunAlarm::resolve(
-            "WatchNotRunningAlarm",
-            &t.resource("WatchNotRunningAlarm")["Properties"],
-            &d,
-        );
-        assert_eq!(a.datapoints_to_alarm, 2);
-        assert_eq!(a.evaluation_periods, 2);
+        let deploy = |watch: u64| {
+            t.parameters(&[
+                ("ClusterName", "demo"),
+                ("ScheduleMinutes", &key),
+                ("WatchSeconds", &watch.to_string()),
+            ])
+        };
+        let accepted: BTreeSet<u64> = number_parameter_values(&t, "WatchSeconds")
+            .into_iter()
+            .filter(|&w| rules_refuse(&t, &deploy(w)).is_empty())
+            .collect();
+        let a = Alarm::resolve(&t, "WatchNotRunningAlarm", &deploy(60 * minutes - 5))
+            .expect("watch mode on");
+        let e = Alarm::resolve(&t, "ResyncInvocationErrorsAlarm", &deploy(0)).expect("always");
+        let d = deploy(0);
         let runs = d.mappings["WatchAlarm"][&key]["Runs"].as_u64().unwrap();
-        templated.insert(key, (a.period / 60, runs, a.threshold));
+        for (map, period) in [
+            ("WatchAlarm", a.period),
+            ("InvocationErrorsAlarm", e.period),
+        ] {
+            assert_eq!(
+                d.mappings[map][&key]["Minutes"].as_u64(),
+                Some(period / 60),
+                "Mappings {map} {key}: Minutes is the Period"
+            );
+        }
+        templated.insert(key, (accepted, a.period / 60, runs, e.period / 60));
     }
     assert_eq!(
         documented, templated,
-        "docs/operations.md's watch alarm table and the template differ"
+        "docs/operations.md's settings table and the template differ"
     );
 }
 
