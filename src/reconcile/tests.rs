@@ -453,13 +453,14 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
     e.pods.put(web_pod("web-4", "10.0.1.4").build());
     let now = clock.now();
     let until = now.plus(std::time::Duration::from_secs(15));
-    assert!(matches!(
-        e.state
-            .acquire(TG, "resync@demo#other", now, until)
-            .await
-            .unwrap(),
-        Acquire::Acquired(_)
-    ));
+    let Acquire::Acquired(held) = e
+        .state
+        .acquire(TG, "resync@demo#other", now, until)
+        .await
+        .unwrap()
+    else {
+        panic!("the lease is free");
+    };
     let grace = e.settings.lease.takeover_grace;
     let bound = bound_web(&e).await;
     for verification in [true, false] {
@@ -484,7 +485,7 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
         let none = crate::state::Change::default();
         assert!(matches!(
             e.state
-                .release(TG, "resync@demo#other", now, until, &none)
+                .release(TG, "resync@demo#other", now, held.version, until, &none, false)
                 .await
                 .unwrap(),
             crate::state::Release::RunAgain(_)
