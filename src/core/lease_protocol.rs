@@ -543,6 +543,9 @@ pub fn takeover_bound(t: &Timings, poll: Duration) -> Duration {
 }
 
 #[cfg(test)]
+mod model_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

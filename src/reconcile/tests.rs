@@ -485,7 +485,15 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
         let none = crate::state::Change::default();
         assert!(matches!(
             e.state
-                .release(TG, "resync@demo#other", now, held.version, until, &none, false)
+                .release(
+                    TG,
+                    "resync@demo#other",
+                    now,
+                    held.version,
+                    until,
+                    &none,
+                    false
+                )
                 .await
                 .unwrap(),
             crate::state::Release::RunAgain(_)
