@@ -459,7 +459,7 @@ impl Lease {
                             ..Actor::idle()
                         };
                         urgent.push((
-                            format!("{nm} takes the lease (id {me}), until now{:+}", rel(until)),
+                            format!("{nm} takes the lease, until now{:+}", rel(until)),
                             n,
                         ));
                     } else {
@@ -588,7 +588,9 @@ impl Lease {
                         .net
                         .iter()
                         .any(|r| usize::from(r.actor) == i && r.current && r.by == 0);
-                    if a.att >= d && !due && !a.answered {
+                    // The answer comes before the attempt's deadline, or the attempt
+                    // is abandoned (whether its request landed or not).
+                    if a.att >= d && !due {
                         n.acts[i].pc = Pc::Check;
                         n.acts[i].doubt = true;
                         for r in &mut n.net {
@@ -619,10 +621,10 @@ impl Lease {
                         }
                         n.served = served;
                         n.acts[i] = Actor::idle();
-                        let lg = if a.doubt {
-                            " (ends now: an attempt was abandoned)"
+                        let lg = if n.item.owner.is_some() {
+                            " (the lease ends now: an attempt may still land)"
                         } else {
-                            ""
+                            " (the lease deleted)"
                         };
                         urgent.push((format!("{nm} releases{lg}"), n));
                     } else {
@@ -763,12 +765,12 @@ impl Lease {
             n.late.remove(k);
             let label = if x.renewal {
                 Self::apply(&mut n, &p::renew(&x.owner, x.at));
-                format!("the hung renewal of id {} lands", x.owner)
+                "the hung renewal lands".to_owned()
             } else {
                 if Self::apply(&mut n, &p::write(&x.owner, x.at, x.version)) {
                     n.led = Led::Live(x.owner);
                 }
-                format!("the retried copy of id {}'s ledger write lands", x.owner)
+                "the ledger write sent again lands".to_owned()
             };
             let bound = if x.renewal {
                 self.c.late_renewal
@@ -804,7 +806,14 @@ impl Lease {
                 b.answered = true;
             }
             let what = if r.register { "Register" } else { "Deregister" };
-            let label = format!("ELBv2 applies {what}(T) of id {}", r.ep);
+            let label = format!(
+                "ELBv2 applies {what}(T) sent under {}",
+                if r.ep < s.latest {
+                    "an OLDER lease"
+                } else {
+                    "the newest lease"
+                }
+            );
             if r.by == 0 {
                 urgent.push((label, n));
             } else {
@@ -1062,7 +1071,7 @@ impl Model for Lease {
 
 /// The trace of a counterexample, step by step with the time of each.
 fn trace(path: stateright::Path<S, Act>) -> String {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     let mut t = 0;
     for (_, action) in path.into_vec() {
         let Some(Act(label, _)) = action else {
@@ -1073,6 +1082,9 @@ fn trace(path: stateright::Path<S, Act>) -> String {
         } else {
             out.push(format!("  t={t:>2}  {label}"));
         }
+    }
+    if let Some(last) = out.last_mut() {
+        last.push_str("   <== here");
     }
     out.join("\n")
 }
