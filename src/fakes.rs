@@ -1047,27 +1047,29 @@ impl StateStore for FakeState {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
         let entry = groups.entry(group.to_owned()).or_default();
-        match &entry.lease {
-            Some(l) if l.until >= now && l.owner != owner => {
-                let held = Acquire::HeldElsewhere {
-                    owner: l.owner.clone(),
-                    until: l.until,
-                };
-                entry.dirty = true;
-                self.leases_held_elsewhere.fetch_add(1, Ordering::SeqCst);
-                Ok(held)
-            }
-            _ => {
-                entry.lease = Some(LeaseView {
-                    owner: owner.to_owned(),
-                    until,
-                });
-                entry.dirty = false;
-                entry.checkpoint = None;
-                entry.version += 1;
-                Ok(Acquire::Acquired(entry.clone()))
-            }
+        let me = owner.to_owned();
+        if step(entry, &protocol::take(&me, now.0, until.0)) {
+            return Ok(Acquire::Acquired(entry.clone()));
         }
+        // Refused: held by another holder, not past its grace (one lock: it cannot
+        // change hands between the two writes, as it can in DynamoDB).
+        let Some(held) = entry.lease.clone() else {
+            return Err(StateError::Dynamo {
+                operation: "UpdateItem",
+                message: "a take refused with no holder".into(),
+            });
+        };
+        if !step(entry, &protocol::mark(&held.owner, now.0)) {
+            return Err(StateError::Dynamo {
+                operation: "UpdateItem",
+                message: "the holder a take found could not be marked".into(),
+            });
+        }
+        self.leases_held_elsewhere.fetch_add(1, Ordering::SeqCst);
+        Ok(Acquire::HeldElsewhere {
+            owner: held.owner,
+            until: held.until,
+        })
     }
 
     async fn ask_holder(
@@ -1081,12 +1083,8 @@ impl StateStore for FakeState {
         let Some(entry) = groups.get_mut(group) else {
             return Ok(false);
         };
-        let held = entry
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.owner == holder && l.until >= held_after);
+        let held = step(entry, &protocol::mark(&holder.to_owned(), held_after.0));
         if held {
-            entry.dirty = true;
             self.leases_held_elsewhere.fetch_add(1, Ordering::SeqCst);
         }
         Ok(held)
@@ -1121,19 +1119,9 @@ impl StateStore for FakeState {
     ) -> Result<bool, StateError> {
         self.check("UpdateItem").await?;
         let mut groups = lock(&self.groups);
-        match groups
+        Ok(groups
             .get_mut(group)
-            .filter(|s| s.lease.as_ref().is_some_and(|l| l.owner == owner))
-        {
-            Some(state) => {
-                if let Some(l) = state.lease.as_mut() {
-                    l.until = until;
-                }
-                state.dirty = true;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+            .is_some_and(|s| step(s, &protocol::hand_over(&owner.to_owned(), until.0))))
     }
 
     async fn write(

@@ -92,6 +92,9 @@ pub struct Lease<'a, S> {
     /// the request that last extended it was sent): a wall clock that steps back never
     /// extends it.
     deadline: std::sync::Mutex<tokio::time::Instant>,
+    /// The origin of the monotonic times the protocol's fence decides with (the
+    /// take's sending).
+    origin: tokio::time::Instant,
     lost: AtomicBool,
     /// Set by [`Lease::hand_over`] (the process is shutting down).
     handed_over: AtomicBool,
@@ -154,6 +157,7 @@ pub async fn take<'a, S: StateStore>(
                 timings,
                 until: AtomicU64::new(until.0),
                 deadline: std::sync::Mutex::new(sent + timings.duration),
+                origin: sent,
                 lost: AtomicBool::new(false),
                 handed_over: AtomicBool::new(false),
                 in_doubt: AtomicBool::new(false),
@@ -191,11 +195,29 @@ impl<S: StateStore> Lease<'_, S> {
 
     /// More than the write margin left (by this holder's last successful renewal), on
     /// the monotonic clock and on the wall clock the stored lease is judged by.
+    /// The protocol's fence decides ([`protocol::may_write`]).
     fn fresh(&self) -> bool {
-        let until = UnixMillis(self.until.load(Ordering::SeqCst));
+        let until = self.until.load(Ordering::SeqCst);
         let deadline = *crate::sync::lock(&self.deadline);
-        tokio::time::Instant::now() + self.timings.write_margin < deadline
-            && self.clock.now().plus(self.timings.write_margin) < until
+        protocol::may_write(
+            self.clock.now().0,
+            until,
+            self.mono_ms(tokio::time::Instant::now(), true),
+            self.mono_ms(deadline, false),
+            &self.timings,
+        )
+    }
+
+    /// A monotonic instant in milliseconds since [`Lease::origin`], rounded up (`ceil`:
+    /// a reading of now) or down (a deadline), so the fence is never less strict.
+    fn mono_ms(&self, at: tokio::time::Instant, ceil: bool) -> u64 {
+        let d = at.saturating_duration_since(self.origin);
+        let ms = protocol::ms(d);
+        if ceil && d > Duration::from_millis(ms) {
+            ms.saturating_add(1)
+        } else {
+            ms
+        }
     }
 
     /// Records that a request sent at `sent` extended the lease by a duration.
@@ -412,11 +434,21 @@ impl<S: StateStore> Lease<'_, S> {
     /// heartbeat no longer renews it.
     async fn hand_over(&self) {
         self.handed_over.store(true, Ordering::SeqCst);
-        let until = self.clock.now().plus(self.timings.write_margin);
-        self.until.fetch_min(until.0, Ordering::SeqCst);
+        let wall = self.clock.now();
+        let until = wall.plus(self.timings.write_margin);
         {
+            // The holder's views, shortened by the protocol ([`protocol::handed_over`]).
             let mut deadline = crate::sync::lock(&self.deadline);
-            *deadline = (*deadline).min(tokio::time::Instant::now() + self.timings.write_margin);
+            let now = tokio::time::Instant::now();
+            let (view, mono) = protocol::handed_over(
+                self.until.load(Ordering::SeqCst),
+                self.mono_ms(*deadline, false),
+                wall.0,
+                self.mono_ms(now, true),
+                &self.timings,
+            );
+            self.until.fetch_min(view, Ordering::SeqCst);
+            *deadline = (*deadline).min(self.origin + Duration::from_millis(mono));
         }
         // A pass waiting in `ready` for a renewal stops waiting.
         self.renewed.notify_waiters();

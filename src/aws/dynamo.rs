@@ -322,30 +322,14 @@ impl StateStore for DynamoState {
             // Taking the lease clears a pending request (the first pass serves it),
             // removes the checkpoint (only a verified result writes one back) and bumps
             // the version (no write made without the lease may follow an older read).
+            let me = owner.to_owned();
             let take = Update::default()
-                .set("#o = :me")
-                .set("#u = :until")
-                .set("#d = :false")
                 .set("#l = if_not_exists(#l, :empty)")
-                .set("#v = if_not_exists(#v, :zero) + :one")
-                .remove("#c")
-                .condition("attribute_not_exists(#o) OR #u < :now OR #o = :me")
-                .value(":zero", items::n(0))
-                .value(":one", items::n(1))
-                .value(
-                    ":me",
-                    aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-                )
-                .value(":until", items::n(until.0))
-                .value(":now", items::n(now.0))
-                .value(
-                    ":false",
-                    aws_sdk_dynamodb::types::AttributeValue::Bool(false),
-                )
                 .value(
                     ":empty",
                     aws_sdk_dynamodb::types::AttributeValue::M(Default::default()),
-                );
+                )
+                .with_step(&protocol::take(&me, now.0, until.0));
             let holder = match self.update(group, take, true).await? {
                 Ok(item) => {
                     let state = self.state_of(group, item.as_ref()).await?;
@@ -358,15 +342,7 @@ impl StateStore for DynamoState {
                     .and_then(|s| s.lease),
             };
             let Some(holder) = holder else { continue };
-            let mark = Update::default()
-                .set("#d = :true")
-                .condition("#o = :holder AND #u >= :now")
-                .value(
-                    ":holder",
-                    aws_sdk_dynamodb::types::AttributeValue::S(holder.owner.clone()),
-                )
-                .value(":now", items::n(now.0))
-                .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true));
+            let mark = Update::step(&protocol::mark(&holder.owner, now.0));
             match self.update(group, mark, false).await? {
                 Ok(_) => {
                     self.contended
@@ -397,15 +373,7 @@ impl StateStore for DynamoState {
         holder: &str,
         held_after: UnixMillis,
     ) -> Result<bool, StateError> {
-        let mark = Update::default()
-            .set("#d = :true")
-            .condition("#o = :holder AND #u >= :now")
-            .value(
-                ":holder",
-                aws_sdk_dynamodb::types::AttributeValue::S(holder.to_owned()),
-            )
-            .value(":now", items::n(held_after.0))
-            .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true));
+        let mark = Update::step(&protocol::mark(&holder.to_owned(), held_after.0));
         let asked = self.update(group, mark, false).await?.is_ok();
         if asked {
             self.contended
@@ -436,16 +404,7 @@ impl StateStore for DynamoState {
         owner: &str,
         until: UnixMillis,
     ) -> Result<bool, StateError> {
-        let hand_over = Update::default()
-            .set("#u = :until")
-            .set("#d = :true")
-            .condition("#o = :me")
-            .value(":until", items::n(until.0))
-            .value(":true", aws_sdk_dynamodb::types::AttributeValue::Bool(true))
-            .value(
-                ":me",
-                aws_sdk_dynamodb::types::AttributeValue::S(owner.to_owned()),
-            );
+        let hand_over = Update::step(&protocol::hand_over(&owner.to_owned(), until.0));
         Ok(self.update(group, hand_over, false).await?.is_ok())
     }
 

@@ -3,8 +3,8 @@
 //! refusal, and the fence's decision. [`crate::lease`] decides with these; the state
 //! table adapters apply them — the in-memory fake by [`Step::apply`], DynamoDB by
 //! rendering the same [`Guard`] and [`Effect`] into a condition and an update expression
-//! (`aws::dynamo::update`) — and the model check (`lease_model`, a test) explores every
-//! interleaving of these same functions.
+//! (`aws::dynamo::update`) — and the model check (`model_tests.rs`, the tests
+//! `lease_model_*`) explores every interleaving of these same functions.
 //!
 //! Times are milliseconds (Unix time for the wall clock; any origin for the monotonic
 //! one): every function only adds and compares, so it behaves the same for any origin.
@@ -541,6 +541,9 @@ pub fn renewal_due(wall_now: u64, confirmed: u64, t: &Timings) -> bool {
 pub fn takeover_bound(t: &Timings, poll: Duration) -> Duration {
     t.duration + t.takeover_grace + poll
 }
+
+#[cfg(test)]
+mod model_tests;
 
 #[cfg(test)]
 mod tests {

@@ -138,6 +138,14 @@ impl Rules {
 /// minute leaves ample room and still forgets hand-removed targets on the next runs.
 pub const FORGET_GRACE: Duration = Duration::from_secs(60);
 
+/// What the ledger keeps of a target once its deregistration was answered at `gone`:
+/// the entry stays as a tombstone since then ([`Claim::tombstone`]) for the forget
+/// grace, so a registration of it that lands late (an abandoned attempt, or one of the
+/// holder's own earlier attempts) is undone by the next pass; `None` would drop it.
+pub fn tombstone(gone: UnixMillis) -> Option<UnixMillis> {
+    Some(gone)
+}
+
 /// Computes the plan for one group.
 ///
 /// `claims` is the ledger: every target some deployment registered or adopted. With

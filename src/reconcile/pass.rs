@@ -338,8 +338,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             // forget grace, so a registration of it landing late is undone.
             let gone = self.clock.now();
             for t in chunk {
-                if let Some(e) = ledger.get_mut(t) {
-                    e.deregistered_at = Some(gone);
+                match crate::core::plan::tombstone(gone) {
+                    Some(at) => {
+                        if let Some(e) = ledger.get_mut(t) {
+                            e.deregistered_at = Some(at);
+                        }
+                    }
+                    None => {
+                        ledger.remove(t);
+                    }
                 }
             }
             self.fault(FaultPoint::AfterDeregisterChunk)?;

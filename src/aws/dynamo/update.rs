@@ -141,6 +141,10 @@ impl Update {
                 .set("#d = :e_dirty")
                 .value(":e_dirty", AttributeValue::Bool(d));
         }
+        if e.take {
+            // Taking the lease removes the verification checkpoint.
+            self = self.remove("#c");
+        }
         if e.bump && !self.set.iter().any(|c| c.starts_with("#v =")) {
             self = self
                 .set("#v = if_not_exists(#v, :zero) + :one")
@@ -260,7 +264,7 @@ mod tests {
         );
         assert_eq!(
             u.expression(),
-            "SET #o = :e_owner, #u = :e_until, #d = :e_dirty, #v = if_not_exists(#v, :zero) + :one"
+            "SET #o = :e_owner, #u = :e_until, #d = :e_dirty, #v = if_not_exists(#v, :zero) + :one REMOVE #c"
         );
         let with_change = Update::default()
             .change(
