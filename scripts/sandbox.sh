@@ -5,7 +5,7 @@
 # seeded with scripts/sandbox/pods.json), creates a VPC, an internal NLB, a bound IP
 # target group holding one foreign target and the DynamoDB state table, runs both
 # built function binaries under `cargo lambda watch` (the Lambda Runtime API), then
-# drives them through seven steps (scripts/sandbox/sandbox.py): the schedule and pod
+# drives them through eight steps (scripts/sandbox/sandbox.py): the schedule and pod
 # events with `cargo lambda invoke`, the operator's runs with the `tgsync` CLI (which
 # invokes the manual function through the Lambda Invoke API that `cargo lambda watch`
 # serves): `tgsync plan` (dry run), scheduled resync and `tgsync status`, pod
@@ -191,4 +191,4 @@ export SANDBOX_MANUAL_LOG="$WORK/manual.log"
 # --- 5. the steps ------------------------------------------------------------------------
 "$VENV/bin/python" "$ROOT/scripts/sandbox/sandbox.py" steps
 echo
-log "sandbox: all 7 steps as expected in $((SECONDS - STARTED)) s; stopping everything"
+log "sandbox: all 8 steps as expected in $((SECONDS - STARTED)) s; stopping everything"

@@ -193,7 +193,9 @@ def targets(arn: str) -> dict[str, str]:
 
 def ledger(arn: str) -> dict[str, dict]:
     """tgsync's ledger for the group (`ip:port` -> entry), read straight from the group's
-    item in DynamoDB (one item per target group)."""
+    item in DynamoDB (one item per target group). A row with `gone` is the tombstone of
+    a target tgsync deregistered, kept for the forget grace so that a registration that
+    lands late is undone: not a target tgsync holds, so left out."""
     item = aws("dynamodb").get_item(
         TableName=env("SANDBOX_TABLE"),
         Key={"pk": {"S": f"tg#{arn}"}, "sk": {"S": "group"}},
@@ -203,6 +205,7 @@ def ledger(arn: str) -> dict[str, dict]:
     return {
         target: {k: next(iter(v.values())) for k, v in entry["M"].items()}
         for target, entry in entries.items()
+        if "gone" not in entry["M"]
     }
 
 
@@ -543,7 +546,7 @@ def exporter_event(reason: str, message: str, pod: dict) -> Path:
 # ---------------------------------------------------------------------------------------
 # Steps
 
-STEPS = 7
+STEPS = 8
 
 
 def heading(n: int, title: str) -> None:
@@ -721,8 +724,85 @@ def step_watch(arn: str) -> None:
     c.done()
 
 
+ROLLOUT_POD = "web-7d9f8c6b5-r0ll1"  # the new pod of step 7, 10.0.1.17, gated
+ROLLOUT_TARGET = f"10.0.1.17:{PORT}"
+GATE = "tgsync/target-health"
+
+
+def gate_status(name: str) -> str | None:
+    pod = kube("GET", pod_path(name))
+    return {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}.get(GATE)
+
+
+def step_rollout(arn: str) -> None:
+    heading(7, f"a rolling update: {ROLLOUT_POD} (readiness gate {GATE}) replaces {WATCH_POD}")
+    show("before", arn)
+    template = next(p for p in SEED if p["metadata"]["name"] == NOT_READY_POD)
+    pod = json.loads(json.dumps(template))
+    pod["metadata"] = {
+        "name": ROLLOUT_POD,
+        "namespace": NAMESPACE,
+        "labels": template["metadata"]["labels"],
+    }
+    pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
+    status = pod.pop("status")
+    status["podIP"] = "10.0.1.17"
+    status["podIPs"] = [{"ip": "10.0.1.17"}]
+    # The Deployment's new pod (surge 1): its containers ready, the pod not Ready until
+    # its gate is True (the kubelet's rule).
+    status["conditions"] = [c for c in status["conditions"] if c["type"] not in ("ContainersReady", "Ready")]
+    status["conditions"] += [
+        {"type": "ContainersReady", "status": "True"},
+        {"type": "Ready", "status": "False"},
+    ]
+    kube("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    kube("PATCH", pod_path(ROLLOUT_POD, "/status"), {"status": status}, "application/merge-patch+json")
+    out(f"  {bold('kube')}    POST {ROLLOUT_POD} with readiness gate {GATE}: containers ready at "
+        f"10.0.1.17, the pod not Ready until the gate is True")
+    result: dict = {}
+    runner = threading.Thread(
+        target=lambda: result.update(report=invoke("resync", EVENTS / "scheduled.json"))
+    )
+    runner.start()
+    started = time.monotonic()
+    opened = None
+    while time.monotonic() - started < 10:
+        if gate_status(ROLLOUT_POD) == "True":
+            opened = time.monotonic() - started
+            break
+        time.sleep(0.05)
+    shown = "not within 10 s" if opened is None else f"{opened:.1f} s into the run"
+    out(f"  {bold('kube')}    {GATE} True on {ROLLOUT_POD} {shown} (set by tgsync once the "
+        f"target was healthy; here moto reports it healthy at once, an NLB after its health checks)")
+    # The kubelet turns the pod Ready; the Deployment then deletes an old pod.
+    mark_ready(ROLLOUT_POD)
+    old = kube("GET", pod_path(WATCH_POD))
+    old_target = f"{old['status']['podIP']}:{PORT}"
+    kube("DELETE", pod_path(WATCH_POD), {"kind": "DeleteOptions", "apiVersion": "v1"})
+    deleted = time.monotonic()
+    gone = None
+    while time.monotonic() - deleted < 10:
+        if old_target not in targets(arn):
+            gone = time.monotonic() - deleted
+            break
+        time.sleep(0.02)
+    left = "not within 10 s" if gone is None else f"{gone * 1000:.0f} ms later"
+    out(f"  {bold('kube')}    DELETE {pod_path(WATCH_POD)}: {old_target} out of the target group {left}")
+    runner.join()
+    if "report" not in result:
+        raise StepFailed("the watching resync invocation failed (see above)", "resync")
+    c = Checks("resync")
+    tg, rows = show("after", arn)
+    c.that(opened is not None, "tgsync opened the new pod's gate", gate_status(ROLLOUT_POD))
+    c.that(ROLLOUT_TARGET in tg and ROLLOUT_TARGET in rows, f"{ROLLOUT_TARGET} in the group and the ledger")
+    c.that(gone is not None and gone < 2.0, f"the old pod's {old_target} left within 2 s of its deletion", left)
+    c.that(old_target not in rows, f"ledger row {old_target} gone")
+    c.that(FOREIGN in tg, f"foreign {FOREIGN} kept")
+    c.done()
+
+
 def step_release(arn: str) -> None:
-    heading(7, "the way out: tags removed, the group is reported orphaned, then released")
+    heading(8, "the way out: tags removed, the group is reported orphaned, then released")
     show("before", arn)
     aws("elbv2").remove_tags(
         ResourceArns=[arn], TagKeys=["tgsync/cluster", "tgsync/namespace", "tgsync/selector"]
@@ -771,6 +851,7 @@ def steps() -> None:
         step_started(arn)
         step_converged(arn)
         step_watch(arn)
+        step_rollout(arn)
         step_release(arn)
     except StepFailed as e:
         out(f"  {red('FAILED')}  {e}")

@@ -326,7 +326,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     continue;
                 }
             };
-            let targets = self.mine(&state.ledger).len();
+            // The targets this cluster holds there: a tombstone (a target it
+            // deregistered, kept for the forget grace) is not one.
+            let targets = state
+                .ledger
+                .values()
+                .filter(|e| e.cluster == self.cluster && e.deregistered_at.is_none())
+                .count();
             if targets > 0 {
                 orphans.push(Orphan {
                     target_group_arn: arn.clone(),

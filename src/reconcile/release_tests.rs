@@ -226,3 +226,39 @@ async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
         "dropped once the lease expired and its grace passed"
     );
 }
+
+/// An orphan's count is of the targets this cluster holds in it: the tombstone of a
+/// target it deregistered (kept for the forget grace) is not one.
+#[tokio::test]
+async fn an_orphans_count_leaves_out_tombstones() {
+    let (e, clock) = engine();
+    e.groups
+        .add_target(TG, t("10.0.1.1:8080"), HealthState::Healthy);
+    let mut gone = entry("10.0.1.2:8080", "demo", "web-2");
+    gone.deregistered_at = Some(clock.now());
+    e.state.put(
+        TG,
+        GroupState {
+            ledger: [
+                (t("10.0.1.1:8080"), entry("10.0.1.1:8080", "demo", "web-1")),
+                (t("10.0.1.2:8080"), gone),
+            ]
+            .into(),
+            version: 4,
+            ..GroupState::default()
+        },
+    );
+    e.resync(&RunOptions::default()).await;
+    assert!(e.state.indexed("demo", TG), "indexed on the way");
+    e.groups.set_tag(TG, "tgsync/cluster", None);
+    let r = e.resync(&RunOptions::default()).await;
+    let orphans = r.orphans.unwrap();
+    assert_eq!(
+        orphans
+            .iter()
+            .map(|o| (o.target_group_arn.as_str(), o.targets))
+            .collect::<Vec<_>>(),
+        [(TG, 1)],
+        "{orphans:#?}"
+    );
+}
