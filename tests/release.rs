@@ -247,7 +247,10 @@ async fn holder(
         .acquire(arn, owner, now, now.plus(lease))
         .await
         .expect("acquire");
-    assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+    let Acquire::Acquired(taken) = taken else {
+        panic!("{taken:?}");
+    };
+    let mut version = taken.version;
     let start = std::time::Instant::now();
     let (mut last, mut renewed, mut next_renewal) = (start, 0, Duration::from_secs(1));
     loop {
@@ -269,12 +272,23 @@ async fn holder(
                 match w
                     .engine
                     .state
-                    .release(arn, owner, now, now.plus(lease), &Change::default())
+                    .release(
+                        arn,
+                        owner,
+                        now,
+                        version,
+                        now.plus(lease),
+                        &Change::default(),
+                        false,
+                    )
                     .await
                     .expect("release")
                 {
                     Release::Released => return (renewed, asked),
-                    Release::RunAgain(_) => continue,
+                    Release::RunAgain(state) => {
+                        version = state.version;
+                        continue;
+                    }
                     Release::Lost => panic!("the holder's lease was taken from it"),
                 }
             }
