@@ -113,6 +113,7 @@ impl App {
                 schedule_period: settings.schedule,
                 binding_policy: settings.binding_policy(),
                 relist_after: settings.relist,
+                rollout: settings.rollout(),
                 ..EngineSettings::default()
             })
             .with_owner_prefix(function);

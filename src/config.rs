@@ -77,6 +77,11 @@ pub struct Settings {
     /// `TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID` (optional): the external ID the target
     /// accounts' trust policies require of tgsync when it assumes their roles.
     pub target_account_external_id: Option<String>,
+    /// `TGSYNC_NLB_PROPAGATION_SECONDS` (default 180): how long an NLB may keep sending
+    /// new connections to a deregistered target, as the rollout check allows for it.
+    pub nlb_propagation_seconds: u32,
+    /// `TGSYNC_ALB_PROPAGATION_SECONDS` (default 60): the same for an ALB.
+    pub alb_propagation_seconds: u32,
 }
 
 /// A setting that is missing or wrong. The message names the variable and the fix.
@@ -194,7 +199,35 @@ impl Settings {
             allow_exclusive: boolean(&get, "TGSYNC_ALLOW_EXCLUSIVE", false)?,
             target_account_roles: roles(&get, "TGSYNC_TARGET_ACCOUNT_ROLES")?,
             target_account_external_id: external_id(&get, "TGSYNC_TARGET_ACCOUNT_EXTERNAL_ID")?,
+            nlb_propagation_seconds: number(
+                &get,
+                "TGSYNC_NLB_PROPAGATION_SECONDS",
+                crate::core::rollout::NLB_PROPAGATION_SECONDS,
+                0,
+                3600,
+            )?,
+            alb_propagation_seconds: number(
+                &get,
+                "TGSYNC_ALB_PROPAGATION_SECONDS",
+                crate::core::rollout::ALB_PROPAGATION_SECONDS,
+                0,
+                3600,
+            )?,
         })
+    }
+
+    /// What the rollout check holds pods to: the deployment's deregistration latency
+    /// (watch mode's when it watches, the schedule's otherwise) and the propagation
+    /// allowances.
+    pub fn rollout(&self) -> crate::settings::RolloutSettings {
+        let minutes = u32::try_from(self.schedule.as_secs() / 60).unwrap_or(u32::MAX);
+        crate::settings::RolloutSettings {
+            latency: crate::core::rollout::Latency::of_deployment(!self.watch.is_zero(), minutes),
+            allowances: crate::core::rollout::Allowances {
+                nlb_seconds: self.nlb_propagation_seconds,
+                alb_seconds: self.alb_propagation_seconds,
+            },
+        }
     }
 
     /// The limits on what binding tags may ask for.
@@ -384,6 +417,44 @@ mod tests {
         assert_eq!(s.binding_policy(), BindingPolicy::default());
         assert_eq!(s.allowed_namespaces, None);
         assert!(!s.allow_exclusive);
+    }
+
+    /// The rollout check's numbers: the allowances (180 s for an NLB, 60 s for an ALB
+    /// unless set) and tgsync's latency, watch mode's when the deployment watches and the
+    /// schedule's otherwise.
+    #[test]
+    fn the_rollout_checks_numbers_are_read() {
+        use crate::core::rollout::{Allowances, Latency};
+        let base = [("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            settings(&pairs)
+        };
+        let s = with(&[]).unwrap();
+        assert_eq!(s.rollout().allowances, Allowances::default());
+        assert_eq!(s.rollout().latency, Latency::schedule_only(1));
+        let s = with(&[
+            ("TGSYNC_WATCH_SECONDS", "55"),
+            ("TGSYNC_NLB_PROPAGATION_SECONDS", "120"),
+            ("TGSYNC_ALB_PROPAGATION_SECONDS", "0"),
+        ])
+        .unwrap();
+        let r = s.rollout();
+        assert_eq!(r.latency, Latency::watch());
+        assert_eq!(
+            (r.allowances.nlb_seconds, r.allowances.alb_seconds),
+            (120, 0)
+        );
+        let s = with(&[("TGSYNC_SCHEDULE_MINUTES", "3")]).unwrap();
+        assert_eq!(s.rollout().latency.seconds, 3 * 60 + 30);
+        let err = with(&[("TGSYNC_NLB_PROPAGATION_SECONDS", "3601")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("TGSYNC_NLB_PROPAGATION_SECONDS=\"3601\" is not valid: expected a whole number from 0 to 3600"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::clock::ManualClock;
 use crate::core::lease_protocol as protocol;
+use crate::core::rollout::GroupAttributes;
 use crate::core::{
     AdministrativeOverride, BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target,
     TargetHealth, UnixMillis,
@@ -403,6 +404,9 @@ pub struct FakeElb {
     zoned: Mutex<BTreeMap<String, BTreeMap<Target, String>>>,
     slow_mutation: Delay,
     held_health: Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
+    /// What DescribeTargetGroupAttributes (and the group's description) say per group,
+    /// when set; an error message makes the read fail (access denied).
+    attributes: Mutex<BTreeMap<String, Result<GroupAttributes, String>>>,
 }
 
 impl FakeElb {
@@ -528,6 +532,20 @@ impl FakeElb {
     /// The zone `target` was registered in with `register_in_zones`.
     pub fn zone_of(&self, arn: &str, target: &Target) -> Option<String> {
         lock(&self.zoned).get(arn)?.get(target).cloned()
+    }
+
+    /// Sets what the group's description and attributes say (the rollout check reads
+    /// them); by default a group is an NLB's (`TCP`, or `QUIC` for a QUIC group) with
+    /// ELBv2's defaults: a 300-s deregistration delay, no connection termination, health
+    /// checks every 30 s with a threshold of 2.
+    pub fn set_attributes(&self, arn: &str, attributes: GroupAttributes) {
+        lock(&self.attributes).insert(arn.to_owned(), Ok(attributes));
+    }
+
+    /// Makes reading `arn`'s attributes fail with `message` (as IAM refuses
+    /// DescribeTargetGroupAttributes to a role that lacks it).
+    pub fn refuse_attributes(&self, arn: &str, message: &str) {
+        lock(&self.attributes).insert(arn.to_owned(), Err(message.to_owned()));
     }
 
     /// Makes Register/DeregisterTargets fail until called with `false`.
@@ -715,6 +733,35 @@ impl TargetGroupApi for FakeElb {
                 .collect()),
             None => Err(ElbError::NotFound {
                 arn: arn.to_owned(),
+            }),
+        }
+    }
+
+    /// Counted as one call, `DescribeTargetGroupAttributes` (the real adapter also
+    /// makes a DescribeTargetGroups of the group).
+    async fn attributes(&self, arn: &str) -> Result<GroupAttributes, ElbError> {
+        self.chaos.pause().await;
+        self.count("DescribeTargetGroupAttributes");
+        let quic = match lock(&self.groups).get(arn) {
+            Some((g, _)) => g.facts.quic,
+            None => {
+                return Err(ElbError::NotFound {
+                    arn: arn.to_owned(),
+                });
+            }
+        };
+        match lock(&self.attributes).get(arn) {
+            Some(Ok(set)) => Ok(set.clone()),
+            Some(Err(message)) => Err(ElbError::AccessDenied {
+                operation: "DescribeTargetGroupAttributes",
+                message: message.clone(),
+            }),
+            None => Ok(GroupAttributes {
+                protocol: Some(if quic { "QUIC" } else { "TCP" }.to_owned()),
+                health_check_interval_seconds: Some(30),
+                unhealthy_threshold_count: Some(2),
+                deregistration_delay_seconds: Some(300),
+                connection_termination: Some(false),
             }),
         }
     }

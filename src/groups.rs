@@ -7,6 +7,7 @@ use std::future::Future;
 
 use thiserror::Error;
 
+use crate::core::rollout::GroupAttributes;
 use crate::core::{GroupFacts, Target, TargetHealth};
 
 /// A target group as discovery sees it.
@@ -256,6 +257,15 @@ pub trait TargetGroupApi: Send + Sync {
             take_tags(&mut self.tags_of(&arns).await?, arn)
         }
     }
+
+    /// What the rollout check reads of a group beyond its facts: its protocol and health
+    /// check (one DescribeTargetGroups of the group) and its deregistration delay and
+    /// connection termination (one DescribeTargetGroupAttributes). They rarely change:
+    /// the reconcile core caches them (see `reconcile::rollout`).
+    fn attributes(
+        &self,
+        arn: &str,
+    ) -> impl Future<Output = Result<GroupAttributes, ElbError>> + Send;
 
     /// One DescribeTargetHealth of the whole group (never filtered by target, so never
     /// by a zone ELBv2 may have recorded differently): every registered target with its

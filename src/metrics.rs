@@ -166,6 +166,13 @@ pub fn pass_lines(pass: &PassDone<'_>, level: LambdaLevel) -> Vec<String> {
         // Pods whose address ELBv2 never takes (never sent): their network is wrong.
         fields.push(("UnusableAddresses", json!(unusable)));
     }
+    if let Some(short) = g.rollout.as_ref().map(|r| r.too_short).filter(|n| *n > 0) {
+        // The group's pods whose termination does not cover tgsync's deregistration
+        // latency plus the load balancer's propagation (the rollout check): on the line
+        // of a pass that writes one anyway (a change, a reaction, a failure), so a quiet
+        // run stays quiet and a rollout, whose passes always write one, shows it.
+        fields.push(("TerminationTooShort", json!(short)));
+    }
     if !g.waiting.is_empty() {
         // Registrations held back target by target (refused targets, a full group):
         // the group does not back off for them, so BackingOff does not count them.
@@ -362,6 +369,7 @@ const UNITS: [(&str, &str); 23] = [
     ("HealthyTargets", "Count"),
     ("UnusableAddresses", "Count"),
     ("WaitingTargets", "Count"),
+    ("TerminationTooShort", "Count"),
 ];
 
 /// Which metrics a directive with the `TargetGroup` dimension carries (the per-group
@@ -535,6 +543,40 @@ mod tests {
         for m in ["WatchedPods", "WatchedSeconds"] {
             assert!(metrics.iter().any(|n| n == m), "{m}: {metrics:?}");
         }
+    }
+
+    /// The rollout check's count of pods whose termination is too short rides on the
+    /// line of a pass that writes one (a change, a reaction), at the function level; a
+    /// pass in sync writes no line for it.
+    #[test]
+    fn pods_terminating_too_soon_are_counted_on_the_passs_line() {
+        let pods = [crate::core::PodFacts::from_pod(
+            crate::testkit::PodBuilder::new("shop", "web-1")
+                .ip("10.0.1.1")
+                .build(),
+        )];
+        let group = crate::core::rollout::GroupAttributes {
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        };
+        let rollout = crate::core::rollout::check(
+            &pods,
+            crate::core::rollout::Latency::watch(),
+            Ok(&group),
+            crate::core::rollout::Allowances::default(),
+            false,
+        );
+        assert_eq!(rollout.too_short, 1);
+        let mut changed = GroupReport::new("arn:a", "web", Outcome::Changed);
+        changed.rollout = Some(rollout.clone());
+        let lines = parsed(pass_lines(&pass(&changed), LambdaLevel::Info));
+        assert_eq!(lines[0]["TerminationTooShort"], 1);
+        let directives = declared(&lines[0]);
+        assert!(directives[0].1.iter().any(|m| m == "TerminationTooShort"));
+        assert!(!directives[1].1.iter().any(|m| m == "TerminationTooShort"));
+        let mut quiet = GroupReport::new("arn:a", "web", Outcome::InSync);
+        quiet.rollout = Some(rollout);
+        assert!(pass_lines(&pass(&quiet), LambdaLevel::Info).is_empty());
     }
 
     /// A pass that changed a group counts at the function level and, with the group's

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::core::{AdministrativeOverride, Plan, Target, TargetHealth, UnixMillis};
+use crate::core::{AdministrativeOverride, Plan, RolloutCheck, Target, TargetHealth, UnixMillis};
 
 /// How one group's reconcile ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,6 +205,11 @@ pub struct GroupReport {
     /// Of them, those healthy at the pass's health read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub healthy_targets: Option<usize>,
+    /// The rollout check: whether the pods' termination covers tgsync's deregistration
+    /// latency and the load balancer's propagation, and whether they carry the
+    /// readiness gate, with the numbers it used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutCheck>,
 }
 
 impl GroupReport {
@@ -238,6 +243,7 @@ impl GroupReport {
             applied_at: None,
             registered_targets: None,
             healthy_targets: None,
+            rollout: None,
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::core::rollout::{Allowances, Latency};
 use crate::core::{BackoffPolicy, BindingPolicy};
 use crate::lease::Timings;
 
@@ -57,6 +58,28 @@ pub struct EngineSettings {
     /// A watched namespace whose LIST is older than this is listed again, a safety net
     /// beside the watch (`TGSYNC_RELIST_MINUTES`; `None`: never).
     pub relist_after: Option<Duration>,
+    /// What the rollout check holds the pods' termination to.
+    pub rollout: RolloutSettings,
+}
+
+/// The rollout check's numbers (see [`crate::core::rollout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolloutSettings {
+    /// tgsync's deregistration latency in this deployment (from `TGSYNC_WATCH_SECONDS`
+    /// and `TGSYNC_SCHEDULE_MINUTES`).
+    pub latency: Latency,
+    /// Each load balancer type's propagation allowance
+    /// (`TGSYNC_NLB_PROPAGATION_SECONDS`, `TGSYNC_ALB_PROPAGATION_SECONDS`).
+    pub allowances: Allowances,
+}
+
+impl Default for RolloutSettings {
+    fn default() -> Self {
+        Self {
+            latency: Latency::watch(),
+            allowances: Allowances::default(),
+        }
+    }
 }
 
 impl Default for EngineSettings {
@@ -85,6 +108,7 @@ impl Default for EngineSettings {
             binding_policy: BindingPolicy::unrestricted(),
             watch_request: WATCH_REQUEST,
             relist_after: Some(RELIST_AFTER),
+            rollout: RolloutSettings::default(),
         }
     }
 }

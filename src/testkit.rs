@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, ContainerState, ContainerStateRunning,
-    ContainerStatus, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, HostIP,
-    ObjectFieldSelector, Pod, PodCondition, PodIP, PodReadinessGate, PodSpec, PodStatus, Probe,
-    ResourceRequirements, Volume, VolumeMount,
+    ContainerStatus, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, HTTPGetAction, HostIP,
+    Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, PodCondition, PodIP, PodReadinessGate,
+    PodSpec, PodStatus, Probe, ResourceRequirements, SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -125,6 +125,48 @@ impl PodBuilder {
             spec.readiness_gates = Some(vec![PodReadinessGate {
                 condition_type: crate::core::pod::READINESS_GATE.into(),
             }]);
+        }
+        self
+    }
+
+    /// Sets `spec.terminationGracePeriodSeconds`.
+    pub fn grace_period(mut self, seconds: i64) -> Self {
+        if let Some(spec) = self.pod.spec.as_mut() {
+            spec.termination_grace_period_seconds = Some(seconds);
+        }
+        self
+    }
+
+    /// Gives the `app` container the native `preStop` sleep (Kubernetes 1.30+).
+    pub fn pre_stop_sleep(self, seconds: i64) -> Self {
+        self.pre_stop(LifecycleHandler {
+            sleep: Some(SleepAction { seconds }),
+            ..Default::default()
+        })
+    }
+
+    /// Gives the `app` container a `preStop` hook that execs `command`.
+    pub fn pre_stop_exec(self, command: &[&str]) -> Self {
+        self.pre_stop(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(command.iter().map(|w| (*w).to_owned()).collect()),
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// Gives the `app` container `hook` as its `preStop`.
+    pub fn pre_stop(mut self, hook: LifecycleHandler) -> Self {
+        if let Some(app) = self
+            .pod
+            .spec
+            .as_mut()
+            .and_then(|s| s.containers.first_mut())
+        {
+            app.lifecycle = Some(Lifecycle {
+                pre_stop: Some(hook),
+                ..Default::default()
+            });
         }
         self
     }

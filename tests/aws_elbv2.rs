@@ -617,3 +617,70 @@ mod canned {
         assert_eq!(elb.api_calls()["RegisterTargets"], 1);
     }
 }
+
+/// The rollout check's read of a group (one DescribeTargetGroups of it, one
+/// DescribeTargetGroupAttributes), against moto: the protocol, the health check, the
+/// deregistration delay and connection termination as set; a deleted group is
+/// `NotFound`.
+#[tokio::test]
+async fn reads_a_groups_attributes_for_the_rollout_check() {
+    use aws_sdk_elasticloadbalancingv2::types::TargetGroupAttribute;
+    let client = client().await;
+    let arn = create_group(
+        &client,
+        &group_name("attrs"),
+        TargetTypeEnum::Ip,
+        false,
+        &[],
+    )
+    .await;
+    client
+        .modify_target_group()
+        .target_group_arn(&arn)
+        .health_check_interval_seconds(10)
+        .unhealthy_threshold_count(2)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("modify: {}", tgsync::aws::error_summary(&e)));
+    let attribute = |k: &str, v: &str| TargetGroupAttribute::builder().key(k).value(v).build();
+    client
+        .modify_target_group_attributes()
+        .target_group_arn(&arn)
+        .attributes(attribute("deregistration_delay.timeout_seconds", "120"))
+        .attributes(attribute(
+            "deregistration_delay.connection_termination.enabled",
+            "true",
+        ))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("modify attributes: {}", tgsync::aws::error_summary(&e)));
+    let elb = Elbv2TargetGroups::new(client.clone(), MutationRate::default());
+    let read = elb.attributes(&arn).await.expect("attributes");
+    assert_eq!(read.protocol.as_deref(), Some("TCP"));
+    assert_eq!(
+        read.load_balancer(),
+        Some(tgsync::core::rollout::LoadBalancerType::Nlb)
+    );
+    assert_eq!(read.health_check_interval_seconds, Some(10));
+    assert_eq!(read.unhealthy_threshold_count, Some(2));
+    assert_eq!(read.deregistration_delay_seconds, Some(120));
+    assert_eq!(read.connection_termination, Some(true));
+    let calls = elb.api_calls();
+    assert_eq!(
+        (
+            calls["DescribeTargetGroups"],
+            calls["DescribeTargetGroupAttributes"]
+        ),
+        (1, 1)
+    );
+    client
+        .delete_target_group()
+        .target_group_arn(&arn)
+        .send()
+        .await
+        .expect("delete");
+    assert!(
+        matches!(elb.attributes(&arn).await, Err(ElbError::NotFound { .. })),
+        "a deleted group is not found"
+    );
+}

@@ -626,6 +626,71 @@ fn the_termination_example_covers_the_documented_budgets() {
         .map(|r| (r[0].to_owned(), seconds(r[1])))
         .collect();
     let watch = budgets["tgsync, watch mode (the default)"];
+    // The rollout check holds pods to the same numbers: its budgets and allowances are
+    // the table's.
+    {
+        use tgsync::core::rollout::{
+            ALB_PROPAGATION_SECONDS, Allowances, Latency, LoadBalancerType,
+            NLB_PROPAGATION_SECONDS, POD_EVENTS_LATENCY_SECONDS, SCHEDULE_DIFF_SECONDS,
+            WATCH_LATENCY_SECONDS,
+        };
+        let code = [
+            ("tgsync, watch mode (the default)", WATCH_LATENCY_SECONDS),
+            (
+                "tgsync, pod-events without watch mode",
+                POD_EVENTS_LATENCY_SECONDS,
+            ),
+            ("NLB propagation", NLB_PROPAGATION_SECONDS),
+            ("ALB propagation", ALB_PROPAGATION_SECONDS),
+        ];
+        for (row, seconds) in code {
+            assert_eq!(
+                budgets.get(row).copied(),
+                Some(u64::from(seconds)),
+                "docs/operations.md's `{row}` and the rollout check's number differ"
+            );
+        }
+        assert_eq!(Latency::watch().seconds, WATCH_LATENCY_SECONDS);
+        assert_eq!(Latency::pod_events().seconds, POD_EVENTS_LATENCY_SECONDS);
+        let allowances = Allowances::default();
+        assert_eq!(
+            allowances.of(LoadBalancerType::Nlb),
+            NLB_PROPAGATION_SECONDS
+        );
+        assert_eq!(
+            allowances.of(LoadBalancerType::Alb),
+            ALB_PROPAGATION_SECONDS
+        );
+        // Schedule only: `ScheduleMinutes` × 60 s + the diff's seconds.
+        let schedule = table_rows(&section, "| | budget |")
+            .into_iter()
+            .find(|r| r[0] == "tgsync, schedule only")
+            .expect("the schedule-only row");
+        let (per, plus) = schedule[1]
+            .split_once(" + ")
+            .unwrap_or_else(|| panic!("`{}`: N × 60 s + M s", schedule[1]));
+        assert!(per.contains("× 60 s"), "`{}`", schedule[1]);
+        assert_eq!(seconds(plus), u64::from(SCHEDULE_DIFF_SECONDS));
+        for minutes in [1, 2, 3] {
+            assert_eq!(
+                Latency::schedule_only(minutes).seconds,
+                minutes * 60 + SCHEDULE_DIFF_SECONDS
+            );
+        }
+        // The template's allowances default to them too.
+        let template = read("template.yaml");
+        for (parameter, seconds) in [
+            ("NlbPropagationSeconds", NLB_PROPAGATION_SECONDS),
+            ("AlbPropagationSeconds", ALB_PROPAGATION_SECONDS),
+        ] {
+            let default = template
+                .split(&format!("\n  {parameter}:\n"))
+                .nth(1)
+                .and_then(|p| p.lines().find_map(|l| l.trim().strip_prefix("Default: ")))
+                .unwrap_or_else(|| panic!("template.yaml has no {parameter} default"));
+            assert_eq!(default, seconds.to_string(), "{parameter}");
+        }
+    }
     let sized = table_rows(&section, "| load balancer | `preStop` sleep |");
     assert_eq!(sized.len(), 2, "{sized:?}");
     let mut by_type = BTreeMap::new();

@@ -746,6 +746,8 @@ fn every_grant_is_what_the_functions_need() {
         "elasticloadbalancing:DescribeTargetGroups",
         "elasticloadbalancing:DescribeTags",
         "elasticloadbalancing:DescribeTargetHealth",
+        // The rollout check's read of a group's attributes.
+        "elasticloadbalancing:DescribeTargetGroupAttributes",
     ];
     let dynamo = tgsync::aws::DYNAMODB_IAM_ACTIONS;
     let mut seen = BTreeSet::new();
@@ -981,6 +983,7 @@ fn target_account_role_matches_the_stacks_own_limits() {
         "elasticloadbalancing:DescribeTargetGroups",
         "elasticloadbalancing:DescribeTags",
         "elasticloadbalancing:DescribeTargetHealth",
+        "elasticloadbalancing:DescribeTargetGroupAttributes",
     ]
     .iter()
     .chain(&MUTATIONS)
@@ -1585,6 +1588,22 @@ fn sample_emf_lines() -> Vec<Value> {
             error: "address 169.254.1.1 is link-local".into(),
             unusable_address: Some("169.254.1.1".into()),
         });
+        // Pods whose termination is too short for the group's NLB (the rollout check).
+        let short = tgsync::core::PodFacts::from_pod(
+            tgsync::testkit::PodBuilder::new("shop", "web-11")
+                .ip("10.0.1.11")
+                .build(),
+        );
+        changed.rollout = Some(tgsync::core::rollout::check(
+            [&short],
+            tgsync::core::rollout::Latency::watch(),
+            Ok(&tgsync::core::rollout::GroupAttributes {
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }),
+            tgsync::core::rollout::Allowances::default(),
+            false,
+        ));
         // A registration waiting target by target (a refused address).
         changed.waiting.push(tgsync::report::WaitingTarget {
             target: "10.0.1.9:8080".parse().unwrap(),

@@ -334,6 +334,13 @@ impl TargetGroupApi for Accounts {
         self.route(arn)?.health(arn).await
     }
 
+    async fn attributes(
+        &self,
+        arn: &str,
+    ) -> Result<crate::core::rollout::GroupAttributes, ElbError> {
+        self.route(arn)?.attributes(arn).await
+    }
+
     async fn register(
         &self,
         arn: &str,

@@ -27,6 +27,7 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::calls::ApiCalls;
+use crate::core::rollout::GroupAttributes;
 use crate::core::{MAX_TARGETS_PER_CALL, Target, TargetHealth};
 use crate::groups::{ElbError, Fence, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi};
 
@@ -44,6 +45,7 @@ pub const TAGS_BATCH: usize = 20;
 const DESCRIBE_TARGET_GROUPS: &str = "DescribeTargetGroups";
 const DESCRIBE_TAGS: &str = "DescribeTags";
 const DESCRIBE_TARGET_HEALTH: &str = "DescribeTargetHealth";
+const DESCRIBE_TARGET_GROUP_ATTRIBUTES: &str = "DescribeTargetGroupAttributes";
 const REGISTER_TARGETS: &str = "RegisterTargets";
 const DEREGISTER_TARGETS: &str = "DeregisterTargets";
 
@@ -51,6 +53,7 @@ const OPERATIONS: &[&str] = &[
     DESCRIBE_TARGET_GROUPS,
     DESCRIBE_TAGS,
     DESCRIBE_TARGET_HEALTH,
+    DESCRIBE_TARGET_GROUP_ATTRIBUTES,
     REGISTER_TARGETS,
     DEREGISTER_TARGETS,
 ];
@@ -516,6 +519,41 @@ impl TargetGroupApi for Elbv2TargetGroups {
                 Some(health)
             })
             .collect())
+    }
+
+    async fn attributes(&self, arn: &str) -> Result<GroupAttributes, ElbError> {
+        self.calls.count(DESCRIBE_TARGET_GROUPS);
+        let page = self
+            .describes
+            .attempts(|| {
+                self.client
+                    .describe_target_groups()
+                    .target_group_arns(arn)
+                    .send()
+            })
+            .await
+            .map_err(|e| elb_error(DESCRIBE_TARGET_GROUPS, Some(arn), e))?;
+        let Some(group) = page
+            .target_groups()
+            .iter()
+            .find(|g| g.target_group_arn() == Some(arn))
+        else {
+            return Err(ElbError::NotFound {
+                arn: arn.to_owned(),
+            });
+        };
+        self.calls.count(DESCRIBE_TARGET_GROUP_ATTRIBUTES);
+        let out = self
+            .describes
+            .attempts(|| {
+                self.client
+                    .describe_target_group_attributes()
+                    .target_group_arn(arn)
+                    .send()
+            })
+            .await
+            .map_err(|e| elb_error(DESCRIBE_TARGET_GROUP_ATTRIBUTES, Some(arn), e))?;
+        Ok(convert::attributes(group, out.attributes()))
     }
 
     async fn register(

@@ -124,6 +124,7 @@ mod tests {
             host_network: false,
             quic_server_id: None,
             node_name: None,
+            termination: Default::default(),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod index;
 pub mod lease_protocol;
 pub mod plan;
 pub mod pod;
+pub mod rollout;
 pub mod selector;
 pub mod target;
 
@@ -34,5 +35,6 @@ pub use plan::{
     Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan, release_plan,
 };
 pub use pod::{PodFacts, PodRef};
+pub use rollout::{PreStop, RolloutCheck, Termination};
 pub use selector::{Labels, Selector, SelectorError};
 pub use target::{AddressFamily, HealthState, QuicServerId, QuicServerIdError, Target};

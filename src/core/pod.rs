@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
+use super::rollout::{PreStop, Termination};
 use super::selector::Labels;
 use super::target::AddressFamily;
 
@@ -85,6 +86,9 @@ pub struct PodFacts {
     pub quic_server_id: Option<String>,
     /// `spec.nodeName`: where the pod runs, whose zone a registration may need.
     pub node_name: Option<Arc<str>>,
+    /// `spec.terminationGracePeriodSeconds` and the app containers' `preStop` sleep, as
+    /// the rollout check reads them ([`super::rollout`]): two numbers, not the spec.
+    pub termination: Termination,
 }
 
 /// Why ELBv2 could never take `ip` as a target, if it could not: it refuses loopback,
@@ -138,6 +142,21 @@ impl Addresses {
     }
 }
 
+/// One container's `preStop` hook as the rollout check reads it (see
+/// [`super::rollout`]): its native sleep, an `exec` of a sleep, or unknown.
+fn container_pre_stop(c: &k8s_openapi::api::core::v1::Container) -> PreStop {
+    let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else {
+        return PreStop::None;
+    };
+    if let Some(sleep) = &hook.sleep {
+        return PreStop::native_sleep(sleep.seconds);
+    }
+    match hook.exec.as_ref().and_then(|e| e.command.as_deref()) {
+        Some(command) => PreStop::exec(command),
+        None => PreStop::Unknown,
+    }
+}
+
 impl PodFacts {
     /// Extracts the facts from a Kubernetes pod. Never fails: missing fields simply make
     /// the pod not desired, with a reason.
@@ -179,8 +198,17 @@ impl PodFacts {
         }
         let (mut gated, mut host_network, mut named_ports) = (false, false, Vec::new());
         let mut node_name = None;
+        let mut termination = Termination::default();
         if let Some(spec) = pod.spec.as_mut() {
             node_name = spec.node_name.take().map(Arc::from);
+            termination = Termination {
+                grace_seconds: Termination::grace(spec.termination_grace_period_seconds),
+                pre_stop: spec
+                    .containers
+                    .iter()
+                    .map(container_pre_stop)
+                    .fold(PreStop::None, PreStop::longest),
+            };
             gated = spec
                 .readiness_gates
                 .iter()
@@ -233,6 +261,7 @@ impl PodFacts {
             quic_server_id,
             node_name,
             phase,
+            termination,
         }
     }
 

@@ -42,6 +42,7 @@ pub fn fixture(name: &str) -> Pod {
         "missing-ip" => pod_json!("missing-ip"),
         "succeeded" => pod_json!("succeeded"),
         "native-sidecar" => pod_json!("native-sidecar"),
+        "graceful" => pod_json!("graceful"),
         other => panic!("no fixture {other}"),
     };
     serde_json::from_str(json).expect("fixture is a valid Pod")

@@ -18,6 +18,7 @@ mod pod_event;
 mod read_ahead;
 mod refusals;
 mod release;
+mod rollout;
 mod tag_reads;
 
 pub use action::Action;
@@ -155,6 +156,8 @@ pub struct Reconciler<P, G, S> {
     /// The leases this container's passes hold, and since when looks find each group's
     /// lease held elsewhere (see [`elsewhere`]).
     leases: elsewhere::Leases,
+    /// Each group's attributes as the rollout check last read them (see [`rollout`]).
+    attribute_reads: rollout::AttributeReads,
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
@@ -187,6 +190,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             gates_waiting: gates::GatesWaiting::default(),
             tag_reads: tag_reads::TagReads::default(),
             leases: elsewhere::Leases::default(),
+            attribute_reads: rollout::AttributeReads::default(),
         }
     }
 

@@ -46,8 +46,34 @@ pub(super) fn note_backoff(
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Observes `bound` against `pods` (one consistent LIST of its namespace, or the
-    /// controller's store).
+    /// controller's store), and checks its pods for the rollout (see
+    /// [`super::rollout`]; the group's attributes are read only by a look that
+    /// verified the group and has nothing to change).
     pub(crate) async fn observe(
+        &self,
+        bound: &BoundGroup,
+        pods: &PodIndex<'_>,
+        opts: &RunOptions,
+        scope: &Scope<'_>,
+    ) -> Observed {
+        match self.observe_group(bound, pods, opts, scope).await {
+            Observed::Done(mut report, action) => {
+                let may_read = super::rollout::look_may_read(&report);
+                self.check_rollout(bound, pods, opts, &mut report, may_read)
+                    .await;
+                Observed::Done(report, action)
+            }
+            Observed::Change(mut report, prior) => {
+                self.check_rollout(bound, pods, opts, &mut report, false)
+                    .await;
+                Observed::Change(report, prior)
+            }
+            Observed::Irrelevant => Observed::Irrelevant,
+        }
+    }
+
+    /// The look proper.
+    async fn observe_group(
         &self,
         bound: &BoundGroup,
         pods: &PodIndex<'_>,

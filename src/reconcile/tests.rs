@@ -463,13 +463,14 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
     e.pods.put(web_pod("web-4", "10.0.1.4").build());
     let now = clock.now();
     let until = now.plus(std::time::Duration::from_secs(15));
-    assert!(matches!(
-        e.state
-            .acquire(TG, "resync@demo#other", now, until)
-            .await
-            .unwrap(),
-        Acquire::Acquired(_)
-    ));
+    let Acquire::Acquired(taken) = e
+        .state
+        .acquire(TG, "resync@demo#other", now, until)
+        .await
+        .unwrap()
+    else {
+        panic!("the other holder takes the lease");
+    };
     let grace = e.settings.lease.takeover_grace;
     let bound = bound_web(&e).await;
     for verification in [true, false] {
@@ -492,10 +493,17 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
         assert!(e.state.stored(TG).dirty, "the holder was asked for a pass");
         // The holder serves the request when it releases.
         let none = crate::state::Change::default();
-        let version = e.state.stored(TG).version;
         assert!(matches!(
             e.state
-                .release(TG, "resync@demo#other", now, version, until, &none, false)
+                .release(
+                    TG,
+                    "resync@demo#other",
+                    now,
+                    taken.version,
+                    until,
+                    &none,
+                    false
+                )
                 .await
                 .unwrap(),
             crate::state::Release::RunAgain(_)
@@ -1035,4 +1043,222 @@ async fn a_group_that_selects_a_gated_pod_but_cannot_hold_it_keeps_its_gate_clos
         .gate_said
         .expect("a pod no group can hold is told why");
     assert!(message.contains("metrics"), "{reason}: {message}");
+}
+
+/// What a sink is told, as the functions would print it: each pass's metric lines.
+#[derive(Default)]
+struct Lines(std::sync::Mutex<Vec<serde_json::Value>>);
+
+impl crate::metrics::Sink for Lines {
+    fn pass(&self, pass: &crate::metrics::PassDone<'_>) {
+        let lines = crate::metrics::pass_lines(pass, crate::logging::LambdaLevel::Info);
+        self.0
+            .lock()
+            .unwrap()
+            .extend(lines.iter().map(|l| serde_json::from_str(l).unwrap()));
+    }
+
+    fn gate(&self, _: &str, _: &str, _: UnixMillis, _: std::time::Duration) {}
+}
+
+/// Two pods of the Kubernetes default template (30-s grace, no preStop, no gate) and
+/// one of the documented template (190-s preStop sleep, 220-s grace, the gate).
+fn seed_templates(e: &TestEngine) {
+    e.pods.put(web_pod("web-1", "10.0.1.1").build());
+    e.pods.put(web_pod("web-2", "10.0.1.2").build());
+    e.pods.put(
+        web_pod("web-3", "10.0.1.3")
+            .gated()
+            .grace_period(220)
+            .pre_stop_sleep(190)
+            .build(),
+    );
+}
+
+/// The rollout check is in every group's report with the numbers it used: tgsync's
+/// latency (watch mode's 5 s by default), the NLB's 180-s allowance, the pods too short
+/// and without the gate. The group's attributes are read by a look that verified the
+/// group and found nothing to change (never by the pass that registers: it reports
+/// them as not read yet), once, and again when the read is an hour old.
+#[tokio::test]
+async fn the_report_carries_the_rollout_check_with_the_numbers_it_used() {
+    let (e, clock) = engine();
+    seed_templates(&e);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::Changed);
+    let c = g.rollout.as_ref().expect("a rollout check");
+    assert!(
+        c.unchecked
+            .as_deref()
+            .is_some_and(|u| u.contains("not read yet")),
+        "{c:#?}"
+    );
+    assert_eq!((c.pods, c.without_gate, c.too_short), (3, 2, 0));
+    assert_eq!(e.groups.calls().get("DescribeTargetGroupAttributes"), None);
+    // The next look verifies the group, finds it right, and reads the attributes.
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.outcome, Outcome::InSync);
+    let c = g.rollout.as_ref().unwrap();
+    assert_eq!(c.unchecked, None, "{c:#?}");
+    assert_eq!(
+        c.load_balancer,
+        Some(crate::core::rollout::LoadBalancerType::Nlb)
+    );
+    assert_eq!(c.mode, crate::core::rollout::Reaction::Watch);
+    assert_eq!(
+        (
+            c.latency_seconds,
+            c.allowance_seconds,
+            c.pre_stop_needed_seconds
+        ),
+        (5, Some(180), Some(185))
+    );
+    assert_eq!(
+        (c.pods, c.covered, c.too_short, c.unknown, c.without_gate),
+        (3, 1, 2, 0, 2)
+    );
+    assert_eq!(c.terminations.len(), 2);
+    assert_eq!(
+        (c.terminations[0].grace_seconds, c.terminations[0].pods),
+        (30, 2)
+    );
+    assert!(
+        c.terminations[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("no preStop")),
+        "{c:#?}"
+    );
+    assert_eq!(
+        (
+            c.terminations[1].grace_seconds,
+            c.terminations[1].pre_stop_seconds
+        ),
+        (220, Some(190))
+    );
+    let group = c.group.as_ref().unwrap();
+    assert_eq!(group.deregistration_delay_seconds, Some(300));
+    assert_eq!(group.connection_termination, Some(false));
+    assert!(c.findings.is_empty(), "pods are named in dry runs only");
+    // In the JSON report, as an operator reads it.
+    let json = serde_json::to_value(g).unwrap();
+    assert_eq!(json["rollout"]["tooShort"], 2);
+    assert_eq!(json["rollout"]["withoutGate"], 2);
+    assert_eq!(json["rollout"]["loadBalancer"], "NLB");
+    assert_eq!(json["rollout"]["allowanceSeconds"], 180);
+    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 1);
+    // Cached: the next looks read nothing more, until the read is an hour old.
+    run(&e).await;
+    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 1);
+    clock.advance(3_600_000);
+    let r = run(&e).await;
+    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 2);
+    assert_eq!(r.group(TG).unwrap().rollout.as_ref().unwrap().too_short, 2);
+}
+
+/// A pass that acts on a pod change writes its metric line, and the line counts the
+/// group's pods whose termination is too short (`TerminationTooShort`); a quiet pass
+/// writes no line for it.
+#[tokio::test]
+async fn a_changing_pass_counts_the_pods_terminating_too_soon() {
+    let (e, _) = engine();
+    let lines = Arc::new(Lines::default());
+    let e = e.with_sink(lines.clone());
+    seed_templates(&e);
+    run(&e).await;
+    run(&e).await;
+    e.groups.settle();
+    lines.0.lock().unwrap().clear();
+    run(&e).await;
+    assert!(
+        lines.0.lock().unwrap().is_empty(),
+        "a quiet run writes no line for the check"
+    );
+    // The rollout begins: a pod of the old template goes.
+    e.pods
+        .update("shop", "web-1", crate::testkit::mark_terminating);
+    let r = run(&e).await;
+    let g = r.group(TG).unwrap();
+    assert_eq!(g.deregistered, [t("10.0.1.1:8080")]);
+    let c = g.rollout.as_ref().unwrap();
+    assert_eq!(
+        (c.pods, c.too_short),
+        (3, 2),
+        "the terminating pod counts too"
+    );
+    let lines = lines.0.lock().unwrap();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_eq!(lines[0]["TerminationTooShort"], 2);
+    assert_eq!(lines[0]["Deregistered"], 1);
+}
+
+/// A dry run (what `tgsync status` runs) reads the attributes it has not read, whatever
+/// the budget, and names each pod too short with why; a group whose attributes cannot be
+/// read (a role without `elasticloadbalancing:DescribeTargetGroupAttributes`) is
+/// reconciled as usual, its check saying why it is unchecked. An ALB group takes the
+/// ALB's allowance, as set.
+#[tokio::test]
+async fn a_dry_run_names_the_pods_too_short_and_an_unreadable_group_is_unchecked() {
+    let (e, _) = engine();
+    let mut settings = no_waiting();
+    settings.rollout.allowances.alb_seconds = 100;
+    let e = e.with_settings(settings);
+    let api = bound_group(TG2, "demo", "shop", "app=web", 8080);
+    e.groups.add_group(api);
+    e.groups.set_attributes(
+        TG2,
+        crate::core::rollout::GroupAttributes {
+            protocol: Some("HTTP".into()),
+            ..Default::default()
+        },
+    );
+    e.groups.refuse_attributes(
+        TG,
+        "AccessDenied: not authorized to perform elasticloadbalancing:DescribeTargetGroupAttributes",
+    );
+    seed_templates(&e);
+    let r = e
+        .resync(&RunOptions {
+            dry_run: true,
+            ..RunOptions::default()
+        })
+        .await;
+    let web = r.group(TG).unwrap();
+    assert_eq!(web.outcome, Outcome::Planned);
+    let c = web.rollout.as_ref().unwrap();
+    assert!(
+        c.unchecked
+            .as_deref()
+            .is_some_and(|u| u.contains("DescribeTargetGroupAttributes")),
+        "{c:#?}"
+    );
+    assert_eq!((c.too_short, c.without_gate), (0, 2));
+    let api = r.group(TG2).unwrap();
+    let c = api.rollout.as_ref().unwrap();
+    assert_eq!(
+        (c.allowance_seconds, c.pre_stop_needed_seconds),
+        (Some(100), Some(105))
+    );
+    // The documented NLB template covers an ALB's 105 s too.
+    assert_eq!((c.covered, c.too_short), (1, 2));
+    let named: Vec<&str> = c.findings.iter().map(|p| p.pod.as_str()).collect();
+    assert_eq!(named, ["shop/web-1", "shop/web-2"]);
+    assert!(
+        c.findings[0]
+            .reason
+            .contains("at least 105 s (watch 5 s + ALB 100 s)"),
+        "{:?}",
+        c.findings
+    );
+    assert!(
+        c.findings[0]
+            .reason
+            .ends_with(crate::core::rollout::NO_GATE),
+        "{:?}",
+        c.findings
+    );
+    // Each dry run is asked for: no budget holds its reads back.
+    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 2);
 }

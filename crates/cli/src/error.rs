@@ -243,6 +243,9 @@ impl CliError {
                     "DescribeTargetGroups" => "elasticloadbalancing:DescribeTargetGroups",
                     "DescribeTags" => "elasticloadbalancing:DescribeTags",
                     "DescribeTargetHealth" => "elasticloadbalancing:DescribeTargetHealth",
+                    "DescribeTargetGroupAttributes" => {
+                        "elasticloadbalancing:DescribeTargetGroupAttributes"
+                    }
                     _ => "elasticloadbalancing",
                 },
                 on: None,

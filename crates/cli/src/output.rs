@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use tgsync::core::{Plan, Target, UnixMillis};
+use tgsync::core::rollout::Reaction;
+use tgsync::core::{Plan, RolloutCheck, Target, UnixMillis};
 use tgsync::report::{GroupReport, Outcome, Report};
 
 use crate::status::Status;
@@ -127,6 +128,7 @@ pub fn status(s: &Status, with_targets: bool, style: Style) -> String {
                 }),
                 g.last_verified_at
                     .map_or("never".into(), |at| relative(at, now)),
+                rollout_cell(g.rollout.as_ref()),
             ]
         })
         .collect();
@@ -142,6 +144,7 @@ pub fn status(s: &Status, with_targets: bool, style: Style) -> String {
             "BACKOFF",
             "LEASE",
             "VERIFIED",
+            "ROLLOUT",
         ],
         &rows,
         |i| s.groups[i].error.is_some(),
@@ -172,6 +175,9 @@ pub fn status(s: &Status, with_targets: bool, style: Style) -> String {
                 g.other_clusters
             ));
         }
+        if let Some(note) = g.rollout.as_ref().and_then(rollout_note) {
+            notes.push(style.yellow(&note));
+        }
         if !notes.is_empty() {
             out.push('\n');
             let _ = writeln!(out, "{}:", g.name);
@@ -182,24 +188,32 @@ pub fn status(s: &Status, with_targets: bool, style: Style) -> String {
         if with_targets && !g.targets.is_empty() {
             out.push('\n');
             let _ = writeln!(out, "{} ({})", g.name, g.target_group_arn);
+            // The rollout check's word on a target's pod, when it has one for any.
+            let said = g.targets.iter().any(|t| t.rollout.is_some());
             let rows: Vec<Vec<String>> = g
                 .targets
                 .iter()
                 .map(|t| {
-                    vec![
+                    let mut row = vec![
                         t.target.to_string(),
                         t.health.clone(),
                         match &t.pod {
                             Some(pod) => format!("{} ({pod})", t.owner),
                             None => t.owner.clone(),
                         },
-                    ]
+                    ];
+                    if said {
+                        row.push(t.rollout.clone().unwrap_or_else(|| "-".into()));
+                    }
+                    row
                 })
                 .collect();
-            for (i, l) in table_lines(&["TARGET", "HEALTH", "OWNER"], &rows)
-                .into_iter()
-                .enumerate()
-            {
+            let header: &[&str] = if said {
+                &["TARGET", "HEALTH", "OWNER", "ROLLOUT"]
+            } else {
+                &["TARGET", "HEALTH", "OWNER"]
+            };
+            for (i, l) in table_lines(header, &rows).into_iter().enumerate() {
                 let _ = writeln!(out, "  {}", if i == 0 { style.bold(&l) } else { l });
             }
         }
@@ -214,6 +228,82 @@ pub fn status(s: &Status, with_targets: bool, style: Style) -> String {
         let _ = writeln!(out, "\n{}", style.red(&format!("error: {e}")));
     }
     out
+}
+
+/// The status table's ROLLOUT cell: `ok` when every pod's termination covers the
+/// budget and every pod has the gate, else what is not (`2 too short`, `1 unknown`,
+/// `3 no gate`); `?` when the termination could not be checked (see the note), `-`
+/// without pods or a check.
+fn rollout_cell(r: Option<&RolloutCheck>) -> String {
+    let Some(r) = r.filter(|r| r.pods > 0) else {
+        return "-".into();
+    };
+    let mut parts = Vec::new();
+    if r.unchecked.is_some() {
+        parts.push("?".to_owned());
+    }
+    for (n, what) in [
+        (r.too_short, "too short"),
+        (r.unknown, "unknown"),
+        (r.without_gate, "no gate"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    if parts.is_empty() {
+        "ok".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The note under a group the rollout check has something to say about: the numbers it
+/// used and what falls short (each pod's reason is in `--targets`).
+fn rollout_note(r: &RolloutCheck) -> Option<String> {
+    let mut said = Vec::new();
+    if let Some(why) = &r.unchecked {
+        said.push(format!("termination not checked: {why}"));
+    }
+    if let (Some(lb), Some(need)) = (r.load_balancer, r.pre_stop_needed_seconds) {
+        let terms = format!(
+            "{} {} s + {} {} s",
+            mode_name(r.mode),
+            r.latency_seconds,
+            lb.as_str(),
+            r.allowance_seconds.unwrap_or_default()
+        );
+        if r.too_short > 0 {
+            said.push(format!(
+                "{} of {} pod(s) terminate too soon for the {}: each needs a preStop sleep of at least {need} s ({terms}) and a terminationGracePeriodSeconds no shorter",
+                r.too_short,
+                r.pods,
+                lb.as_str()
+            ));
+        }
+        if r.unknown > 0 {
+            said.push(format!(
+                "{} pod(s) have a preStop tgsync cannot read (it should sleep at least {need} s: {terms})",
+                r.unknown
+            ));
+        }
+    }
+    if r.without_gate > 0 {
+        said.push(format!(
+            "{} of {} pod(s) without the tgsync/target-health readiness gate",
+            r.without_gate, r.pods
+        ));
+    }
+    (!said.is_empty()).then(|| format!("rollout: {}", said.join("; ")))
+}
+
+/// How the rollout check's note names the deployment's mode.
+fn mode_name(mode: Reaction) -> &'static str {
+    match mode {
+        Reaction::Watch => "watch",
+        Reaction::PodEvents => "pod-events",
+        Reaction::ScheduleOnly => "schedule only",
+    }
 }
 
 /// How a kind of line is coloured.
@@ -582,6 +672,140 @@ mod tests {
         assert!(
             text.contains("  ~ waits 10.0.1.9:80 (pod shop/web-9): InvalidTarget: not in the VPC; tried again in 30 s"),
             "{text}"
+        );
+    }
+
+    /// `status` has a ROLLOUT column (what the rollout check found per group), a note
+    /// with the numbers it used, and with `--targets` each of this cluster's targets
+    /// whose pod falls short says why.
+    #[test]
+    fn the_status_table_shows_the_rollout_check_and_targets_say_why() {
+        use crate::status::{GroupStatus, Status, TargetStatus};
+        use tgsync::core::PodFacts;
+        use tgsync::core::rollout::{Allowances, GroupAttributes, Latency, check};
+        use tgsync::testkit::PodBuilder;
+        let pod = |name: &str, b: fn(PodBuilder) -> PodBuilder| {
+            PodFacts::from_pod(b(PodBuilder::new("shop", name).ip("10.0.1.1")).build())
+        };
+        let pods = [
+            pod("web-1", |b| b),
+            pod("web-2", |b| b.gated().grace_period(220).pre_stop_sleep(190)),
+        ];
+        let nlb = GroupAttributes {
+            protocol: Some("TCP".into()),
+            ..GroupAttributes::default()
+        };
+        let group = |name: &str, rollout: Option<RolloutCheck>| GroupStatus {
+            target_group_arn: format!("arn:{name}"),
+            name: name.into(),
+            account: "123456789012".into(),
+            desired: Some(2),
+            registered: 2,
+            healthy: 2,
+            owned: 2,
+            other_clusters: 0,
+            foreign: 0,
+            pending: None,
+            backoff: None,
+            lease: None,
+            last_verified_at: None,
+            error: None,
+            rollout,
+            targets: Vec::new(),
+        };
+        let checked = check(
+            &pods,
+            Latency::watch(),
+            Ok(&nlb),
+            Allowances::default(),
+            true,
+        );
+        let mut web = group("web", Some(checked.clone()));
+        web.targets = ["web-1", "web-2"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| TargetStatus {
+                target: format!("10.0.1.{}:8080", i + 1).parse().unwrap(),
+                health: "healthy".into(),
+                owner: "tgsync".into(),
+                pod: Some(format!("shop/{name}")),
+                rollout: checked
+                    .findings
+                    .iter()
+                    .find(|f| f.pod == format!("shop/{name}"))
+                    .map(|f| f.reason.clone()),
+            })
+            .collect();
+        let covered = check(
+            &pods[1..],
+            Latency::watch(),
+            Ok(&nlb),
+            Allowances::default(),
+            false,
+        );
+        let unread = check(
+            &pods[1..],
+            Latency::watch(),
+            Err("the group's attributes are not read yet"),
+            Allowances::default(),
+            false,
+        );
+        let s = Status {
+            cluster: "demo".into(),
+            table: "t".into(),
+            read_at: UnixMillis(1_000_000),
+            groups: vec![
+                web,
+                group("api", Some(covered)),
+                group("new", Some(unread)),
+                group("old", None),
+            ],
+            orphans: Vec::new(),
+            errors: Vec::new(),
+        };
+        let text = status(&s, false, Style::PLAIN);
+        let column = |name: &str| {
+            let header = text.lines().find(|l| l.starts_with("GROUP")).unwrap();
+            let at = header.find("ROLLOUT").expect("a ROLLOUT column");
+            let row = text.lines().find(|l| l.starts_with(name)).unwrap();
+            row[at..].trim().to_owned()
+        };
+        assert_eq!(column("web"), "1 too short, 1 no gate");
+        assert_eq!(column("api"), "ok");
+        assert_eq!(column("new"), "?");
+        assert_eq!(column("old"), "-");
+        assert!(
+            text.contains("  rollout: 1 of 2 pod(s) terminate too soon for the NLB: each needs a preStop sleep of at least 185 s (watch 5 s + NLB 180 s) and a terminationGracePeriodSeconds no shorter; 1 of 2 pod(s) without the tgsync/target-health readiness gate"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  rollout: termination not checked: the group's attributes are not read yet"
+            ),
+            "{text}"
+        );
+        let targets = status(&s, true, Style::PLAIN);
+        assert!(
+            targets.contains("TARGET         HEALTH   OWNER                ROLLOUT"),
+            "{targets}"
+        );
+        assert!(
+            targets.contains("10.0.1.1:8080  healthy  tgsync (shop/web-1)  no preStop sleep: SIGTERM at the deletion; it needs a preStop of at least 185 s (watch 5 s + NLB 180 s); no tgsync/target-health readiness gate"),
+            "{targets}"
+        );
+        assert!(
+            targets.contains("10.0.1.2:8080  healthy  tgsync (shop/web-2)  -"),
+            "{targets}"
+        );
+        // Not a failure: the exit code stays 0.
+        assert!(!s.has_errors());
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["groups"][0]["rollout"]["tooShort"], 1);
+        assert!(
+            json["groups"][0]["targets"][0]["rollout"]
+                .as_str()
+                .unwrap()
+                .starts_with("no preStop sleep")
         );
     }
 

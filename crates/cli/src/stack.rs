@@ -14,6 +14,11 @@ use crate::session::Session;
 /// default `FunctionNamePrefix` is `tgsync`).
 pub const DEFAULT_FUNCTION: &str = "tgsync-manual";
 
+/// The template's default `WatchSeconds`: what `status` takes for the functions'
+/// `TGSYNC_WATCH_SECONDS` when neither the stack nor the environment gives it (the
+/// rollout check's latency is then watch mode's, as in a default deployment).
+pub const TEMPLATE_WATCH_SECONDS: u32 = 55;
+
 /// The stack outputs and parameters the CLI reads.
 pub mod names {
     /// Output: the state table in use.
@@ -26,6 +31,14 @@ pub mod names {
     pub const ALLOWED_NAMESPACES: &str = "AllowedNamespaces";
     /// Parameter: `TGSYNC_ALLOW_EXCLUSIVE` of the functions.
     pub const ALLOW_EXCLUSIVE: &str = "AllowExclusive";
+    /// Parameter: `TGSYNC_WATCH_SECONDS` (the rollout check's mode).
+    pub const WATCH_SECONDS: &str = "WatchSeconds";
+    /// Parameter: `TGSYNC_SCHEDULE_MINUTES` (the rollout check's schedule-only budget).
+    pub const SCHEDULE_MINUTES: &str = "ScheduleMinutes";
+    /// Parameter: `TGSYNC_NLB_PROPAGATION_SECONDS` (the rollout check's NLB allowance).
+    pub const NLB_PROPAGATION_SECONDS: &str = "NlbPropagationSeconds";
+    /// Parameter: `TGSYNC_ALB_PROPAGATION_SECONDS` (the rollout check's ALB allowance).
+    pub const ALB_PROPAGATION_SECONDS: &str = "AlbPropagationSeconds";
 }
 
 /// What the command line says about the deployment.
@@ -196,9 +209,11 @@ impl Deployment {
         }
     }
 
-    /// The functions' settings that shape what `status` plans, from the stack's
-    /// parameters (`TGSYNC_ALLOWED_NAMESPACES`, `TGSYNC_ALLOW_EXCLUSIVE`), so its
-    /// bindings are the functions'. Empty without a stack.
+    /// The functions' settings that shape what `status` plans and checks, from the
+    /// stack's parameters (`TGSYNC_ALLOWED_NAMESPACES`, `TGSYNC_ALLOW_EXCLUSIVE`; the
+    /// rollout check's `TGSYNC_WATCH_SECONDS`, `TGSYNC_SCHEDULE_MINUTES` and
+    /// propagation allowances), so its bindings and numbers are the functions'. Empty
+    /// without a stack.
     pub fn settings(&self) -> Vec<(&'static str, String)> {
         let Some(stack) = &self.stack else {
             return Vec::new();
@@ -206,6 +221,16 @@ impl Deployment {
         [
             ("TGSYNC_ALLOWED_NAMESPACES", names::ALLOWED_NAMESPACES),
             ("TGSYNC_ALLOW_EXCLUSIVE", names::ALLOW_EXCLUSIVE),
+            ("TGSYNC_WATCH_SECONDS", names::WATCH_SECONDS),
+            ("TGSYNC_SCHEDULE_MINUTES", names::SCHEDULE_MINUTES),
+            (
+                "TGSYNC_NLB_PROPAGATION_SECONDS",
+                names::NLB_PROPAGATION_SECONDS,
+            ),
+            (
+                "TGSYNC_ALB_PROPAGATION_SECONDS",
+                names::ALB_PROPAGATION_SECONDS,
+            ),
         ]
         .into_iter()
         .filter_map(|(var, param)| Some((var, stack.parameters.get(param)?.clone())))
@@ -262,6 +287,46 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// The rollout check's numbers follow the stack's parameters; without them, the
+    /// template's default watch mode (the same number as template.yaml's).
+    #[test]
+    fn the_rollout_checks_settings_come_from_the_stack() {
+        let d = Deployment {
+            given: Given::default(),
+            stack: Some(stack(
+                &[],
+                &[
+                    ("WatchSeconds", "0"),
+                    ("ScheduleMinutes", "2"),
+                    ("NlbPropagationSeconds", "120"),
+                    ("AlbPropagationSeconds", "45"),
+                ],
+            )),
+        };
+        assert_eq!(
+            d.settings(),
+            [
+                ("TGSYNC_WATCH_SECONDS", "0".to_owned()),
+                ("TGSYNC_SCHEDULE_MINUTES", "2".to_owned()),
+                ("TGSYNC_NLB_PROPAGATION_SECONDS", "120".to_owned()),
+                ("TGSYNC_ALB_PROPAGATION_SECONDS", "45".to_owned()),
+            ]
+        );
+        let template = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"),
+        )
+        .unwrap();
+        let watch = template
+            .split("\n  WatchSeconds:\n")
+            .nth(1)
+            .expect("template.yaml has WatchSeconds");
+        let default = watch
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Default: "))
+            .expect("WatchSeconds has a default");
+        assert_eq!(default, TEMPLATE_WATCH_SECONDS.to_string());
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! with a consistent GetItem, the namespace's pods with one LIST, DescribeTargetHealth
 //! and the plan), then reads each group's item and target health once more for the
 //! lease, backoff, checkpoint and per-target ownership. Its AWS calls: ELBv2
-//! DescribeTargetGroups, DescribeTags and DescribeTargetHealth; DynamoDB GetItem and
+//! DescribeTargetGroups, DescribeTags, DescribeTargetHealth and (the rollout check)
+//! DescribeTargetGroupAttributes; DynamoDB GetItem and
 //! Query; EKS DescribeCluster, then the Kubernetes API (list pods) with the caller's EKS
 //! token.
 
@@ -17,7 +18,7 @@ use serde::Serialize;
 use tgsync::app::App;
 use tgsync::clock::{Clock, SystemClock};
 use tgsync::config::Settings;
-use tgsync::core::{HealthState, Plan, Target, UnixMillis};
+use tgsync::core::{HealthState, Plan, RolloutCheck, Target, UnixMillis};
 use tgsync::groups::TargetGroupApi;
 use tgsync::reconcile::RunOptions;
 use tgsync::report::{Orphan, Outcome};
@@ -91,6 +92,10 @@ pub struct GroupStatus {
     /// Why the group is not right now (binding error, pods or health unreadable).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The rollout check: whether the pods' termination covers tgsync's deregistration
+    /// latency and the load balancer's propagation, and whether they carry the gate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutCheck>,
     /// Every registered target and every ledger entry of the group.
     pub targets: Vec<TargetStatus>,
 }
@@ -128,6 +133,10 @@ pub struct TargetStatus {
     /// The pod, for a ledger entry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// What the rollout check says of the pod (its termination is too short, it lacks
+    /// the readiness gate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
 }
 
 /// ELBv2's name of a health state.
@@ -163,6 +172,10 @@ pub async fn read(
         .map(|(k, v)| ((*k).to_owned(), v.clone()))
         .collect();
     vars.extend(std::env::vars().filter(|(k, _)| k.starts_with("TGSYNC_")));
+    // Without a stack (or a variable) saying otherwise, the functions watch as the
+    // template's default has them: the rollout check's latency is watch mode's.
+    vars.entry("TGSYNC_WATCH_SECONDS".into())
+        .or_insert_with(|| crate::stack::TEMPLATE_WATCH_SECONDS.to_string());
     vars.insert("TGSYNC_CLUSTER_NAME".into(), cluster.to_owned());
     vars.insert("TGSYNC_TABLE_NAME".into(), table.to_owned());
     let settings = Settings::from_lookup(|k| vars.get(k).cloned())?;
@@ -211,6 +224,7 @@ pub async fn read(
             lease: None,
             last_verified_at: None,
             error: g.error.clone(),
+            rollout: g.rollout.clone(),
             targets: Vec::new(),
         };
         if g.outcome == Outcome::BindingError {
@@ -247,6 +261,7 @@ pub async fn read(
                                 health: "-".into(),
                                 owner,
                                 pod: Some(format!("{}/{}", e.pod.namespace, e.pod.name)),
+                                rollout: None,
                             },
                         )
                     })
@@ -268,6 +283,7 @@ pub async fn read(
                                 health: String::new(),
                                 owner: "foreign".into(),
                                 pod: None,
+                                rollout: None,
                             });
                             row.health = health_name(&h);
                             match row.owner.as_str() {
@@ -282,6 +298,7 @@ pub async fn read(
                     }
                 }
                 s.targets = targets.into_values().collect();
+                note_rollout(&mut s.targets, g.rollout.as_ref());
             }
             Err(e) => {
                 s.error.get_or_insert_with(|| e.to_string());
@@ -299,6 +316,24 @@ pub async fn read(
     }
     progress.done();
     Ok(out)
+}
+
+/// Puts what the rollout check says of each target's pod (this cluster's targets: their
+/// ledger entries name the pod) beside the target.
+fn note_rollout(targets: &mut [TargetStatus], rollout: Option<&RolloutCheck>) {
+    let Some(rollout) = rollout else {
+        return;
+    };
+    let said: HashMap<&str, &str> = rollout
+        .findings
+        .iter()
+        .map(|f| (f.pod.as_str(), f.reason.as_str()))
+        .collect();
+    for t in targets.iter_mut().filter(|t| t.owner == "tgsync") {
+        if let Some(reason) = t.pod.as_deref().and_then(|p| said.get(p)) {
+            t.rollout = Some((*reason).to_owned());
+        }
+    }
 }
 
 /// One DescribeTargetGroups of a single group in the caller's account: what every read

@@ -336,6 +336,15 @@ async fn status_shows_what_each_group_holds() {
     assert_eq!(unhealthy["health"], "unhealthy");
     assert_eq!(unhealthy["owner"], "tgsync");
     assert_eq!(unhealthy["pod"], "shop/web-2");
+    // The rollout check on the pod (Kubernetes' default termination, no gate, an NLB).
+    assert!(
+        unhealthy["rollout"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("no preStop sleep")),
+        "{unhealthy}"
+    );
+    assert_eq!(g["rollout"]["loadBalancer"], "NLB", "{g}");
+    assert_eq!(g["rollout"]["tooShort"], 4, "{g}");
     let a = group(&api);
     assert_eq!(a["lease"]["owner"], "resync-demo-7f3a", "{a}");
     assert_eq!(a["lease"]["until"], until.0, "{a}");
@@ -357,15 +366,19 @@ async fn status_shows_what_each_group_holds() {
     assert_eq!(&cells[1..6], ["4", "4", "3", "3", "1"], "{out}");
     assert!(row.contains("3 failure(s), next in 4 min"), "{out}");
     assert!(out.contains("pending: register 10.0.1.4:8080"), "{out}");
+    assert!(row.ends_with("4 too short, 4 no gate"), "{out}");
     assert!(
-        out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
-            == ["10.0.1.2:8080", "unhealthy", "tgsync", "(shop/web-2)"]),
+        out.lines().any(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.len() > 4
+                && words[..4] == ["10.0.1.2:8080", "unhealthy", "tgsync", "(shop/web-2)"]
+                && l.contains("no preStop sleep")
+        }),
         "{out}"
     );
     assert!(
-        out.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>()
-                == ["10.0.9.9:8080", "healthy", "foreign"]),
+        out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == ["10.0.9.9:8080", "healthy", "foreign", "-"]),
         "{out}"
     );
     assert!(!out.contains(&api), "only the named group: {out}");

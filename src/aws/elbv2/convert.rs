@@ -42,6 +42,31 @@ pub(super) fn group(tg: &sdk::TargetGroup) -> Option<TargetGroup> {
     })
 }
 
+/// What the rollout check reads of a group: its description's protocol and health
+/// check, and its attributes' deregistration delay and connection termination (an
+/// attribute ELBv2 does not list, or one that is not a number or a boolean, is `None`).
+pub(super) fn attributes(
+    group: &sdk::TargetGroup,
+    attributes: &[sdk::TargetGroupAttribute],
+) -> crate::core::rollout::GroupAttributes {
+    let value = |key: &str| {
+        attributes
+            .iter()
+            .find(|a| a.key() == Some(key))
+            .and_then(|a| a.value())
+    };
+    let seconds = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok());
+    crate::core::rollout::GroupAttributes {
+        protocol: group.protocol().map(|p| p.as_str().to_owned()),
+        health_check_interval_seconds: seconds(group.health_check_interval_seconds()),
+        unhealthy_threshold_count: seconds(group.unhealthy_threshold_count()),
+        deregistration_delay_seconds: value("deregistration_delay.timeout_seconds")
+            .and_then(|v| v.parse().ok()),
+        connection_termination: value("deregistration_delay.connection_termination.enabled")
+            .and_then(|v| v.parse().ok()),
+    }
+}
+
 /// DescribeTags answers as a map from ARN to tags.
 pub(super) fn tag_map(
     descriptions: &[sdk::TagDescription],
@@ -247,5 +272,48 @@ mod tests {
             g.protocol = Some(sdk::ProtocolEnum::from(p));
             assert_eq!(group(&g).unwrap().facts.quic, quic, "{p}");
         }
+    }
+
+    #[test]
+    fn the_rollout_checks_attributes_from_the_description_and_the_attributes() {
+        let mut g = tg(None);
+        g.protocol = Some(sdk::ProtocolEnum::Tcp);
+        g.health_check_interval_seconds = Some(10);
+        g.unhealthy_threshold_count = Some(2);
+        let attr = |k: &str, v: &str| sdk::TargetGroupAttribute::builder().key(k).value(v).build();
+        let read = attributes(
+            &g,
+            &[
+                attr("stickiness.enabled", "false"),
+                attr("deregistration_delay.timeout_seconds", "300"),
+                attr(
+                    "deregistration_delay.connection_termination.enabled",
+                    "true",
+                ),
+            ],
+        );
+        assert_eq!(
+            read,
+            crate::core::rollout::GroupAttributes {
+                protocol: Some("TCP".into()),
+                health_check_interval_seconds: Some(10),
+                unhealthy_threshold_count: Some(2),
+                deregistration_delay_seconds: Some(300),
+                connection_termination: Some(true),
+            }
+        );
+        assert_eq!(
+            read.load_balancer(),
+            Some(crate::core::rollout::LoadBalancerType::Nlb)
+        );
+        // An ALB group lists no connection termination; junk reads as unknown.
+        g.protocol = Some(sdk::ProtocolEnum::Http);
+        let read = attributes(&g, &[attr("deregistration_delay.timeout_seconds", "soon")]);
+        assert_eq!(read.deregistration_delay_seconds, None);
+        assert_eq!(read.connection_termination, None);
+        assert_eq!(
+            read.load_balancer(),
+            Some(crate::core::rollout::LoadBalancerType::Alb)
+        );
     }
 }

@@ -13,6 +13,7 @@ use crate::core::pod::{
     Addresses, EXCLUDE_ANNOTATION, QUIC_SERVER_ID_ANNOTATION, READINESS_GATE,
     SIDECAR_RESTART_POLICY,
 };
+use crate::core::rollout::{PreStop, Termination};
 use crate::core::{Labels, PodFacts, PodRef};
 
 /// The pod's addresses ([`Addresses`]) and how many strings were offered.
@@ -90,6 +91,10 @@ fn assemble<'de>(meta: Meta<'de>, spec: Spec, status: Status) -> LeanPod<'de> {
         host_network: spec.host_network,
         quic_server_id: meta.quic_server_id,
         node_name: spec.node_name,
+        termination: Termination {
+            grace_seconds: Termination::grace(spec.grace),
+            pre_stop: spec.pre_stop,
+        },
     };
     LeanPod {
         facts,
@@ -195,6 +200,10 @@ struct Spec {
     host_network: bool,
     named_ports: Vec<(String, u16)>,
     node_name: Option<Arc<str>>,
+    /// `terminationGracePeriodSeconds`.
+    grace: Option<i64>,
+    /// The app containers' `preStop`, combined.
+    pre_stop: PreStop,
 }
 
 fields!(SpecField {
@@ -203,6 +212,7 @@ fields!(SpecField {
     "readinessGates" => ReadinessGates,
     "hostNetwork" => HostNetwork,
     "nodeName" => NodeName,
+    "terminationGracePeriodSeconds" => Grace,
 });
 
 deserialize_from!(map, Spec, "PodSpec", |map| {
@@ -214,9 +224,11 @@ deserialize_from!(map, Spec, "PodSpec", |map| {
         match key {
             SpecField::Containers => {
                 spec.named_ports.clear();
+                spec.pre_stop = PreStop::None;
                 map.next_value_seed(NullIsEmpty(ContainersSeed {
                     ports: &mut spec.named_ports,
                     sidecars: false,
+                    pre_stop: &mut spec.pre_stop,
                 }))?;
             }
             SpecField::InitContainers => {
@@ -224,8 +236,10 @@ deserialize_from!(map, Spec, "PodSpec", |map| {
                 map.next_value_seed(NullIsEmpty(ContainersSeed {
                     ports: &mut sidecar_ports,
                     sidecars: true,
+                    pre_stop: &mut PreStop::None,
                 }))?;
             }
+            SpecField::Grace => spec.grace = map.next_value()?,
             SpecField::ReadinessGates => {
                 let gates: Option<GateDeclared> = map.next_value()?;
                 spec.gated = gates.is_some_and(|g| g.0);
@@ -272,10 +286,13 @@ impl<'de, V: Visitor<'de, Value = ()>> Visitor<'de> for NullIsEmpty<V> {
 }
 
 /// `spec.containers` or `spec.initContainers` (`null` is empty): appends the named
-/// ports to `ports`; of init containers, only those of native sidecars.
+/// ports to `ports`; of init containers, only those of native sidecars. The app
+/// containers' `preStop` hooks are combined into `pre_stop` (the longest readable
+/// sleep; init containers' are not read).
 struct ContainersSeed<'p> {
     ports: &'p mut Vec<(String, u16)>,
     sidecars: bool,
+    pre_stop: &'p mut PreStop,
 }
 
 impl<'de> Visitor<'de> for ContainersSeed<'_> {
@@ -285,18 +302,20 @@ impl<'de> Visitor<'de> for ContainersSeed<'_> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let sidecars = self.sidecars;
-        while seq
-            .next_element_seed(ContainerSeed {
-                ports: &mut *self.ports,
-                sidecars,
-            })?
-            .is_some()
-        {}
+        while let Some(hook) = seq.next_element_seed(ContainerSeed {
+            ports: &mut *self.ports,
+            sidecars,
+        })? {
+            if !sidecars {
+                *self.pre_stop = self.pre_stop.longest(hook);
+            }
+        }
         Ok(())
     }
 }
 
-/// One container: its named ports, dropped again for a plain init container.
+/// One container: its named ports, dropped again for a plain init container, and its
+/// `preStop` hook (returned).
 struct ContainerSeed<'p> {
     ports: &'p mut Vec<(String, u16)>,
     sidecars: bool,
@@ -305,23 +324,25 @@ struct ContainerSeed<'p> {
 fields!(ContainerField {
     "ports" => Ports,
     "restartPolicy" => RestartPolicy,
+    "lifecycle" => Lifecycle,
 });
 
 impl<'de> DeserializeSeed<'de> for ContainerSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+    type Value = PreStop;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<PreStop, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for ContainerSeed<'_> {
-    type Value = ();
+    type Value = PreStop;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Container")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PreStop, A::Error> {
         let start = self.ports.len();
         let mut sidecar = false;
+        let mut pre_stop = PreStop::None;
         while let Some(key) = map.next_key::<ContainerField>()? {
             match key {
                 ContainerField::Ports => {
@@ -335,15 +356,103 @@ impl<'de> Visitor<'de> for ContainerSeed<'_> {
                     let policy: Option<Str<'de>> = map.next_value()?;
                     sidecar = policy.is_some_and(|p| p.0 == SIDECAR_RESTART_POLICY);
                 }
+                ContainerField::Lifecycle => {
+                    let lifecycle: Option<Lifecycle> = map.next_value()?;
+                    pre_stop = lifecycle.map_or(PreStop::None, |l| l.0);
+                }
                 ContainerField::Other => skip(&mut map)?,
             }
         }
         if self.sidecars && !sidecar {
             self.ports.truncate(start);
         }
-        Ok(())
+        Ok(pre_stop)
     }
 }
+
+/// A container's `lifecycle`: its `preStop` hook as the rollout check reads it.
+struct Lifecycle(PreStop);
+
+fields!(LifecycleField {
+    "preStop" => PreStop,
+});
+
+deserialize_from!(map, Lifecycle, "Lifecycle", |map| {
+    let mut pre_stop = PreStop::None;
+    while let Some(key) = map.next_key::<LifecycleField>()? {
+        match key {
+            LifecycleField::PreStop => {
+                let hook: Option<Hook> = map.next_value()?;
+                pre_stop = hook.map_or(PreStop::None, |h| h.0);
+            }
+            LifecycleField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(Lifecycle(pre_stop))
+});
+
+/// A `LifecycleHandler`: its native sleep, else its `exec` command, else unknown (an
+/// `httpGet`, a `tcpSocket`).
+struct Hook(PreStop);
+
+fields!(HookField {
+    "sleep" => Sleep,
+    "exec" => Exec,
+});
+
+deserialize_from!(map, Hook, "LifecycleHandler", |map| {
+    let mut sleep: Option<SleepAction> = None;
+    let mut exec: Option<ExecAction> = None;
+    while let Some(key) = map.next_key::<HookField>()? {
+        match key {
+            HookField::Sleep => sleep = map.next_value()?,
+            HookField::Exec => exec = map.next_value()?,
+            HookField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(Hook(match (sleep, exec) {
+        (Some(s), _) => PreStop::native_sleep(s.0),
+        (None, Some(ExecAction(Some(command)))) => PreStop::exec(&command),
+        (None, _) => PreStop::Unknown,
+    }))
+});
+
+/// A `SleepAction`: its `seconds` (0 when absent, as k8s-openapi reads a missing
+/// required field).
+struct SleepAction(i64);
+
+fields!(SleepField {
+    "seconds" => Seconds,
+});
+
+deserialize_from!(map, SleepAction, "SleepAction", |map| {
+    let mut seconds: Option<i64> = None;
+    while let Some(key) = map.next_key::<SleepField>()? {
+        match key {
+            SleepField::Seconds => seconds = map.next_value()?,
+            SleepField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(SleepAction(seconds.unwrap_or_default()))
+});
+
+/// An `ExecAction`: its `command`.
+struct ExecAction(Option<Vec<String>>);
+
+fields!(ExecField {
+    "command" => Command,
+});
+
+deserialize_from!(map, ExecAction, "ExecAction", |map| {
+    let mut command = None;
+    while let Some(key) = map.next_key::<ExecField>()? {
+        match key {
+            ExecField::Command => command = map.next_value()?,
+            ExecField::Other => skip(&mut map)?,
+        }
+    }
+    Ok(ExecAction(command))
+});
 
 /// A container's `ports` (`null` is empty): appends `(name, number)` of every named
 /// port whose number fits a `u16`.

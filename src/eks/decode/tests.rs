@@ -1,9 +1,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodIP, PodReadinessGate, PodSpec, PodStatus,
+    Container, ContainerPort, ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, Pod,
+    PodCondition, PodIP, PodReadinessGate, PodSpec, PodStatus, SleepAction,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::ObjectList;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -430,6 +432,120 @@ fn native_sidecar_named_ports_resolve_after_the_app_containers() {
     assert_agree(&pod.to_string());
 }
 
+/// The rollout check's two numbers, from the pod JSON as the API server sends it: the
+/// grace period (30 s when absent), and the app containers' longest readable `preStop`
+/// sleep; sidecars' and init containers' hooks are not read. Both decoders agree on
+/// every case, nulls and repeated keys included.
+#[test]
+fn termination_reads_the_grace_period_and_the_longest_readable_sleep() {
+    use crate::core::rollout::{PreStop, Termination};
+    let hook = |h: Value| json!({ "name": "c", "lifecycle": { "preStop": h } });
+    let cases = [
+        (
+            json!({ "containers": [{ "name": "app" }] }),
+            30,
+            PreStop::None,
+        ),
+        (
+            json!({ "terminationGracePeriodSeconds": 220,
+                    "containers": [hook(json!({ "sleep": { "seconds": 190 } }))] }),
+            220,
+            PreStop::Sleep(190),
+        ),
+        (
+            json!({ "terminationGracePeriodSeconds": null,
+                    "containers": [hook(json!({ "exec": { "command": ["sleep", "190"] } }))] }),
+            30,
+            PreStop::Sleep(190),
+        ),
+        (
+            json!({ "containers": [hook(json!({ "exec": { "command": ["/bin/sh", "-c", "sleep 70"] } }))] }),
+            30,
+            PreStop::Sleep(70),
+        ),
+        (
+            json!({ "containers": [hook(json!({ "exec": { "command": ["sh", "-c", "sleep 5 && nginx -s quit"] } }))] }),
+            30,
+            PreStop::Unknown,
+        ),
+        (
+            json!({ "containers": [hook(json!({ "httpGet": { "path": "/drain", "port": 8080 } }))] }),
+            30,
+            PreStop::Unknown,
+        ),
+        (
+            json!({ "containers": [hook(json!({ "exec": {} }))] }),
+            30,
+            PreStop::Unknown,
+        ),
+        // `sleep: {}`: a missing required field is its default, as k8s-openapi reads it.
+        (
+            json!({ "containers": [hook(json!({ "sleep": {} }))] }),
+            30,
+            PreStop::Sleep(0),
+        ),
+        (
+            json!({ "containers": [{ "name": "c", "lifecycle": null }, { "name": "d", "lifecycle": { "preStop": null } }] }),
+            30,
+            PreStop::None,
+        ),
+        // Several app containers: the longest readable sleep; an unreadable hook does
+        // not hide it.
+        (
+            json!({ "terminationGracePeriodSeconds": 100,
+                    "containers": [hook(json!({ "sleep": { "seconds": 20 } })),
+                                   hook(json!({ "httpGet": { "port": 80 } })),
+                                   hook(json!({ "exec": { "command": ["sleep", "70s"] } }))] }),
+            100,
+            PreStop::Sleep(70),
+        ),
+        // A native sidecar's or an init container's hook is not the app's.
+        (
+            json!({ "initContainers": [
+                        { "name": "mesh", "restartPolicy": "Always", "lifecycle": { "preStop": { "sleep": { "seconds": 300 } } } },
+                        { "name": "init", "lifecycle": { "preStop": { "sleep": { "seconds": 400 } } } }],
+                    "containers": [{ "name": "app" }] }),
+            30,
+            PreStop::None,
+        ),
+    ];
+    for (spec, grace, pre_stop) in cases {
+        let pod = json!({ "metadata": { "name": "p", "namespace": "shop" }, "spec": spec });
+        let body = page_of(&[&pod.to_string()], json!({}));
+        let facts = &decode_pod_list(1, body.as_bytes()).unwrap().pods[0];
+        assert_eq!(
+            facts.termination,
+            Termination {
+                grace_seconds: grace,
+                pre_stop
+            },
+            "{pod}"
+        );
+        assert_agree(&pod.to_string());
+    }
+    // Repeated keys: the last one wins, a repeated `containers` replaces the list.
+    let repeated = r#"{ "metadata": { "name": "p" }, "spec": {
+        "terminationGracePeriodSeconds": 10, "terminationGracePeriodSeconds": 220,
+        "containers": [{ "name": "gone", "lifecycle": { "preStop": { "sleep": { "seconds": 999 } } } }],
+        "containers": [{ "name": "app",
+            "lifecycle": { "preStop": { "sleep": { "seconds": 5 } } },
+            "lifecycle": { "preStop": { "exec": { "command": ["sleep", "1"] } },
+                           "preStop": { "sleep": { "seconds": 1, "seconds": 190 } } } }]
+    } }"#;
+    let body = page_of(&[repeated], json!({}));
+    assert_eq!(
+        decode_pod_list(1, body.as_bytes()).unwrap().pods[0].termination,
+        Termination {
+            grace_seconds: 220,
+            pre_stop: PreStop::Sleep(190)
+        }
+    );
+    assert_eq!(
+        decode_pod_list(1, body.as_bytes()).unwrap().pods,
+        via_kube(&body).unwrap()
+    );
+}
+
 #[test]
 fn watch_events_of_every_type() {
     let pod = serde_json::to_value(
@@ -622,17 +738,59 @@ fn ports() -> impl Strategy<Value = Option<Vec<ContainerPort>>> {
     ))
 }
 
+/// A container's `lifecycle`: no `preStop`, a native sleep, an `exec` (a readable sleep
+/// or not), an `httpGet`, or nothing set.
+fn lifecycle() -> impl Strategy<Value = Option<Lifecycle>> {
+    let command = prop_oneof![
+        one_of(&["sleep", "/bin/sleep", "sleep s", "sleep 1.5"]).prop_flat_map(|p| {
+            (0..400u32).prop_map(move |n| {
+                p.split(' ')
+                    .map(str::to_owned)
+                    .chain([n.to_string()])
+                    .collect::<Vec<_>>()
+            })
+        }),
+        (0..400u32).prop_map(|n| vec!["sh".to_owned(), "-c".to_owned(), format!("sleep {n}")]),
+        proptest::collection::vec(text(), 0..4),
+    ];
+    let hook = prop_oneof![
+        prop_oneof![-5..400i64, any::<i64>()].prop_map(|seconds| LifecycleHandler {
+            sleep: Some(SleepAction { seconds }),
+            ..Default::default()
+        }),
+        proptest::option::of(command).prop_map(|command| LifecycleHandler {
+            exec: Some(ExecAction { command }),
+            ..Default::default()
+        }),
+        Just(LifecycleHandler {
+            http_get: Some(HTTPGetAction {
+                path: Some("/drain".into()),
+                port: IntOrString::Int(8080),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        Just(LifecycleHandler::default()),
+    ];
+    proptest::option::of(proptest::option::of(hook).prop_map(|pre_stop| Lifecycle {
+        pre_stop,
+        ..Default::default()
+    }))
+}
+
 fn containers(max: usize) -> impl Strategy<Value = Vec<Container>> {
     proptest::collection::vec(
         (
             text(),
             ports(),
             proptest::option::of(one_of(&["Always", "OnFailure", "Never", "always"])),
+            lifecycle(),
         )
-            .prop_map(|(name, ports, restart_policy)| Container {
+            .prop_map(|(name, ports, restart_policy, lifecycle)| Container {
                 name,
                 ports,
                 restart_policy,
+                lifecycle,
                 image: Some("registry.example/app:1".into()),
                 ..Default::default()
             }),
@@ -684,9 +842,10 @@ fn pod() -> impl Strategy<Value = Pod> {
                 0..3,
             )),
             proptest::option::of(any::<bool>()),
+            proptest::option::of(prop_oneof![-5..400i64, any::<i64>()]),
         )
             .prop_map(
-                |(containers, init_containers, gates, host_network)| PodSpec {
+                |(containers, init_containers, gates, host_network, grace)| PodSpec {
                     containers,
                     init_containers,
                     readiness_gates: gates.map(|g| {
@@ -695,6 +854,7 @@ fn pod() -> impl Strategy<Value = Pod> {
                             .collect()
                     }),
                     host_network,
+                    termination_grace_period_seconds: grace,
                     ..Default::default()
                 },
             ),
