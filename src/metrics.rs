@@ -345,7 +345,7 @@ pub fn emit_gate(function: &str, cluster: &str, at: UnixMillis, latency: Duratio
 
 /// Every metric tgsync emits and its unit; a line declares those among its fields (each
 /// in the directives whose dimensions it is meant for, see [`per_group`]).
-const UNITS: [(&str, &str); 23] = [
+const UNITS: [(&str, &str); 24] = [
     ("DriftFound", "Count"),
     ("Registered", "Count"),
     ("Deregistered", "Count"),
