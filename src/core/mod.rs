@@ -18,6 +18,7 @@ pub mod pod;
 pub mod rollout;
 pub mod selector;
 pub mod target;
+pub mod termination;
 
 #[cfg(test)]
 mod plan_properties;
@@ -35,6 +36,7 @@ pub use plan::{
     Call, Claim, FORGET_GRACE, MAX_TARGETS_PER_CALL, Plan, Rules, TargetSet, plan, release_plan,
 };
 pub use pod::{PodFacts, PodRef};
-pub use rollout::{PreStop, RolloutCheck, Termination};
+pub use rollout::RolloutCheck;
 pub use selector::{Labels, Selector, SelectorError};
 pub use target::{AddressFamily, HealthState, QuicServerId, QuicServerIdError, Target};
+pub use termination::{PreStop, Termination};

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use super::rollout::{PreStop, Termination};
 use super::selector::Labels;
 use super::target::AddressFamily;
+use super::termination::{PreStop, Termination};
 
 /// Annotation that takes a pod out of every group without deleting it.
 pub const EXCLUDE_ANNOTATION: &str = "tgsync/exclude";

@@ -239,6 +239,7 @@ fn expect_str<'de, A: MapAccess<'de>>(map: &mut A, expected: &'static str) -> Re
 }
 
 // The readers, declared after the macros above so they can use them.
+mod container;
 mod event;
 mod list;
 mod pod;

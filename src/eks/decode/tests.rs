@@ -438,7 +438,7 @@ fn native_sidecar_named_ports_resolve_after_the_app_containers() {
 /// every case, nulls and repeated keys included.
 #[test]
 fn termination_reads_the_grace_period_and_the_longest_readable_sleep() {
-    use crate::core::rollout::{PreStop, Termination};
+    use crate::core::termination::{PreStop, Termination};
     let hook = |h: Value| json!({ "name": "c", "lifecycle": { "preStop": h } });
     let cases = [
         (
