@@ -116,7 +116,7 @@ pub struct Lease<'a, S> {
 /// grace before it, as a waiter takes it over (an ELBv2 attempt of its holder may land
 /// until then).
 pub fn expired_before(now: UnixMillis, timings: &Timings) -> UnixMillis {
-    UnixMillis(crate::core::lease_protocol::take_times(now.0, timings).0)
+    UnixMillis(protocol::expired_before(now.0, timings))
 }
 
 /// A lease owner id: the function, the cluster and a random part

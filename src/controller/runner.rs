@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::Engine;
 use super::queue::{LEASE_POLL, Now, Queue, Room, Want};
 use crate::clock::Clock;
+use crate::core::lease_protocol::{self as protocol, Wind};
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
 use crate::reconcile::Action;
@@ -250,32 +251,38 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         // what they leave is handed on (counted as a pass in flight, so the shutdown
         // hook waits for it). At shutdown the process ends ~400 ms after the signal,
         // before a pass whose call is in flight may end: what is queued or parked is
-        // handed on first, then the passes drain (each hands its own lease over).
+        // handed on first, then the passes drain (each hands its own lease over), in
+        // the protocol's order (`lease_protocol::winding_up`, which the model check
+        // explores).
         let _holding = engine.holding();
-        let mut handed = Vec::new();
+        let mut unserved: Vec<String> = Vec::new();
         let mut error = None;
-        if engine.is_shutting_down() && ending.hands_on() {
-            handed = ending.left_in(&lock(self.queue));
-            error = self.hand_on(&handed).await.err();
+        for wind in protocol::winding_up(engine.is_shutting_down()) {
+            match wind {
+                Wind::Drain => {
+                    while let Some((key, want, action)) = in_flight.next().await {
+                        let kept = ending.keeps(action, want, &key, &mut left);
+                        lock(self.queue).done(&key, want, kept, self.now());
+                    }
+                }
+                Wind::HandOn => {
+                    let mut groups = std::mem::take(&mut left);
+                    groups.extend(ending.left_in(&lock(self.queue)));
+                    groups.sort_unstable();
+                    groups.dedup();
+                    groups.retain(|g| unserved.binary_search(g).is_err());
+                    if ending.hands_on()
+                        && let Err(e) = self.hand_on(&groups).await
+                    {
+                        error = Some(e);
+                    }
+                    unserved.extend(groups);
+                    unserved.sort_unstable();
+                }
+            }
         }
-        while let Some((key, want, action)) = in_flight.next().await {
-            let kept = ending.keeps(action, want, &key, &mut left);
-            lock(self.queue).done(&key, want, kept, self.now());
-        }
-        left.extend(ending.left_in(&lock(self.queue)));
-        left.sort_unstable();
-        left.dedup();
-        left.retain(|g| handed.binary_search(g).is_err());
-        if ending.hands_on()
-            && let Err(e) = self.hand_on(&left).await
-        {
-            error = Some(e);
-        }
-        left.extend(handed);
-        left.sort_unstable();
-        left.dedup();
         Unserved {
-            groups: left,
+            groups: unserved,
             error,
         }
     }

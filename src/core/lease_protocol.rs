@@ -19,10 +19,14 @@
 //!   the takeover grace as it does after an expiry;
 //! - a waiter takes a lease over only [`Timings::takeover_grace`] after its expiry
 //!   ([`take`]), and nothing that writes without the lease (a verification, the index's
-//!   retirement) treats a lease as free before then ([`verified`], [`retire`]);
+//!   retirement) treats a lease as free before then ([`verified`], [`retire`] with
+//!   [`expired_before`]);
 //! - renewals only extend ([`renew`]), and every write of a holder is conditional on the
 //!   item's version, so an older write delivered late (an SDK retry) never overwrites a
-//!   newer one ([`write`]).
+//!   newer one ([`write`]);
+//! - at shutdown a process hands on the requests it has not served before its passes in
+//!   flight drain, for it exits before a pass whose call is in flight may end
+//!   ([`winding_up`]; the runner ends every run in its order).
 
 use std::time::Duration;
 
@@ -470,9 +474,17 @@ pub fn just_go<O: Clone>(me: &O, ask: bool, linger: bool) -> Option<Step<O>> {
     })
 }
 
+/// What a write made without the lease at `now` (a verification, the index's
+/// retirement: [`verified`], [`retire`]) passes as `expired_before`: one takeover grace
+/// before now, as a waiter's [`take`] ([`take_times`]), for an ELBv2 attempt of the
+/// holder may land until then.
+pub fn expired_before(now: u64, t: &Timings) -> u64 {
+    now.saturating_sub(t.grace_ms())
+}
+
 /// The lease is free for a write made without it at `now`: nobody holds it, or its
-/// expiry is past by the takeover grace (`expired_before` as in [`take`]); the item is
-/// still at `version`.
+/// expiry is past by the takeover grace (`expired_before` from [`expired_before`]); the
+/// item is still at `version`.
 fn unleased<O>(version: u64, expired_before: u64) -> Guard<O> {
     Guard(vec![
         vec![Clause::VersionIs(version), Clause::NoOwner],
@@ -533,6 +545,32 @@ pub fn handed_over(
 /// Whether a renewal is due at `wall_now`, the lease last extended at `confirmed`.
 pub fn renewal_due(wall_now: u64, confirmed: u64, t: &Timings) -> bool {
     wall_now >= confirmed.saturating_add(t.renew_ms())
+}
+
+/// One stage of a run's end ([`winding_up`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wind {
+    /// The requests the run has not served — still queued or parked, or left by the
+    /// passes that ended — are handed on: each group's `dirty` flag (and the index's
+    /// record of requests), so whoever holds or next takes its lease serves it.
+    HandOn,
+    /// The passes in flight end (each gives its lease back; at shutdown each lease was
+    /// handed over at the signal, [`hand_over`]). A pass whose ELBv2 call is in flight
+    /// may take its whole attempt deadline (5 s).
+    Drain,
+}
+
+/// The order a run ends in. When its time is up the passes in flight drain, then
+/// whatever is left is handed on. At shutdown the process exits ~400 ms after the
+/// signal, before a pass whose ELBv2 call is in flight may end: what is queued or
+/// parked is handed on first, then the passes drain, then what they left is handed on
+/// (if the process still runs).
+pub fn winding_up(shutting_down: bool) -> &'static [Wind] {
+    if shutting_down {
+        &[Wind::HandOn, Wind::Drain, Wind::HandOn]
+    } else {
+        &[Wind::Drain, Wind::HandOn]
+    }
 }
 
 /// The longest a killed holder keeps its group from a waiter: its lease, renewed up to
@@ -600,12 +638,20 @@ mod tests {
     fn nothing_written_without_the_lease_treats_it_as_free_at_its_expiry() {
         let t = Timings::default();
         let r = rec(Some("a"), 10_000, false, 2);
-        let (before, _) = take_times(10_001, &t);
+        let before = expired_before(10_001, &t);
         assert!(!verified::<&str>(2, before).guard.holds(&r));
         assert!(!retire::<&str>(2, before).holds(&r));
-        let (before, _) = take_times(10_001 + t.grace_ms(), &t);
+        let before = expired_before(10_001 + t.grace_ms(), &t);
+        assert_eq!(before, take_times(10_001 + t.grace_ms(), &t).0, "as a take");
         assert!(verified::<&str>(2, before).guard.holds(&r));
         assert!(retire::<&str>(2, before).holds(&r));
+    }
+
+    #[test]
+    fn at_shutdown_requests_are_handed_on_before_the_passes_drain() {
+        assert_eq!(winding_up(true).first(), Some(&Wind::HandOn));
+        assert_eq!(winding_up(true).last(), Some(&Wind::HandOn));
+        assert_eq!(winding_up(false), &[Wind::Drain, Wind::HandOn]);
     }
 
     #[test]
