@@ -393,6 +393,13 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The settings of the two required variables and `extra`.
+    fn with(extra: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let mut pairs = vec![("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
+        pairs.extend_from_slice(extra);
+        settings(&pairs)
+    }
+
     fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let map: HashMap<String, String> = pairs
             .iter()
@@ -425,12 +432,6 @@ mod tests {
     #[test]
     fn the_rollout_checks_numbers_are_read() {
         use crate::core::rollout::{Allowances, Latency};
-        let base = [("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = base.to_vec();
-            pairs.extend_from_slice(extra);
-            settings(&pairs)
-        };
         let s = with(&[]).unwrap();
         assert_eq!(s.rollout().allowances, Allowances::default());
         assert_eq!(s.rollout().latency, Latency::schedule_only(1));
@@ -459,12 +460,6 @@ mod tests {
 
     #[test]
     fn binding_limits_are_read() {
-        let base = [("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = base.to_vec();
-            pairs.extend_from_slice(extra);
-            settings(&pairs)
-        };
         let s = with(&[
             ("TGSYNC_ALLOWED_NAMESPACES", " shop  kafka\tshop "),
             ("TGSYNC_ALLOW_EXCLUSIVE", "TRUE"),
@@ -548,12 +543,6 @@ mod tests {
 
     #[test]
     fn target_account_roles_are_read() {
-        let base = [("TGSYNC_CLUSTER_NAME", "prod"), ("TGSYNC_TABLE_NAME", "t")];
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = base.to_vec();
-            pairs.extend_from_slice(extra);
-            settings(&pairs)
-        };
         let s = with(&[]).unwrap();
         assert!(s.target_account_roles.is_empty());
         assert_eq!(s.target_account_external_id, None);
