@@ -7,7 +7,6 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::pod::NullIsEmpty;
 use super::{Str, skip};
 use crate::core::pod::SIDECAR_RESTART_POLICY;
 use crate::core::termination::PreStop;
@@ -229,3 +228,29 @@ deserialize_from!(map, Port, "ContainerPort", |map| {
         number: number.unwrap_or_default(),
     })
 });
+
+/// A sequence read by the visitor it wraps, where `null` is empty.
+pub(super) struct NullIsEmpty<V>(pub(super) V);
+
+impl<'de, V: Visitor<'de, Value = ()>> DeserializeSeed<'de> for NullIsEmpty<V> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, V: Visitor<'de, Value = ()>> Visitor<'de> for NullIsEmpty<V> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.expecting(f)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self.0)
+    }
+}

@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::container::ContainersSeed;
+use super::container::{ContainersSeed, NullIsEmpty};
 use super::{Str, expect_str, skip};
 use crate::core::pod::{Addresses, EXCLUDE_ANNOTATION, QUIC_SERVER_ID_ANNOTATION, READINESS_GATE};
 use crate::core::termination::{PreStop, Termination};
@@ -256,32 +256,6 @@ deserialize_from!(map, Spec, "PodSpec", |map| {
     spec.named_ports.append(&mut sidecar_ports);
     Ok(spec)
 });
-
-/// A sequence read by the visitor it wraps, where `null` is empty.
-pub(super) struct NullIsEmpty<V>(pub(super) V);
-
-impl<'de, V: Visitor<'de, Value = ()>> DeserializeSeed<'de> for NullIsEmpty<V> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de, V: Visitor<'de, Value = ()>> Visitor<'de> for NullIsEmpty<V> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.expecting(f)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self.0)
-    }
-}
 
 /// Whether `spec.readinessGates` declares [`READINESS_GATE`].
 struct GateDeclared(bool);
