@@ -20,7 +20,7 @@ use tgsync::logging::LambdaLevel;
 use tgsync::metrics::emf_lines;
 use tgsync::reconcile::START_CUTOFF;
 use tgsync::report::{Outcome, Report};
-use tgsync::state::{Acquire, Change, Release, StateStore as _};
+use tgsync::state::{Change, Release, StateStore as _};
 use tgsync::testkit::PodBuilder;
 use world::World;
 
@@ -240,17 +240,7 @@ async fn holder(
     run: Duration,
 ) -> (u32, bool) {
     let lease = Duration::from_secs(15);
-    let now = w.clock.now();
-    let taken = w
-        .engine
-        .state
-        .acquire(arn, owner, now, now.plus(lease))
-        .await
-        .expect("acquire");
-    let Acquire::Acquired(state) = taken else {
-        panic!("not acquired: {taken:?}");
-    };
-    let mut version = state.version;
+    let mut version = w.hold_lease(arn, owner, lease).await.version;
     let start = std::time::Instant::now();
     let (mut last, mut renewed, mut next_renewal) = (start, 0, Duration::from_secs(1));
     loop {

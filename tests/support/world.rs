@@ -189,8 +189,13 @@ impl World {
     }
 
     /// Another process of the deployment takes `arn`'s lease as `holder`, for `lease`
-    /// from the world's now.
-    pub async fn hold_lease(&self, arn: &str, holder: &str, lease: std::time::Duration) {
+    /// from the world's now; the group's state as it took it.
+    pub async fn hold_lease(
+        &self,
+        arn: &str,
+        holder: &str,
+        lease: std::time::Duration,
+    ) -> tgsync::state::GroupState {
         use tgsync::clock::Clock as _;
         use tgsync::state::{Acquire, StateStore as _};
         let now = self.clock.now();
@@ -200,7 +205,10 @@ impl World {
             .acquire(arn, holder, now, now.plus(lease))
             .await
             .expect("acquire");
-        assert!(matches!(taken, Acquire::Acquired(_)), "{taken:?}");
+        let Acquire::Acquired(state) = taken else {
+            panic!("not acquired: {taken:?}");
+        };
+        state
     }
 
     /// Registered targets as `ip:port`, sorted, as DescribeTargetHealth shows them
