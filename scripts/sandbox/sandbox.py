@@ -667,6 +667,30 @@ def step_converged(arn: str) -> None:
     c.done()
 
 
+def create_pod(name: str, ip: str, gated: bool = False) -> None:
+    """Creates an app=web pod like the not-ready seed pod, then reports it Running at
+    `ip`, not ready yet, as the API server and the kubelet do (the pod is created without
+    a status). With `gated`, it declares the readiness gate and its containers are ready:
+    the pod is not Ready until the gate is True."""
+    template = next(p for p in SEED if p["metadata"]["name"] == NOT_READY_POD)
+    pod = json.loads(json.dumps(template))
+    pod["metadata"] = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "labels": template["metadata"]["labels"],
+    }
+    status = pod.pop("status")
+    status["podIP"] = ip
+    status["podIPs"] = [{"ip": ip}]
+    if gated:
+        pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
+        status["conditions"] = [
+            c for c in status["conditions"] if c["type"] not in ("ContainersReady", "Ready")
+        ] + [{"type": "ContainersReady", "status": "True"}, {"type": "Ready", "status": "False"}]
+    kube("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    kube("PATCH", pod_path(name, "/status"), {"status": status}, "application/merge-patch+json")
+
+
 WATCH_POD = "web-7d9f8c6b5-w4tch"  # created not ready in step 6, 10.0.1.16
 WATCH_TARGET = f"10.0.1.16:{PORT}"
 
@@ -674,20 +698,9 @@ WATCH_TARGET = f"10.0.1.16:{PORT}"
 def step_watch(arn: str) -> None:
     heading(6, f"watch mode: {WATCH_POD} turns Ready while the scheduled resync watches (no event sent)")
     show("before", arn)
-    template = next(p for p in SEED if p["metadata"]["name"] == NOT_READY_POD)
-    pod = json.loads(json.dumps(template))
-    pod["metadata"] = {
-        "name": WATCH_POD,
-        "namespace": NAMESPACE,
-        "labels": template["metadata"]["labels"],
-    }
-    status = pod.pop("status")
-    status["podIP"] = "10.0.1.16"
-    status["podIPs"] = [{"ip": "10.0.1.16"}]
     # As in a cluster: the API server creates the pod without a status; the kubelet then
     # reports it Running with its IP, not ready yet.
-    kube("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
-    kube("PATCH", pod_path(WATCH_POD, "/status"), {"status": status}, "application/merge-patch+json")
+    create_pod(WATCH_POD, "10.0.1.16")
     out(f"  {bold('kube')}    POST {WATCH_POD}, then PATCH its status: Running at 10.0.1.16, not ready yet")
     # The scheduled resync: its full diff, then it watches (TGSYNC_WATCH_SECONDS).
     result: dict = {}
@@ -737,26 +750,9 @@ def gate_status(name: str) -> str | None:
 def step_rollout(arn: str) -> None:
     heading(7, f"a rolling update: {ROLLOUT_POD} (readiness gate {GATE}) replaces {WATCH_POD}")
     show("before", arn)
-    template = next(p for p in SEED if p["metadata"]["name"] == NOT_READY_POD)
-    pod = json.loads(json.dumps(template))
-    pod["metadata"] = {
-        "name": ROLLOUT_POD,
-        "namespace": NAMESPACE,
-        "labels": template["metadata"]["labels"],
-    }
-    pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
-    status = pod.pop("status")
-    status["podIP"] = "10.0.1.17"
-    status["podIPs"] = [{"ip": "10.0.1.17"}]
     # The Deployment's new pod (surge 1): its containers ready, the pod not Ready until
     # its gate is True (the kubelet's rule).
-    status["conditions"] = [c for c in status["conditions"] if c["type"] not in ("ContainersReady", "Ready")]
-    status["conditions"] += [
-        {"type": "ContainersReady", "status": "True"},
-        {"type": "Ready", "status": "False"},
-    ]
-    kube("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
-    kube("PATCH", pod_path(ROLLOUT_POD, "/status"), {"status": status}, "application/merge-patch+json")
+    create_pod(ROLLOUT_POD, "10.0.1.17", gated=True)
     out(f"  {bold('kube')}    POST {ROLLOUT_POD} with readiness gate {GATE}: containers ready at "
         f"10.0.1.17, the pod not Ready until the gate is True")
     result: dict = {}
