@@ -190,10 +190,6 @@ pub struct GroupReport {
     /// was not read this run (the checkpoint).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verification_skipped: bool,
-    /// The group was found deleted, or its tags changed since they were read: cached
-    /// bindings must be dropped (not part of the JSON report).
-    #[serde(skip)]
-    pub gone: bool,
     /// When the pass's first ELBv2 change was answered (reaction latency; not part of
     /// the JSON report).
     #[serde(skip)]
@@ -239,7 +235,6 @@ impl GroupReport {
             lease_until: None,
             passes: 0,
             verification_skipped: false,
-            gone: false,
             applied_at: None,
             registered_targets: None,
             healthy_targets: None,

@@ -52,7 +52,7 @@ use crate::core::{PodIndex, Selector, UnixMillis, contribution};
 use crate::groups::TargetGroupApi;
 use crate::index::Snapshot;
 use crate::pods::PodSource;
-use crate::reconcile::{Action, BoundGroup, PodReads, RunOptions};
+use crate::reconcile::{Action, BoundGroup, Failure, PassError, PodReads, Reconciled, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
 use crate::state::StateStore;
 use crate::sync::lock;

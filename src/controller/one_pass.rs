@@ -24,8 +24,8 @@ use crate::core::{PodFacts, PodIndex, Selector, contribution};
 use crate::groups::TargetGroupApi;
 use crate::pods::{PodSource, PodsError};
 use crate::reconcile::{
-    Action, Bindings, BoundGroup, DEFERRED, Observed, PodReads, ReadAhead, RunOptions,
-    START_CUTOFF, Scope, Settled, unreleased,
+    Action, Bindings, BoundGroup, DEFERRED, Failure, Observed, PassError, PodReads, ReadAhead,
+    Reconciled, RunOptions, START_CUTOFF, Scope, Settled, unreleased,
 };
 use crate::report::{GroupReport, Outcome, Report};
 use crate::state::StateStore;
@@ -275,13 +275,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .run(self.release_ending(opts), |arn, want| {
                 let (results, notes) = (&results, &notes);
                 async move {
-                    let (group, note, action) = self.release_group(&arn, opts).await;
+                    let (group, note, result) = self.release_group(&arn, opts).await;
                     self.pass_done(&group, opts.dry_run, None);
                     results.keep(group);
                     if let Some(note) = note {
                         lock(notes).insert(arn.clone(), note);
                     }
-                    (arn, want, action)
+                    (arn, want, result)
                 }
             })
             .await;
@@ -413,7 +413,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                             self.cluster
                         ),
                     ));
-                    return (arn, want, Action::Done);
+                    return (arn, want, Ok(Action::Done));
                 };
                 let bound = &bound;
                 // The pod event's gated pod, if this group selects it and its gate
@@ -421,22 +421,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 let waiting = gated.filter(|p| {
                     gates && matches!(contribution(p, &bound.binding), Some((_, Some(false))))
                 });
-                let action = match waiting {
+                let result = match waiting {
                     Some(pod) if want.gates_only() => {
                         match self.look_at_gate(bound, pod, results).await {
-                            Settled::Closed | Settled::Unchanged => Action::GatesPending,
-                            Settled::Opened | Settled::Failed => Action::Done,
+                            Settled::Closed | Settled::Unchanged => Ok(Action::GatesPending),
+                            Settled::Opened | Settled::Failed => Ok(Action::Done),
                         }
                     }
-                    _ if want.gates_only() => Action::Done,
+                    _ if want.gates_only() => Ok(Action::Done),
                     _ => match self.look(bound, opts, scope, snapshots, results).await {
-                        Action::Done if waiting.is_some_and(|p| !opened(p, results)) => {
-                            Action::GatesPending
+                        Ok(Action::Done) if waiting.is_some_and(|p| !opened(p, results)) => {
+                            Ok(Action::GatesPending)
                         }
                         other => other,
                     },
                 };
-                (arn, want, action)
+                (arn, want, result)
             }
         }))
         .await;
@@ -452,7 +452,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         scope: &Scope<'_>,
         snapshots: &Snapshots,
         results: &Results,
-    ) -> Action {
+    ) -> Reconciled {
         let namespace = &bound.binding.namespace;
         if self.past_start_deadline(opts) {
             snapshots.done(namespace);
@@ -464,18 +464,19 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             );
             self.pass_done(&deferred, opts.dry_run, None);
             results.keep(deferred);
-            return Action::Requeue;
+            return Err(PassError::Deferred);
         }
-        let (report, action) = match snapshots.get(&self.pods, namespace).await {
+        let (report, result) = match snapshots.get(&self.pods, namespace).await {
             Err(e) => {
                 snapshots.done(namespace);
+                let error = PassError::Failed(Failure::Pods(e));
                 let failed = GroupReport::with_error(
                     &bound.group.arn,
                     &bound.group.group_name(),
                     Outcome::Failed,
-                    &e,
+                    &error,
                 );
-                (Some(failed), Action::Failed)
+                (Some(failed), Err(error))
             }
             Ok(listed) => {
                 let index = PodIndex::new(&listed.0);
@@ -484,7 +485,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 snapshots.done(namespace);
                 match observed {
                     Observed::Done(report, action) => (Some(report), action),
-                    Observed::Irrelevant => (None, Action::Done),
+                    Observed::Irrelevant => (None, Ok(Action::Done)),
                     Observed::Change(report, mut prior) => {
                         // A pod event's pass plans from this LIST when nothing was
                         // written since (see `PriorRead`); a resync's lists afresh.
@@ -509,7 +510,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             self.pass_done(&report, opts.dry_run, None);
             results.keep(report);
         }
-        action
+        result
     }
 
     /// Another look at the gate of the pod event's gated `pod`, which `bound` selects.

@@ -7,8 +7,8 @@
 //! - Requests merge: a pod change and the schedule's full diff of the same group are one
 //!   pass that does both.
 //! - Pod changes go before the full diff's verifications, oldest change first.
-//! - A pass ends with an [`Action`]; [`Queue::done`] turns it into a delay, by the
-//!   policy below. A pod change never waits for a delay of its key (its registrations'
+//! - A pass ends with an [`Action`] or a [`PassError`]; [`Queue::done`], the one error
+//!   policy, turns either into a delay, by the policy below. A pod change never waits for a delay of its key (its registrations'
 //!   backoff, a retry after a failure): nothing delays a deregistration. Only a lease
 //!   another process holds parks a key until the holder's lease ends or it is handed
 //!   back ([`Queue::unpark`]); a parked key holds no slot meanwhile.
@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::{BackoffPolicy, UnixMillis};
-use crate::reconcile::Action;
+use crate::reconcile::{Action, PassError, Reconciled};
 
 /// How soon a gated pod's group is looked at again while its gate waits for a healthy
 /// target.
@@ -37,7 +37,7 @@ pub const LEASE_POLL: Duration = Duration::from_secs(1);
 /// Retries of a key whose pass failed before its lease (the state, target health or
 /// pods could not be read): from 1 s, doubling, with jitter, to 5 minutes; reset by a
 /// pass that gets further. (A failure under the lease is the group's stored backoff:
-/// [`Action::BackOff`].)
+/// [`PassError::BackingOff`].)
 pub const FAILED_RETRY: BackoffPolicy = BackoffPolicy {
     min: Duration::from_secs(1),
     max: Duration::from_secs(300),
@@ -240,52 +240,55 @@ impl Queue {
         slot.pending.take().map(|w| (key, w))
     }
 
-    /// `key`'s pass, asked to do `ran`, ended with `action` at `now`: the delay policy.
-    /// - [`Action::Done`]: nothing more (a request made meanwhile runs now).
-    /// - [`Action::Requeue`]: again now.
+    /// `key`'s pass, asked to do `ran`, ended with `result` at `now`: the one delay
+    /// and error policy.
+    /// - [`Action::Done`]: nothing more (a request made meanwhile runs now); so does
+    ///   [`PassError::LeaseLost`] (the new holder finishes the group) and a failure no
+    ///   retry can help ([`crate::reconcile::Failure::retryable`]).
+    /// - [`PassError::Cut`], [`PassError::Deferred`], [`PassError::Yielded`]: again now.
     /// - [`Action::GatesPending`]: again after [`GATE_POLL`].
-    /// - [`Action::BackOff`]: again when the backoff ends; a pod change runs now.
-    /// - [`Action::Failed`]: again after [`FAILED_RETRY`]'s delay for the key's
+    /// - [`Action::BackOff`], [`PassError::BackingOff`]: again when the backoff ends; a
+    ///   pod change runs now.
+    /// - [`PassError::Failed`]: again after [`FAILED_RETRY`]'s delay for the key's
     ///   consecutive failures; a pod change runs now.
     /// - [`Action::LeaseHeld`]: parked until [`LEASE_RECHECK_SLACK`] after the holder's
     ///   lease expires, or until [`Queue::unpark`]; pod changes meanwhile wait with it.
-    pub fn done(&mut self, key: &str, ran: Want, action: Action, now: Now) {
-        let delay = match action {
-            Action::Done => None,
-            Action::Requeue => Some(now.instant),
-            Action::GatesPending => Some(now.instant + GATE_POLL),
-            Action::BackOff { until } => Some(now.instant_of(until)),
-            Action::LeaseHeld { until } => Some(
-                now.instant_of(until.plus(LEASE_RECHECK_SLACK))
-                    .max(now.instant),
-            ),
-            Action::Failed => None,
-        };
+    pub fn done(&mut self, key: &str, ran: Want, result: &Reconciled, now: Now) {
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
         slot.running = false;
-        slot.failures = match action {
-            Action::Failed => slot.failures.saturating_add(1),
-            _ => 0,
+        let failed = matches!(result, Err(PassError::Failed(f)) if f.retryable());
+        slot.failures = if failed {
+            slot.failures.saturating_add(1)
+        } else {
+            0
         };
-        let delay = match action {
-            Action::Failed => Some(now.instant + FAILED_RETRY.delay(slot.failures, &mut self.rng)),
-            _ => delay,
+        let next = match result {
+            Err(PassError::Failed(_)) if failed => Some((
+                now.instant + FAILED_RETRY.delay(slot.failures, &mut self.rng),
+                Wait::Retry,
+            )),
+            Ok(Action::Done) | Err(PassError::LeaseLost | PassError::Failed(_)) => None,
+            Err(PassError::Cut | PassError::Deferred | PassError::Yielded) => {
+                Some((now.instant, Wait::Time))
+            }
+            Ok(Action::GatesPending) => Some((now.instant + GATE_POLL, Wait::Gates)),
+            Ok(Action::BackOff { until }) | Err(PassError::BackingOff { until, .. }) => {
+                Some((now.instant_of(*until), Wait::Backoff))
+            }
+            Ok(Action::LeaseHeld { until }) => Some((
+                now.instant_of(until.plus(LEASE_RECHECK_SLACK))
+                    .max(now.instant),
+                Wait::Lease,
+            )),
         };
-        if let Some(at) = delay {
+        if let Some((at, wait)) = next {
             // A pod change asked for meanwhile does not wait, unless for a lease.
-            let wait = match action {
-                Action::LeaseHeld { .. } => Wait::Lease,
-                Action::GatesPending => Wait::Gates,
-                Action::Failed => Wait::Retry,
-                Action::BackOff { .. } => Wait::Backoff,
-                Action::Done | Action::Requeue => Wait::Time,
-            };
             let waits = wait == Wait::Lease || slot.pending.is_none_or(|p| !p.changed);
             // A gate is looked at again; anything else is asked for again as it was.
-            let again = match action {
-                Action::GatesPending => Want::gates(),
+            let again = match result {
+                Ok(Action::GatesPending) => Want::gates(),
                 _ => ran,
             };
             slot.pending = Some(match slot.pending {
@@ -426,6 +429,16 @@ impl Queue {
 mod tests {
     use super::*;
 
+    /// A failure before the lease (a state read that failed).
+    fn failed() -> PassError {
+        PassError::Failed(crate::reconcile::Failure::StateRead(
+            crate::state::StateError::Dynamo {
+                operation: "GetItem",
+                message: "InternalServerError".into(),
+            },
+        ))
+    }
+
     const ALL: Room = Room {
         changes: true,
         verifications: true,
@@ -466,10 +479,10 @@ mod tests {
         // Changed again while in flight: not started twice.
         q.request("a", Want::change(at(2)));
         assert_eq!(q.pop(c.i(2), ALL), None);
-        q.done("a", w, Action::Done, c.now(2));
+        q.done("a", w, &Ok(Action::Done), c.now(2));
         let (k, w) = q.pop(c.i(3), ALL).unwrap();
         assert_eq!((k.as_str(), w.since), ("a", Some(at(2))));
-        q.done("a", w, Action::Done, c.now(3));
+        q.done("a", w, &Ok(Action::Done), c.now(3));
         assert!(q.is_idle());
     }
 
@@ -495,11 +508,21 @@ mod tests {
         q.request("a", Want::verify());
         let (_, w) = q.pop(c.i(0), ALL).unwrap();
         // Its registrations back off until 100.
-        q.done("a", w, Action::BackOff { until: c.wall(100) }, c.now(0));
+        q.done(
+            "a",
+            w,
+            &Ok(Action::BackOff { until: c.wall(100) }),
+            c.now(0),
+        );
         assert_eq!(q.pop(c.i(50), ALL), None);
         assert_eq!(q.next_wake(), Some(c.i(100)));
         let (_, w) = q.pop(c.i(100), ALL).unwrap();
-        q.done("a", w, Action::BackOff { until: c.wall(200) }, c.now(100));
+        q.done(
+            "a",
+            w,
+            &Ok(Action::BackOff { until: c.wall(200) }),
+            c.now(100),
+        );
         // A pod changes meanwhile (a deregistration may be due): now.
         q.request("a", Want::change(at(60)));
         assert!(q.pop(c.i(101), ALL).is_some());
@@ -515,9 +538,9 @@ mod tests {
         q.done(
             "a",
             w,
-            Action::BackOff {
+            &Ok(Action::BackOff {
                 until: c.wall(1_000),
-            },
+            }),
             c.now(1),
         );
         assert!(q.pop(c.i(3), ALL).is_some(), "the newer change runs now");
@@ -533,7 +556,7 @@ mod tests {
         for failures in 1..=6u32 {
             let (_, w) = q.pop(c.i(t), ALL).expect("the request is kept");
             assert!(w.changed, "the same request comes back");
-            q.done("a", w, Action::Failed, c.now(t));
+            q.done("a", w, &Err(failed()), c.now(t));
             let wake = q.next_wake().expect("a retry time");
             let delay = wake - c.i(t);
             let ceiling = FAILED_RETRY.min * 2u32.pow(failures - 1);
@@ -548,7 +571,7 @@ mod tests {
         }
         // A pass that gets further resets the count.
         let (_, w) = q.pop(c.i(t), ALL).unwrap();
-        q.done("a", w, Action::Done, c.now(t));
+        q.done("a", w, &Ok(Action::Done), c.now(t));
         assert!(q.is_idle());
     }
 
@@ -561,9 +584,9 @@ mod tests {
         q.done(
             "a",
             w,
-            Action::LeaseHeld {
+            &Ok(Action::LeaseHeld {
                 until: c.wall(5_000),
-            },
+            }),
             c.now(1),
         );
         assert_eq!(q.parked(), ["a"]);
@@ -584,16 +607,16 @@ mod tests {
         let mut q = Queue::default();
         q.request("g", Want::verify());
         let (_, w) = q.pop(c.i(0), ALL).unwrap();
-        q.done("g", w, Action::GatesPending, c.now(0));
+        q.done("g", w, &Ok(Action::GatesPending), c.now(0));
         assert_eq!(q.next_wake(), Some(c.i(0) + GATE_POLL));
         assert!(q.has_work(c.i(0), c.i(0) + GATE_POLL));
         assert!(!q.has_work(c.i(0) + GATE_POLL, c.i(999)));
         let (_, w) = q.pop(c.i(0) + GATE_POLL, ALL).unwrap();
         assert!(w.gates_only(), "only the gates are looked at again: {w:?}");
-        q.done("g", w, Action::Done, c.now(1_000));
+        q.done("g", w, &Ok(Action::Done), c.now(1_000));
         q.request("c", Want::change(at(0)));
         let (_, w) = q.pop(c.i(0), ALL).unwrap();
-        q.done("c", w, Action::Requeue, c.now(0));
+        q.done("c", w, &Err(PassError::Cut), c.now(0));
         assert_eq!(q.pop(c.i(0), ALL).unwrap().0, "c");
     }
 

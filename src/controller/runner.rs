@@ -4,7 +4,7 @@
 //! the run ends ([`Ending`]).
 //!
 //! At most `cap` passes for pod changes and `cap` verifications run at once. A pass
-//! returns an [`Action`], which the queue turns into a delay. Keys parked on a lease
+//! returns an [`Action`] or a [`PassError`], which the queue turns into a delay. Keys parked on a lease
 //! another process holds take no slot: every [`LEASE_POLL`] their groups' items are read
 //! in one batched read, and a lease given back or expired ends their wait.
 
@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::core::lease_protocol::{self as protocol, Wind};
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
-use crate::reconcile::Action;
+use crate::reconcile::{Action, PassError, Reconciled};
 use crate::state::StateStore;
 use crate::sync::lock;
 
@@ -48,7 +48,7 @@ pub(crate) enum Ending {
     /// Once nothing asked for is left, or at `until` once no key is ready (a release:
     /// each named group released or failed for good, or the invocation out of time). Until
     /// then a key parked on a lease another process holds waits for it to be given back
-    /// (or to expire), and one that failed is tried again after [`Action::Failed`]'s
+    /// (or to expire), and one that failed is tried again after [`PassError::Failed`]'s
     /// delay; a backoff or a cut pass is left to the next run.
     Drain {
         /// When waiting ends.
@@ -57,22 +57,36 @@ pub(crate) enum Ending {
 }
 
 impl Ending {
-    /// What the run keeps of a pass's `action` for `key`, asked to do `want`: a
-    /// one-shot run waits for a lease or a gate, and leaves a backoff, a retry or a cut
-    /// pass to the next run — each such request (but a look at gates) goes to `left`,
-    /// to be handed on.
-    fn keeps(self, action: Action, want: Want, key: &str, left: &mut Vec<String>) -> Action {
-        match (self, action) {
-            (Self::Idle { .. }, Action::Requeue | Action::Failed | Action::BackOff { .. }) => {
+    /// What the run keeps of a pass's `result` for `key`, asked to do `want`: a
+    /// one-shot run waits for a lease or a gate, and leaves a backoff, a retry or a pass
+    /// that did not finish to the next run — each such request (but a look at gates)
+    /// goes to `left`, to be handed on. (A lost lease is its new holder's.)
+    fn keeps(
+        self,
+        result: Reconciled,
+        want: Want,
+        key: &str,
+        left: &mut Vec<String>,
+    ) -> Reconciled {
+        let unfinished = matches!(
+            result,
+            Ok(Action::BackOff { .. })
+                | Err(PassError::Cut
+                    | PassError::Deferred
+                    | PassError::Yielded
+                    | PassError::BackingOff { .. })
+        );
+        match self {
+            Self::Idle { .. } if unfinished || matches!(result, Err(PassError::Failed(_))) => {
                 if !want.gates_only() {
                     left.push(key.to_owned());
                 }
-                Action::Done
+                Ok(Action::Done)
             }
             // A release's request is a release, which no reconcile pass would serve: it
             // is not handed on (its report says what it could not release).
-            (Self::Drain { .. }, Action::Requeue | Action::BackOff { .. }) => Action::Done,
-            (_, action) => action,
+            Self::Drain { .. } if unfinished => Ok(Action::Done),
+            _ => result,
         }
     }
 
@@ -148,7 +162,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     }
 
     /// Runs the queue until `ending` (or the process shuts down): each key's pass is
-    /// `job(key, want)`, whose [`Action`] the queue turns into a delay. When the run
+    /// `job(key, want)`, whose result the queue turns into a delay. When the run
     /// ends, the passes in flight finish (a run's options cut them cleanly at its
     /// `cut_at`); what is still queued stays in the queue, and every request the run
     /// could not serve is handed on ([`Runner::hand_on`]; see [`Ending`]) — at shutdown,
@@ -157,7 +171,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
     pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Unserved
     where
         F: Fn(String, Want) -> Fut,
-        Fut: Future<Output = (String, Want, Action)>,
+        Fut: Future<Output = (String, Want, Reconciled)>,
     {
         let engine = self.engine;
         let cap = engine.settings.concurrency.max(1);
@@ -230,10 +244,10 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                 }
             };
             tokio::select! {
-                Some((key, want, action)) = in_flight.next(), if !in_flight.is_empty() => {
+                Some((key, want, result)) = in_flight.next(), if !in_flight.is_empty() => {
                     if want.reacts() { changes -= 1 } else { verifications -= 1 }
-                    let kept = ending.keeps(action, want, &key, &mut left);
-                    lock(self.queue).done(&key, want, kept, self.now());
+                    let kept = ending.keeps(result, want, &key, &mut left);
+                    lock(self.queue).done(&key, want, &kept, self.now());
                 }
                 () = &mut looking, if !looking.is_terminated() => {
                     next_lease_look = Instant::now() + LEASE_POLL;
@@ -260,9 +274,9 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         for wind in protocol::winding_up(engine.is_shutting_down()) {
             match wind {
                 Wind::Drain => {
-                    while let Some((key, want, action)) = in_flight.next().await {
-                        let kept = ending.keeps(action, want, &key, &mut left);
-                        lock(self.queue).done(&key, want, kept, self.now());
+                    while let Some((key, want, result)) = in_flight.next().await {
+                        let kept = ending.keeps(result, want, &key, &mut left);
+                        lock(self.queue).done(&key, want, &kept, self.now());
                     }
                 }
                 Wind::HandOn => {

@@ -203,16 +203,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// One key's pass: observe the group from the store's pods, and under its lease
     /// change what must change. Returns what should happen next (the queue decides
     /// when).
-    pub(super) async fn job(&self, arn: String, want: Want) -> (String, Want, Action) {
+    pub(super) async fn job(&self, arn: String, want: Want) -> (String, Want, Reconciled) {
         let Some(bound) = self.engine.index.get(&arn) else {
-            self.finished(&arn, want, None, Action::Done);
-            return (arn, want, Action::Done);
+            self.finished(&arn, want, None, &Ok(Action::Done));
+            return (arn, want, Ok(Action::Done));
         };
         if want.gates_only() {
             let action = self.settle_waiting_gates(&bound).await;
-            return (arn, want, action);
+            return (arn, want, Ok(action));
         }
-        let (report, action) = if want.verify && !want.changed {
+        let (report, result) = if want.verify && !want.changed {
             let promotion = crate::groups::Promotion::default();
             lock(&self.promotions).insert(arn.clone(), promotion.clone());
             // Boxed, here and below: a pass's state is large (its AWS calls), and a job
@@ -227,19 +227,19 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 Some(report) => report,
                 // A pod change arrived before it read anything: the change's pass, asked
                 // for, now also does the full diff's look (one health read, not two).
-                None => return (arn, want, Action::Requeue),
+                None => return (arn, want, Err(PassError::Yielded)),
             }
         } else {
             Box::pin(self.pass(&bound, want)).await
         };
-        self.finished(&arn, want, report, action);
+        self.finished(&arn, want, report, &result);
         // A gated pod it selects waits for its target to turn healthy: its gate is
         // looked at again soon.
-        let action = match action {
-            Action::Done if self.gate_pending(&bound) => Action::GatesPending,
+        let result = match result {
+            Ok(Action::Done) if self.gate_pending(&bound) => Ok(Action::GatesPending),
             other => other,
         };
-        (arn, want, action)
+        (arn, want, result)
     }
 
     /// Settles the gates of `bound`'s pods waiting on theirs (see `reconcile::gates`:
@@ -285,7 +285,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         &self,
         bound: &BoundGroup,
         want: Want,
-    ) -> (Option<GroupReport>, Action) {
+    ) -> (Option<GroupReport>, Reconciled) {
         let engine = self.engine;
         let informer = &engine.controller.informer;
         let namespace = &bound.binding.namespace;
@@ -304,13 +304,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             {
                 Ok(listing) => (listing.pods, listing.resource_version),
                 Err(e) => {
+                    let error = PassError::Failed(Failure::Pods(e));
                     let report = GroupReport::with_error(
                         &bound.group.arn,
                         &bound.group.group_name(),
                         Outcome::Failed,
-                        &e,
+                        &error,
                     );
-                    return (Some(report), Action::Failed);
+                    return (Some(report), Err(error));
                 }
             },
         };
@@ -346,7 +347,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         drop(pods);
         match observed {
             crate::reconcile::Observed::Done(report, action) => (Some(report), action),
-            crate::reconcile::Observed::Irrelevant => (None, Action::Done),
+            crate::reconcile::Observed::Irrelevant => (None, Ok(Action::Done)),
             crate::reconcile::Observed::Change(report, prior) => {
                 let view = |b: &crate::core::Binding| informer.view(b);
                 let reads = PodReads::Held(&view);
@@ -358,14 +359,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
     }
 
-    /// Records a finished pass, which ended with `action`: the full diff's result, the
+    /// Records a finished pass, which ended with `result`: the full diff's result, the
     /// watch's counts, the gates it leaves waiting.
     pub(super) fn finished(
         &self,
         arn: &str,
         want: Want,
         report: Option<GroupReport>,
-        action: Action,
+        result: &Reconciled,
     ) {
         if let Some(r) = &report {
             let reaction = want
@@ -395,7 +396,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
         // A pass deferred or cut before it finished (it asks to run again) did not look:
         // its group stays at the front for the next full diff.
-        let looked_at = action != Action::Requeue;
+        let looked_at = !matches!(
+            result,
+            Err(PassError::Cut | PassError::Deferred | PassError::Yielded)
+        );
         if want.verify {
             if looked_at {
                 let mut looked = lock(&self.engine.controller.looked);

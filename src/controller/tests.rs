@@ -231,7 +231,7 @@ async fn a_gate_look_takes_a_reactions_slot_not_a_verifications() {
                         beside.fetch_add(1, Ordering::SeqCst);
                     }
                     counter.fetch_sub(1, Ordering::SeqCst);
-                    (key, want, Action::Done)
+                    (key, want, Ok(Action::Done))
                 }
             },
         )
@@ -336,7 +336,7 @@ async fn at_shutdown_queued_requests_are_handed_on_before_the_passes_in_flight_d
         |key, want| async move {
             // A pass whose call in flight takes its whole deadline.
             tokio::time::sleep(Duration::from_secs(5)).await;
-            (key, want, Action::Done)
+            (key, want, Ok(Action::Done))
         },
     );
     let signal = async {

@@ -1,19 +1,20 @@
-//! What a group's pass says should happen next: kube-runtime's `Action`, in tgsync's
-//! words. The pass decides *what* (done; stopped before it finished; the lease is held
-//! elsewhere until a time; registrations back off until a time; it failed before the
-//! lease; a gated pod waits); the controller's queue alone decides *when* the group is
-//! tried again (`controller::queue`), so that question has one answer in one file.
+//! What a group's pass says should happen next when it finished: kube-runtime's
+//! `Action`, in tgsync's words. The pass decides *what* (done; the lease is held
+//! elsewhere until a time; registrations back off until a time; a gated pod waits), or
+//! why it did not finish ([`super::PassError`]); the controller's queue alone decides
+//! *when* the group is tried again (`controller::queue`), so that question has one
+//! answer in one file.
 
 use crate::core::UnixMillis;
+
+/// A pass's result: what should happen next, or why it did not finish.
+pub type Reconciled = Result<Action, super::PassError>;
 
 /// What should happen to a group after its pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// Nothing more until something changes.
     Done,
-    /// Stopped before it finished (the run's time is up, the process is shutting down,
-    /// the invocation's deadline is near): again as soon as a run can.
-    Requeue,
     /// Another process holds the group's lease until `until` (as stored: wall clock); it
     /// was asked to run again, and serves the request if it is alive.
     LeaseHeld {
@@ -27,9 +28,6 @@ pub enum Action {
         /// When registrations may be tried again.
         until: UnixMillis,
     },
-    /// Failed before the lease (the state, target health or pods could not be read, or
-    /// the lease could not be taken): nothing was changed; tried again after a backoff.
-    Failed,
     /// A gated pod of the group waits for its target to turn healthy: look again soon.
     GatesPending,
 }

@@ -21,7 +21,7 @@ use crate::report::{GroupReport, Outcome};
 use crate::state::LeaseView;
 use crate::sync::lock;
 
-use super::{Action, Reconciler};
+use super::{Action, Failure, PassError, Reconciled, Reconciler};
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
 use crate::state::StateStore;
@@ -118,7 +118,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         held: &Elsewhere,
         now: UnixMillis,
         report: &mut GroupReport,
-    ) -> Option<Action> {
+    ) -> Option<Reconciled> {
         let grace = u64::try_from(self.settings.lease.takeover_grace.as_millis()).unwrap_or(0);
         let held_after = UnixMillis(now.0.saturating_sub(grace));
         match self
@@ -126,12 +126,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .ask_holder(arn, &held.busy.owner, held_after)
             .await
         {
-            Ok(true) => Some(lease_held(report, &held.busy)),
+            Ok(true) => Some(Ok(lease_held(report, &held.busy))),
             Ok(false) => None,
             Err(e) => {
+                let error = PassError::Failed(Failure::AskHolder(e));
                 report.outcome = Outcome::Failed;
-                report.error = Some(format!("asking the lease's holder for a pass failed: {e}"));
-                Some(Action::Failed)
+                report.error = Some(error.to_string());
+                Some(Err(error))
             }
         }
     }

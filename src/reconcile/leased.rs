@@ -8,17 +8,15 @@
 //! pod registered again); an event that arrives later finds the lease held, sets
 //! `dirty`, and the group is reconciled again.
 
-use super::pass::{CUT, PodReads, PriorRead};
-use super::{Action, BoundGroup, Reconciler, RunOptions};
+use super::pass::{PodReads, PriorRead, Verdict};
+use super::{
+    Action, BoundGroup, CUT, DEFERRED, Failure, PassError, Reconciled, Reconciler, RunOptions,
+};
 use crate::groups::TargetGroupApi;
 use crate::lease::{self, RunEnd, Taken};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Outcome};
 use crate::state::{GroupState, StateStore};
-
-/// The report's word for a group left to the next run.
-pub(crate) const DEFERRED: &str =
-    "the invocation is near its deadline; the next run reconciles this group";
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Takes the group's lease (or leaves the change to its holder) and runs passes,
@@ -31,11 +29,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         opts: &RunOptions,
         reads: &PodReads<'_>,
         prior: Option<PriorRead>,
-    ) -> (GroupReport, Action) {
+    ) -> (GroupReport, Reconciled) {
         if self.past_start_deadline(opts) {
             report.outcome = Outcome::Deferred;
             report.error = Some(DEFERRED.into());
-            return (report, Action::Requeue);
+            return (report, Err(PassError::Deferred));
         }
         let taken = self.take_lease(&bound.group.arn).await;
         match taken {
@@ -45,12 +43,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             }
             Ok(Taken::Busy(busy)) => {
                 let action = super::elsewhere::lease_held(&mut report, &busy);
-                (report, action)
+                (report, Ok(action))
             }
             Err(e) => {
+                let error = PassError::Failed(Failure::LeaseTake(e));
                 report.outcome = Outcome::Failed;
-                report.error = Some(format!("taking the lease failed: {e}"));
-                (report, Action::Failed)
+                report.error = Some(error.to_string());
+                (report, Err(error))
             }
         }
     }
@@ -67,7 +66,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         opts: &RunOptions,
         reads: &PodReads<'_>,
         prior: Option<PriorRead>,
-    ) -> (GroupReport, Action) {
+    ) -> (GroupReport, Reconciled) {
         let _holding = self.holding();
         // A look of this container at the group meanwhile does not take it for a lease
         // held elsewhere.
@@ -76,6 +75,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         report.passes = 0;
         report.gates_opened.clear();
         let mut prior = prior;
+        let mut verdict = Verdict::Stopped;
         let end = lease
             .run(
                 state,
@@ -87,7 +87,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     let prior = prior.take();
                     // Boxed: a pass's state (its ELBv2 and DynamoDB calls) is large, and
                     // would otherwise sit inline in every caller's.
-                    Box::pin(self.pass(
+                    let (end, said) = Box::pin(self.pass(
                         &mut bound,
                         state,
                         reads,
@@ -96,33 +96,35 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                         &mut report,
                         opts,
                     ))
-                    .await
+                    .await;
+                    verdict = said;
+                    end
                 },
             )
             .await;
-        let mut action = Action::Done;
+        let mut stopped = None;
         match end {
             RunEnd::Aborted => {
                 report.outcome = Outcome::Aborted;
                 report.error = Some("aborted at an injected fault".into());
-                return (report, Action::Done);
+                return (report, Ok(Action::Done));
             }
-            RunEnd::Lost if report.error.is_none() => {
-                report.error = Some(
-                    "the lease was lost (expired or taken over); the new holder finishes the group"
-                        .into(),
-                );
+            RunEnd::Lost => {
+                if report.error.is_none() {
+                    report.error = Some(PassError::LeaseLost.to_string());
+                }
+                stopped = Some(PassError::LeaseLost);
             }
             RunEnd::Cut => {
                 if report.error.is_none() {
                     report.error = Some(CUT.into());
                 }
-                action = Action::Requeue;
+                stopped = Some(PassError::Cut);
             }
             RunEnd::GivenUp if report.passes == 0 => {
                 report.outcome = Outcome::Deferred;
                 report.error = Some(DEFERRED.into());
-                return (report, Action::Requeue);
+                return (report, Err(PassError::Deferred));
             }
             RunEnd::GivenUp
                 if report.passes >= self.settings.max_passes && report.error.is_none() =>
@@ -146,16 +148,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
         // Failed or backing off under the lease: the stored backoff says until when;
         // registrations waiting target by target, their first retry.
-        if action == Action::Done
-            && let (Outcome::BackingOff | Outcome::Failed, Some(until)) = (
-                report.outcome,
-                report
-                    .next_attempt_at
-                    .or_else(|| report.waiting.iter().map(|w| w.retry_at).min()),
-            )
-        {
-            action = Action::BackOff { until };
-        }
-        (report, action)
+        let result = match (stopped, verdict) {
+            (Some(stopped), _) => Err(stopped),
+            (None, Verdict::Failed { cause, until }) => Err(PassError::BackingOff { cause, until }),
+            (
+                None,
+                Verdict::Settled {
+                    retry_at: Some(until),
+                },
+            ) => Ok(Action::BackOff { until }),
+            (None, Verdict::Settled { retry_at: None } | Verdict::Stopped) => Ok(Action::Done),
+        };
+        (report, result)
     }
 }

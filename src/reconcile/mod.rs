@@ -10,6 +10,7 @@
 
 mod action;
 mod elsewhere;
+mod error;
 mod gates;
 mod leased;
 mod observe;
@@ -21,9 +22,10 @@ mod release;
 mod rollout;
 mod tag_reads;
 
-pub use action::Action;
+pub use action::{Action, Reconciled};
+pub(crate) use error::{CUT, DEFERRED};
+pub use error::{Failure, PassError};
 pub(crate) use gates::Settled;
-pub(crate) use leased::DEFERRED;
 pub(crate) use observe::Observed;
 pub(crate) use pass::PodReads;
 pub use pod_event::{PodEvent, PodEventError};
@@ -221,11 +223,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         dry_run: bool,
         reaction: Option<Duration>,
     ) {
-        if report.gone {
-            // Deleted, or its tags changed since they were read: not acted on again
-            // until a discovery binds it.
-            self.index.unbound(&report.target_group_arn);
-        }
         self.sink.pass(&crate::metrics::PassDone {
             function: &self.owner_prefix,
             cluster: &self.cluster,

@@ -4,9 +4,9 @@
 //! lease and reads everything afresh before acting. A group whose item shows its lease
 //! held by another process is parked before its health is read ([`super::elsewhere`]).
 
-use super::Action;
 use super::read_ahead::Ahead;
 use super::refusals::{waiting, waiting_error};
+use super::{Action, Failure, PassError, Reconciled};
 use super::{BoundGroup, Reconciler, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
@@ -22,7 +22,7 @@ use crate::state::StateStore;
 pub(crate) enum Observed {
     /// Nothing to change (or nothing possible now); the report says which, and what
     /// should happen next.
-    Done(GroupReport, Action),
+    Done(GroupReport, Reconciled),
     /// Not the business of the pod event that asked (no report).
     Irrelevant,
     /// Something to change: take the lease. The report so far, and the health read
@@ -104,7 +104,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     ahead.settled(rest);
                     if rest {
                         report.verification_skipped = true;
-                        return Observed::Done(report, Action::Done);
+                        return Observed::Done(report, Ok(Action::Done));
                     }
                     wanted = Some((desired, fp));
                 }
@@ -121,9 +121,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let state = match read {
             Ok(s) => s,
             Err(e) => {
+                let error = PassError::Failed(Failure::StateRead(e));
                 report.outcome = Outcome::Failed;
-                report.error = Some(format!("reading the state table failed: {e}"));
-                return Observed::Done(report, Action::Failed);
+                report.error = Some(error.to_string());
+                return Observed::Done(report, Err(error));
             }
         };
         if !opts.dry_run
@@ -179,7 +180,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
         if rest {
             report.verification_skipped = true;
-            return Observed::Done(report, Action::Done);
+            return Observed::Done(report, Ok(Action::Done));
         }
         if opts.use_checkpoint
             && state.checkpoint.as_ref().map(|c| c.desired) != Some(fp)
@@ -200,7 +201,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             // Only registrations are due, and they wait: no need to read health.
             report.outcome = Outcome::BackingOff;
             note_backoff(&mut report, until, state.backoff.as_ref());
-            return Observed::Done(report, Action::BackOff { until });
+            return Observed::Done(report, Ok(Action::BackOff { until }));
         }
         // Another process holds the lease: this group cannot be written now, so no
         // health is read only to learn that (see `elsewhere`).
@@ -213,10 +214,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let actual = match self.read_health(arn).await {
             Ok(a) => a,
             Err(e) => {
-                report.gone = matches!(e, ElbError::NotFound { .. });
+                if matches!(e, ElbError::NotFound { .. }) {
+                    // Deleted: not acted on again until a discovery binds it.
+                    self.index.unbound(arn);
+                }
+                let error = PassError::Failed(Failure::HealthRead(e));
                 report.outcome = Outcome::Failed;
-                report.error = Some(format!("reading target health failed: {e}"));
-                return Observed::Done(report, Action::Failed);
+                report.error = Some(error.to_string());
+                return Observed::Done(report, Err(error));
             }
         };
         let plan = plan(
@@ -233,7 +238,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 note_backoff(&mut report, until, state.backoff.as_ref());
             }
             report.plan = Some(plan);
-            return Observed::Done(report, Action::Done);
+            return Observed::Done(report, Ok(Action::Done));
         }
         // Gates of pods registered here, and of pods this group selects but cannot
         // hold (the others wait for this group's pass).
@@ -271,13 +276,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         if let Gate::Wait { until } = gate {
             report.outcome = Outcome::BackingOff;
             note_backoff(&mut report, until, state.backoff.as_ref());
-            return Observed::Done(report, Action::BackOff { until });
+            return Observed::Done(report, Ok(Action::BackOff { until }));
         }
         if let Some(until) = sorted.next_try() {
             report.waiting = waiting(&state.held, &plan.register, present, &desired, now);
             report.outcome = Outcome::Failed;
             report.error = Some(waiting_error(&report.waiting, &state.held));
-            return Observed::Done(report, Action::BackOff { until });
+            return Observed::Done(report, Ok(Action::BackOff { until }));
         }
         // Right as it is. A scheduled run remembers that when the desired set is new to
         // the checkpoint (a write only when something changed since the last one).
@@ -299,7 +304,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         {
             tracing::warn!(target_group = %arn, error = %e, "writing the checkpoint failed; the next run verifies again");
         }
-        Observed::Done(report, Action::Done)
+        Observed::Done(report, Ok(Action::Done))
     }
 }
 

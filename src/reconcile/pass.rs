@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use super::observe::{note_backoff, pod_errors};
 use super::refusals::{waiting, waiting_error};
-use super::{BoundGroup, Reconciler, RunOptions};
+use super::{BoundGroup, CUT, Failure, Reconciler, RunOptions};
 use crate::core::checkpoint::fingerprint;
 use crate::core::{
     Binding, Checkpoint, Gate, Holds, MAX_TARGETS_PER_CALL, PodFacts, PodIndex, Rules, Target,
-    TargetHealth, Wait, desired_targets, plan,
+    TargetHealth, UnixMillis, Wait, desired_targets, plan,
 };
 use crate::faults::FaultPoint;
 use crate::groups::{ElbError, TargetGroupApi};
@@ -74,7 +74,7 @@ pub(crate) fn behind(version: &str, seen: Option<&String>) -> bool {
 /// Why a pass stopped early.
 pub(super) enum Stop {
     /// The group could not be reconciled; it backs off.
-    Failed(String),
+    Failed(Failure),
     /// The lease is gone: stop without writing anything more.
     LeaseLost,
     /// The group's tags changed since discovery and no longer make a binding for this
@@ -96,6 +96,28 @@ impl Stop {
             _ => Stop::LeaseLost,
         }
     }
+}
+
+/// How a pass under the lease left its group: what the leased run decides the next
+/// step from (the report only says it).
+#[derive(Debug, Clone)]
+pub(super) enum Verdict {
+    /// It ran to its end: the group is right, or right but for registrations that wait
+    /// until `retry_at` (held back by the group's backoff, or refused target by target).
+    Settled {
+        /// When waiting registrations are due, if any wait.
+        retry_at: Option<UnixMillis>,
+    },
+    /// It failed; the group's stored backoff holds registrations until `until`.
+    Failed {
+        /// What failed.
+        cause: Failure,
+        /// The stored backoff's end.
+        until: UnixMillis,
+    },
+    /// It stopped before it finished, wrote nothing more, or found the group unbound:
+    /// the lease's run end says what follows.
+    Stopped,
 }
 
 impl From<FaultPoint> for Stop {
@@ -144,7 +166,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         lease: &Lease<'_, S>,
         report: &mut GroupReport,
         opts: &RunOptions,
-    ) -> PassEnd {
+    ) -> (PassEnd, Verdict) {
         report.passes += 1;
         if report.outcome == Outcome::Failed && report.next_attempt_at.is_none() {
             // An earlier pass ended with registrations waiting (no backoff): this one
@@ -190,11 +212,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             ..Change::default()
         };
         match result {
-            Ok(verified) => {
-                if state.backoff.is_some() && verified.is_some() {
+            Ok(passed) => {
+                if state.backoff.is_some() && passed.verified.is_some() {
                     change.backoff = Some(None);
                 }
-                change.checkpoint = match verified {
+                change.checkpoint = match passed.verified {
                     Some(desired) => Some(Some(Checkpoint {
                         desired,
                         verified_at: now,
@@ -202,19 +224,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     None => state.checkpoint.is_some().then_some(None),
                 };
                 if self.fault(FaultPoint::BeforeLeaseRelease).is_err() {
-                    return PassEnd::Abort;
+                    return (PassEnd::Abort, Verdict::Stopped);
                 }
-                if report.outcome == Outcome::BackingOff {
-                    PassEnd::GiveUp(change)
+                let verdict = Verdict::Settled {
+                    retry_at: passed.held_back.or(passed.waiting),
+                };
+                if passed.held_back.is_some() {
+                    (PassEnd::GiveUp(change), verdict)
                 } else {
-                    PassEnd::Done(change)
+                    (PassEnd::Done(change), verdict)
                 }
             }
-            Err(Stop::Aborted) => PassEnd::Abort,
-            Err(Stop::Unbound) => PassEnd::GiveUp(Change::default()),
+            Err(Stop::Aborted) => (PassEnd::Abort, Verdict::Stopped),
+            Err(Stop::Unbound) => (PassEnd::GiveUp(Change::default()), Verdict::Stopped),
             Err(Stop::Cut) => {
                 report.error = Some(CUT.into());
-                PassEnd::Cut(change)
+                (PassEnd::Cut(change), Verdict::Stopped)
             }
             Err(Stop::LeaseLost) => {
                 report.outcome = Outcome::Failed;
@@ -224,15 +249,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     }
                     .to_string(),
                 );
-                PassEnd::Cut(Change::default())
+                (PassEnd::Cut(Change::default()), Verdict::Stopped)
             }
-            Err(Stop::Failed(msg)) => {
+            Err(Stop::Failed(cause)) => {
                 let next =
                     self.settings
                         .backoff
                         .on_failure(state.backoff, now, &mut self.jitter_rng());
                 report.outcome = Outcome::Failed;
-                report.error = Some(msg);
+                report.error = Some(cause.to_string());
                 report.next_attempt_at = Some(next.next_attempt);
                 change.backoff = Some(Some(next));
                 if state.checkpoint.is_some() {
@@ -240,17 +265,20 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     change.checkpoint = Some(None);
                 }
                 if self.fault(FaultPoint::BeforeLeaseRelease).is_err() {
-                    return PassEnd::Abort;
+                    return (PassEnd::Abort, Verdict::Stopped);
                 }
-                PassEnd::GiveUp(change)
+                let verdict = Verdict::Failed {
+                    cause,
+                    until: next.next_attempt,
+                };
+                (PassEnd::GiveUp(change), verdict)
             }
         }
     }
 
     /// The pass proper; `ledger` is the working copy, stored ahead of registrations and
     /// at the end, `holds` the registrations held back target by target, stored at the
-    /// end. Returns the desired set's fingerprint when the group was made exactly right
-    /// (what a checkpoint may record).
+    /// end. Returns how it left the group (see [`Passed`]).
     async fn pass_inner(
         &self,
         bound: &mut BoundGroup,
@@ -258,17 +286,22 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         ledger: &mut std::collections::BTreeMap<Target, LedgerEntry>,
         holds: &mut Holds,
         report: &mut GroupReport,
-    ) -> Result<Option<u64>, Stop> {
+    ) -> Result<Passed, Stop> {
         let (state, lease, opts) = (ctx.state, ctx.lease, ctx.opts);
         self.fault(FaultPoint::AfterLeaseAcquired)?;
         let mut refreshed = self.refresh_binding(bound, report, false).await?;
         let arn = bound.group.arn.clone();
-        let pods = ctx.pods.map_err(|e| Stop::Failed(e.to_string()))?;
+        let pods = ctx
+            .pods
+            .map_err(|e| Stop::Failed(Failure::Pods(e.clone())))?;
         let actual = match ctx.prior {
             Some(prior) => prior.health.clone(),
             None => self.read_health(&arn).await.map_err(|e| {
-                report.gone = matches!(e, ElbError::NotFound { .. });
-                Stop::Failed(format!("reading target health failed: {e}"))
+                if matches!(e, ElbError::NotFound { .. }) {
+                    // Deleted: not acted on again until a discovery binds it.
+                    self.index.unbound(&arn);
+                }
+                Stop::Failed(Failure::HealthRead(e))
             })?,
         };
         report.note_health(&actual);
@@ -298,14 +331,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .settings
             .backoff
             .gate(state.backoff.as_ref(), now, opts.force);
-        let held_back = if let Gate::Wait { until } = gate
+        let (held_back, held_until) = if let Gate::Wait { until } = gate
             && !plan.register.is_empty()
         {
             report.outcome = Outcome::BackingOff;
             note_backoff(report, until, state.backoff.as_ref());
-            std::mem::take(&mut plan.register)
+            (std::mem::take(&mut plan.register), Some(until))
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         let entry = |t: &Target| {
             desired.targets.get(t).map(|d| LedgerEntry {
@@ -354,11 +387,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         if (!plan.adopt.is_empty() || !plan.register.is_empty()) && self.mine(ledger).is_empty() {
             // The group's first entry of this cluster: index it first, so a resync finds
             // the ledger if the group is ever unbound (the orphan report).
-            self.record_bound(bound).await.map_err(|e| {
-                Stop::Failed(format!(
-                    "indexing the group in the state table failed, nothing registered: {e}"
-                ))
-            })?;
+            self.record_bound(bound)
+                .await
+                .map_err(|e| Stop::Failed(Failure::Index(e)))?;
         }
         // Adopt (and take over other clusters' stale claims on our live pods' IPs):
         // ownership only, stored with the first write.
@@ -400,7 +431,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             match self.store_ledger(ctx, &next, ledger).await {
                 Ok(()) => *ledger = next,
                 Err(Stop::Failed(e)) => {
-                    failures += fail(report, &chunk, "register", &e);
+                    failures += fail(report, &chunk, "register", &e.to_string());
                     continue;
                 }
                 Err(stop) => return Err(stop),
@@ -503,18 +534,24 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         self.settle_gates(bound, pods.candidates(&bound.binding), report)
             .await;
         if failures > 0 {
-            return Err(Stop::Failed(format!(
-                "{failures} change(s) failed; see failedTargets"
-            )));
+            return Err(Stop::Failed(Failure::Changes(failures)));
         }
-        if !report.waiting.is_empty() {
+        if let Some(first) = report.waiting.iter().map(|w| w.retry_at).min() {
             // Not right, yet no backoff of the group: the waiting targets are tried
             // again on their own (and no checkpoint).
             report.outcome = Outcome::Failed;
             report.error = Some(waiting_error(&report.waiting, holds));
-            return Ok(None);
+            return Ok(Passed {
+                verified: None,
+                held_back: held_until,
+                waiting: Some(first),
+            });
         }
-        Ok(held_back.is_empty().then_some(fp))
+        Ok(Passed {
+            verified: held_back.is_empty().then_some(fp),
+            held_back: held_until,
+            waiting: None,
+        })
     }
 
     /// Stops the pass here if its run's time is up or the process is shutting down.
@@ -569,9 +606,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             Err(e @ (StateError::LeaseLost { .. } | StateError::HandedOver { .. })) => {
                 Err(Stop::from_lease(e))
             }
-            Err(e) => Err(Stop::Failed(format!(
-                "ledger write failed, not registered: {e}"
-            ))),
+            Err(e) => Err(Stop::Failed(Failure::Ledger(e))),
         }
     }
 }
@@ -587,6 +622,17 @@ struct PassContext<'p, 'a, 'l, S> {
     prior: Option<&'p PriorRead>,
     lease: &'p Lease<'l, S>,
     opts: &'p RunOptions,
+}
+
+/// How a pass that ran to its end left the group.
+struct Passed {
+    /// The desired set's fingerprint when the group was made exactly right (what a
+    /// checkpoint may record).
+    verified: Option<u64>,
+    /// Registrations the group's backoff holds back until then.
+    held_back: Option<UnixMillis>,
+    /// Registrations waiting target by target, the first due then.
+    waiting: Option<UnixMillis>,
 }
 
 /// What a registration call is, for what its answer teaches.
@@ -606,10 +652,6 @@ enum Mutation {
     Register,
     Deregister,
 }
-
-/// The report's word for a pass cut before it finished.
-pub(crate) const CUT: &str =
-    "the pass was cut (the run ended or the function is shutting down); another pass was asked for";
 
 /// Records a failed chunk in the report; returns 1 for counting.
 pub(super) fn fail(

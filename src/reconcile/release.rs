@@ -7,14 +7,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::pass::fail;
-use super::{Action, Reconciler, RunOptions};
+use super::{Action, Failure, PassError, Reconciled, Reconciler, RunOptions};
 use crate::core::binding::TAG_CLUSTER;
 use crate::core::{MAX_TARGETS_PER_CALL, release_plan};
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::lease::{self, PassEnd, RunEnd, Taken};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Orphan, Outcome};
-use crate::state::{Change, GroupState, StateError, StateStore};
+use crate::state::{Change, GroupState, StateStore};
 
 /// A release's group with no time left to start it.
 const NOT_STARTED: &str = "the invocation is near its deadline; nothing was released";
@@ -44,12 +44,13 @@ pub(crate) fn unreleased(report: &mut GroupReport) {
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// One group's release: the report, a note when the group is still bound (it would
-    /// be filled again), and what should happen next (a lease held elsewhere parks it).
+    /// be filled again), and what should happen next (a lease held elsewhere parks it)
+    /// or why it did not finish.
     pub(crate) async fn release_group(
         &self,
         arn: &str,
         opts: &RunOptions,
-    ) -> (GroupReport, Option<String>, Action) {
+    ) -> (GroupReport, Option<String>, Reconciled) {
         let mut report = GroupReport::new(arn, &name_of(arn), Outcome::Released);
         let note = match self.groups.tags(arn).await {
             Ok(tags) => tags
@@ -67,12 +68,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         };
         if opts.dry_run {
             self.plan_release(arn, &mut report).await;
-            return (report, note, Action::Done);
+            return (report, note, Ok(Action::Done));
         }
         if self.past_start_deadline(opts) {
             report.outcome = Outcome::Deferred;
             report.error = Some(NOT_STARTED.into());
-            return (report, note, Action::Requeue);
+            return (report, note, Err(PassError::Deferred));
         }
         let (lease, state) = match self.take_lease(arn).await {
             Ok(Taken::Held(lease, state)) => (lease, state),
@@ -83,7 +84,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     "another process ({}) holds the group's lease; nothing was released yet: the release waits for it while the invocation lasts",
                     busy.owner
                 ));
-                return (report, note, Action::LeaseHeld { until: busy.until });
+                return (report, note, Ok(Action::LeaseHeld { until: busy.until }));
             }
             Err(e) => {
                 report.outcome = Outcome::Failed;
@@ -91,13 +92,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     "taking the lease failed, nothing was released: {e}; invoke the release again"
                 ));
                 // Tried again while the invocation lasts, unless no retry can help.
-                let action = match e {
-                    StateError::NoTable { .. }
-                    | StateError::Malformed { .. }
-                    | StateError::TooLarge { .. } => Action::Done,
-                    _ => Action::Failed,
-                };
-                return (report, note, action);
+                return (report, note, Err(PassError::Failed(Failure::LeaseTake(e))));
             }
         };
         let holding = self.holding();
@@ -114,37 +109,36 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             )
             .await;
         drop((ours, holding));
-        let action = match end {
+        let result = match end {
             RunEnd::Released => {
                 self.retire_released(arn, &mut report).await;
-                Action::Done
+                Ok(Action::Done)
             }
             // No time was left for a pass: nothing was released.
             RunEnd::GivenUp if report.passes == 0 => {
                 report.outcome = Outcome::Deferred;
                 report.error = Some(NOT_STARTED.into());
-                Action::Requeue
+                Err(PassError::Deferred)
             }
             // The pass failed (its report says how): an operator's to look at now.
-            RunEnd::GivenUp => Action::Done,
+            RunEnd::GivenUp => Ok(Action::Done),
             // The lease was lost or the pass cut before it finished: again while the
             // invocation lasts (a new holder parks it).
             RunEnd::Lost | RunEnd::Cut => {
+                let error = PassError::Failed(Failure::ReleaseInterrupted);
                 if report.error.is_none() {
                     report.outcome = Outcome::Failed;
-                    report.error = Some(
-                        "the lease was lost during the release; invoke the release again".into(),
-                    );
+                    report.error = Some(error.to_string());
                 }
-                Action::Failed
+                Err(error)
             }
             RunEnd::Aborted => {
                 report.outcome = Outcome::Aborted;
                 report.error = Some("aborted at an injected fault".into());
-                Action::Done
+                Ok(Action::Done)
             }
         };
-        (report, note, action)
+        (report, note, result)
     }
 
     /// Dry run: what a release of `arn` would do.
@@ -176,7 +170,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         match self.groups.health(arn).await {
             Ok(actual) => Some(actual.into_iter().map(|h| (h.target, h.state)).collect()),
             Err(ElbError::NotFound { .. }) => {
-                report.gone = true;
+                // Deleted: not acted on again until a discovery binds it.
+                self.index.unbound(arn);
                 Some(BTreeMap::new())
             }
             Err(e) => {

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::pass::Stop;
-use super::{BoundGroup, Reconciler};
+use super::{BoundGroup, Failure, Reconciler};
 use crate::aws::elbv2::TAGS_BATCH;
 use crate::core::{Binding, UnixMillis};
 use crate::groups::{ElbError, TargetGroupApi};
@@ -140,13 +140,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let tags = match self.read_tags(bound, now).await {
             Ok(tags) => tags,
             Err(e) => {
-                report.gone = matches!(e, ElbError::NotFound { .. });
-                if report.gone {
+                if matches!(e, ElbError::NotFound { .. }) {
+                    // Deleted: not acted on again until a discovery binds it.
                     self.index.unbound(&bound.group.arn);
                 }
-                return Err(Stop::Failed(format!(
-                    "reading the group's tags failed: {e}"
-                )));
+                return Err(Stop::Failed(Failure::TagRead(e)));
             }
         };
         match Binding::for_cluster(
@@ -162,7 +160,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 // The pods in hand were listed for the old selection: acting on them
                 // would be acting on partial data.
                 self.index.unbound(&bound.group.arn);
-                report.gone = true;
                 report.outcome = Outcome::Deferred;
                 report.error = Some(
                     "the group's namespace or selector tag changed since discovery; the next run reconciles it with the new tags"
@@ -179,7 +176,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             }
             other => {
                 self.index.unbound(&bound.group.arn);
-                report.gone = true;
                 report.outcome = Outcome::BindingError;
                 report.error = Some(match other {
                     Some(Err(e)) => {

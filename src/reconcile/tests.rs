@@ -444,7 +444,7 @@ async fn look(
         .observe(bound, &pods, &opts, &super::Scope::default())
         .await
     {
-        super::Observed::Done(report, action) => (report, action),
+        super::Observed::Done(report, action) => (report, action.expect("the look finished")),
         super::Observed::Change(report, _) => (report, super::Action::Done),
         super::Observed::Irrelevant => panic!("the look is the group's"),
     }
