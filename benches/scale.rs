@@ -466,7 +466,7 @@ async fn floor(live: &App, sizes: &Sizes) -> (Duration, Duration) {
     let started = Instant::now();
     let arns: Vec<String> = e
         .groups
-        .discover()
+        .discover(&tgsync::groups::Priority::Reaction)
         .await
         .expect("discovery")
         .into_iter()

@@ -15,7 +15,9 @@ use crate::core::{
     AdministrativeOverride, BackoffState, Checkpoint, HealthState, PodFacts, Selector, Target,
     TargetHealth, UnixMillis,
 };
-use crate::groups::{ElbError, Fence, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi};
+use crate::groups::{
+    ElbError, Fence, Priority, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi,
+};
 use crate::pods::{PodSource, PodsError};
 use crate::state::{
     Acquire, Change, Glance, GroupState, LeaseView, LedgerEntry, Release, StateError, StateStore,
@@ -663,7 +665,7 @@ impl FakeElb {
 }
 
 impl TargetGroupApi for FakeElb {
-    async fn discover(&self) -> Result<Vec<TargetGroup>, ElbError> {
+    async fn discover(&self, _: &Priority) -> Result<Vec<TargetGroup>, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTargetGroups");
         Ok(lock(&self.groups)
@@ -672,7 +674,7 @@ impl TargetGroupApi for FakeElb {
             .collect())
     }
 
-    async fn describe(&self, arns: &[String]) -> Result<Vec<TargetGroup>, ElbError> {
+    async fn describe(&self, arns: &[String], _: &Priority) -> Result<Vec<TargetGroup>, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTargetGroups");
         self.count("DescribeTags");
@@ -685,7 +687,7 @@ impl TargetGroupApi for FakeElb {
             .collect()
     }
 
-    async fn tags_of(&self, arns: &[String]) -> Result<TagsByArn, ElbError> {
+    async fn tags_of(&self, arns: &[String], _: &Priority) -> Result<TagsByArn, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTags");
         let groups = lock(&self.groups);
@@ -698,7 +700,7 @@ impl TargetGroupApi for FakeElb {
             .collect()
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
+    async fn health(&self, arn: &str, _: &Priority) -> Result<Vec<TargetHealth>, ElbError> {
         let held = lock(&self.held_health).get(arn).cloned();
         if let Some(gate) = held {
             let _passed = gate.acquire().await;
@@ -739,7 +741,7 @@ impl TargetGroupApi for FakeElb {
 
     /// Counted as one call, `DescribeTargetGroupAttributes` (the real adapter also
     /// makes a DescribeTargetGroups of the group).
-    async fn attributes(&self, arn: &str) -> Result<GroupAttributes, ElbError> {
+    async fn attributes(&self, arn: &str, _: &Priority) -> Result<GroupAttributes, ElbError> {
         self.chaos.pause().await;
         self.count("DescribeTargetGroupAttributes");
         let quic = match lock(&self.groups).get(arn) {

@@ -37,14 +37,60 @@ pub trait Fence: Send + Sync {
     fn abandoned(&self) {}
 }
 
-tokio::task_local! {
-    /// Set for work that may wait for ELBv2's Describe budget behind reactions.
-    static BACKGROUND: Promotion;
+/// How a request's ELBv2 reads wait for the Describe budget: the request carries it to
+/// each call it makes (see `aws::elbv2::pace`). Changes (Register/DeregisterTargets)
+/// always take their slot as a reaction's do.
+#[derive(Debug, Clone, Default)]
+pub enum Priority {
+    /// A pod change's or a gate's read, an operator's, a one-shot run's: slots in
+    /// arrival order.
+    #[default]
+    Reaction,
+    /// Background work (discovery, the full diff's verifications): yields the budget to
+    /// reactions until promoted, and may stand down before its first call (see
+    /// [`Promotion`]).
+    Background(Promotion),
 }
+
+impl Priority {
+    /// Background work not tied to a group (discovery).
+    pub fn background() -> Self {
+        Self::Background(Promotion::default())
+    }
+
+    /// The promotion of background work that still yields (not promoted yet).
+    pub fn yielding(&self) -> Option<&Promotion> {
+        match self {
+            Self::Background(p) if !p.is_promoted() => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Right before each call goes out: background work that stands down stops here
+    /// (see [`Promotion`]); it is dropped by [`until_stood_down`].
+    pub(crate) async fn sending(&self) {
+        if let Self::Background(p) = self {
+            p.sending().await;
+        }
+    }
+}
+
+/// Two priorities are the same when both are reactions' or both are the same work's.
+impl PartialEq for Priority {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Reaction, Self::Reaction) => true,
+            (Self::Background(a), Self::Background(b)) => std::sync::Arc::ptr_eq(&a.0, &b.0),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Priority {}
 
 /// What happens to background work when a pod change for its group arrives (the change
 /// can only start once the work ends: one pass per group at a time). Work that has sent
-/// no ELBv2 call yet stands down: [`in_background_until_promoted`] drops it at its first
+/// no ELBv2 call yet stands down: [`until_stood_down`] drops it at its first
 /// call and the change's own pass looks at the group instead, so the group's health is
 /// read once, for pods as they are now (a verification that went on would read it for
 /// pods as they were, then the change's pass again). Work that has sent a call may be
@@ -155,45 +201,17 @@ impl Promotion {
     }
 }
 
-/// Runs `work` as background work: its ELBv2 Describe calls (discovery, the full diff's
-/// verifications) yield the client-side budget to calls made for pod changes and gates,
-/// so a reaction never queues behind a large fleet's verification.
-pub async fn in_background<F: Future>(work: F) -> F::Output {
-    BACKGROUND.scope(Promotion::default(), work).await
-}
-
-/// [`in_background`] until `promotion` is promoted; `None` when the work stood down
-/// before its first ELBv2 call (see [`Promotion`]): it was dropped there, having sent
-/// nothing to ELBv2.
-pub async fn in_background_until_promoted<F: Future>(
-    promotion: Promotion,
-    work: F,
-) -> Option<F::Output> {
-    let watch = promotion.clone();
+/// Runs `work`, background work of `promotion` (its reads carry
+/// [`Priority::Background`] of it); `None` when the work stood down before its first
+/// ELBv2 call (see [`Promotion`]): it was dropped there, having sent nothing to ELBv2.
+pub async fn until_stood_down<F: Future>(promotion: Promotion, work: F) -> Option<F::Output> {
     let stood_down =
-        watch.until(|p| p.0.calls.load(std::sync::atomic::Ordering::SeqCst) == STOOD_DOWN);
+        promotion.until(|p| p.0.calls.load(std::sync::atomic::Ordering::SeqCst) == STOOD_DOWN);
     tokio::select! {
         biased;
-        out = BACKGROUND.scope(promotion, work) => Some(out),
+        out = work => Some(out),
         () = stood_down => None,
     }
-}
-
-/// Called by the ELBv2 pace right before each call goes out: background work that
-/// stands down stops here (see [`Promotion`]).
-pub(crate) async fn sending() {
-    if let Ok(promotion) = BACKGROUND.try_with(Promotion::clone) {
-        promotion.sending().await;
-    }
-}
-
-/// The promotion of the calling task's [`in_background`] work, if it runs such work and
-/// was not promoted yet.
-pub fn background() -> Option<Promotion> {
-    BACKGROUND
-        .try_with(Promotion::clone)
-        .ok()
-        .filter(|p| !p.is_promoted())
 }
 
 /// Tags per target group ARN (a DescribeTags answer).
@@ -214,18 +232,25 @@ pub(crate) fn take_tags(
 /// throttling and 5xx with backoff and jitter.
 pub trait TargetGroupApi: Send + Sync {
     /// Every target group of the account and region with its tags (DescribeTargetGroups
-    /// pages + DescribeTags in batches of 20).
-    fn discover(&self) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
+    /// pages + DescribeTags in batches of 20). Each read waits for the Describe budget
+    /// at `priority`, here and in every read below.
+    fn discover(
+        &self,
+        priority: &Priority,
+    ) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
 
     /// Every target group of every account the implementation reaches, with one error
     /// per account whose discovery failed: a role that cannot be assumed (or any failure
     /// in one account) must cost only that account's groups, never the others'. `Err`
     /// only when nothing could be discovered in the one account there is. The default,
     /// for single-account implementations, is [`TargetGroupApi::discover`].
-    fn discover_accounts(&self) -> impl Future<Output = Result<Discovery, ElbError>> + Send {
+    fn discover_accounts(
+        &self,
+        priority: &Priority,
+    ) -> impl Future<Output = Result<Discovery, ElbError>> + Send {
         async move {
             Ok(Discovery {
-                groups: self.discover().await?,
+                groups: self.discover(priority).await?,
                 failed: Vec::new(),
             })
         }
@@ -238,6 +263,7 @@ pub trait TargetGroupApi: Send + Sync {
     fn describe(
         &self,
         arns: &[String],
+        priority: &Priority,
     ) -> impl Future<Output = Result<Vec<TargetGroup>, ElbError>> + Send;
 
     /// The current tags of the named groups, at most 20 of one account: one
@@ -245,16 +271,21 @@ pub trait TargetGroupApi: Send + Sync {
     /// the same call those of the groups its container may serve next. `Err` with
     /// [`ElbError::NotFound`] when any of them no longer exists (ELBv2 then answers for
     /// none); a group missing from the answer was not found either.
-    fn tags_of(&self, arns: &[String]) -> impl Future<Output = Result<TagsByArn, ElbError>> + Send;
+    fn tags_of(
+        &self,
+        arns: &[String],
+        priority: &Priority,
+    ) -> impl Future<Output = Result<TagsByArn, ElbError>> + Send;
 
     /// The current tags of one group (one DescribeTags).
     fn tags(
         &self,
         arn: &str,
+        priority: &Priority,
     ) -> impl Future<Output = Result<BTreeMap<String, String>, ElbError>> + Send {
         async move {
             let arns = [arn.to_owned()];
-            take_tags(&mut self.tags_of(&arns).await?, arn)
+            take_tags(&mut self.tags_of(&arns, priority).await?, arn)
         }
     }
 
@@ -265,13 +296,17 @@ pub trait TargetGroupApi: Send + Sync {
     fn attributes(
         &self,
         arn: &str,
+        priority: &Priority,
     ) -> impl Future<Output = Result<GroupAttributes, ElbError>> + Send;
 
     /// One DescribeTargetHealth of the whole group (never filtered by target, so never
     /// by a zone ELBv2 may have recorded differently): every registered target with its
     /// state, ELBv2's reason and description, and any administrative override.
-    fn health(&self, arn: &str)
-    -> impl Future<Output = Result<Vec<TargetHealth>, ElbError>> + Send;
+    fn health(
+        &self,
+        arn: &str,
+        priority: &Priority,
+    ) -> impl Future<Output = Result<Vec<TargetHealth>, ElbError>> + Send;
 
     /// RegisterTargets with at most 200 targets. When ELBv2 refuses the call because of
     /// some of them, the others are still registered and the refused ones come back in

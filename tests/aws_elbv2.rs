@@ -96,7 +96,7 @@ async fn discovers_more_than_a_page_of_groups_with_tags() {
 
     let elb = Elbv2TargetGroups::new(client.clone(), MutationRate::default());
     let found: Vec<_> = elb
-        .discover()
+        .discover(&tgsync::groups::Priority::Reaction)
         .await
         .expect("discover")
         .into_iter()
@@ -141,12 +141,21 @@ async fn register_shows_targets_and_deregister_removes_them() {
     let arn = create_group(&client, &group_name("h"), TargetTypeEnum::Ip, false, &[]).await;
     let elb = Elbv2TargetGroups::new(client.clone(), MutationRate::default());
 
-    assert_eq!(elb.health(&arn).await.expect("health"), vec![]);
+    assert_eq!(
+        elb.health(&arn, &tgsync::groups::Priority::Reaction)
+            .await
+            .expect("health"),
+        vec![]
+    );
     let targets = [t("10.0.1.7:8080"), t("10.0.1.8:8080"), t("10.0.1.9:9090")];
     elb.register(&arn, &targets, &Unfenced)
         .await
         .expect("register");
-    let mut health = pairs(elb.health(&arn).await.expect("health"));
+    let mut health = pairs(
+        elb.health(&arn, &tgsync::groups::Priority::Reaction)
+            .await
+            .expect("health"),
+    );
     health.sort_by_key(|(t, _)| *t);
     // moto reports a registered target as `healthy` at once (real ELBv2: `initial`, or
     // `unused` when no listener uses the group).
@@ -172,7 +181,13 @@ async fn register_shows_targets_and_deregister_removes_them() {
         .send()
         .await
         .expect("register an instance id");
-    assert_eq!(elb.health(&arn).await.expect("health").len(), 3);
+    assert_eq!(
+        elb.health(&arn, &tgsync::groups::Priority::Reaction)
+            .await
+            .expect("health")
+            .len(),
+        3
+    );
 
     elb.deregister(&arn, &targets[..2], &Unfenced)
         .await
@@ -180,7 +195,11 @@ async fn register_shows_targets_and_deregister_removes_them() {
     // moto drops a deregistered target at once (real ELBv2 shows it `draining` for the
     // deregistration delay).
     assert_eq!(
-        pairs(elb.health(&arn).await.expect("health")),
+        pairs(
+            elb.health(&arn, &tgsync::groups::Priority::Reaction)
+                .await
+                .expect("health")
+        ),
         vec![(targets[2], HealthState::Healthy)]
     );
     let calls = elb.api_calls();
@@ -199,7 +218,11 @@ async fn ipv6_targets_round_trip() {
         .await
         .expect("register");
     assert_eq!(
-        pairs(elb.health(&arn).await.expect("health")),
+        pairs(
+            elb.health(&arn, &tgsync::groups::Priority::Reaction)
+                .await
+                .expect("health")
+        ),
         vec![(target, HealthState::Healthy)]
     );
 }
@@ -224,7 +247,10 @@ async fn describes_the_named_groups_with_their_tags() {
     )
     .await;
     let elb = Elbv2TargetGroups::new(client.clone(), MutationRate::default());
-    let found = elb.describe(&named).await.expect("describe");
+    let found = elb
+        .describe(&named, &tgsync::groups::Priority::Reaction)
+        .await
+        .expect("describe");
     let mut which: Vec<(&str, &str)> = found
         .iter()
         .map(|g| (g.arn.as_str(), g.tags["which"].as_str()))
@@ -242,7 +268,10 @@ async fn describes_the_named_groups_with_their_tags() {
         (1, 1)
     );
     // A pass's tag re-read names several groups in one DescribeTags.
-    let tags = elb.tags_of(&named).await.expect("tags");
+    let tags = elb
+        .tags_of(&named, &tgsync::groups::Priority::Reaction)
+        .await
+        .expect("tags");
     let which: Vec<Option<&str>> = named
         .iter()
         .map(|arn| {
@@ -260,7 +289,12 @@ async fn describes_the_named_groups_with_their_tags() {
         .send()
         .await
         .expect("delete");
-    assert!(elb.describe(&named).await.is_err(), "a deleted group named");
+    assert!(
+        elb.describe(&named, &tgsync::groups::Priority::Reaction)
+            .await
+            .is_err(),
+        "a deleted group named"
+    );
 }
 
 #[tokio::test]
@@ -275,7 +309,9 @@ async fn missing_group_is_not_found() {
         .expect("delete");
     let elb = Elbv2TargetGroups::new(client, MutationRate::default());
     for result in [
-        elb.health(&arn).await.map(drop),
+        elb.health(&arn, &tgsync::groups::Priority::Reaction)
+            .await
+            .map(drop),
         elb.register(&arn, &[t("10.0.0.1:80")], &Unfenced).await,
         elb.deregister(&arn, &[t("10.0.0.1:80")], &Unfenced).await,
     ] {
@@ -329,7 +365,13 @@ async fn mutations_are_rate_limited_across_clones() {
         start.elapsed()
     );
     assert_eq!(elb.api_calls()["RegisterTargets"], 5);
-    assert_eq!(elb.health(&arn).await.expect("health").len(), 5);
+    assert_eq!(
+        elb.health(&arn, &tgsync::groups::Priority::Reaction)
+            .await
+            .expect("health")
+            .len(),
+        5
+    );
 }
 
 #[tokio::test]
@@ -344,7 +386,13 @@ async fn large_registrations_are_split_into_calls_of_200() {
         .await
         .expect("register");
     assert_eq!(elb.api_calls()["RegisterTargets"], 3);
-    assert_eq!(elb.health(&arn).await.expect("health").len(), 450);
+    assert_eq!(
+        elb.health(&arn, &tgsync::groups::Priority::Reaction)
+            .await
+            .expect("health")
+            .len(),
+        450
+    );
 }
 
 /// What moto cannot show: real pagination of DescribeTargetGroups, DescribeTags failing
@@ -545,7 +593,10 @@ mod canned {
             }
         }));
         let elb = Elbv2TargetGroups::new(client(&url).await, MutationRate::default());
-        let groups = elb.discover().await.expect("discover");
+        let groups = elb
+            .discover(&tgsync::groups::Priority::Reaction)
+            .await
+            .expect("discover");
         let names: Vec<_> = groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert!(groups.iter().all(|g| g.tags["tgsync/cluster"] == "c1"));
@@ -591,7 +642,10 @@ mod canned {
             }
             other => panic!("expected AccessDenied, got {other:?}"),
         }
-        match elb.health(&arn("x")).await {
+        match elb
+            .health(&arn("x"), &tgsync::groups::Priority::Reaction)
+            .await
+        {
             Err(ElbError::Other { operation, message }) => {
                 assert_eq!(operation, "DescribeTargetHealth");
                 assert!(message.starts_with("ServiceUnavailable"), "{message}");
@@ -655,7 +709,10 @@ async fn reads_a_groups_attributes_for_the_rollout_check() {
         .await
         .unwrap_or_else(|e| panic!("modify attributes: {}", tgsync::aws::error_summary(&e)));
     let elb = Elbv2TargetGroups::new(client.clone(), MutationRate::default());
-    let read = elb.attributes(&arn).await.expect("attributes");
+    let read = elb
+        .attributes(&arn, &tgsync::groups::Priority::Reaction)
+        .await
+        .expect("attributes");
     assert_eq!(read.protocol.as_deref(), Some("TCP"));
     assert_eq!(
         read.load_balancer(),
@@ -680,7 +737,11 @@ async fn reads_a_groups_attributes_for_the_rollout_check() {
         .await
         .expect("delete");
     assert!(
-        matches!(elb.attributes(&arn).await, Err(ElbError::NotFound { .. })),
+        matches!(
+            elb.attributes(&arn, &tgsync::groups::Priority::Reaction)
+                .await,
+            Err(ElbError::NotFound { .. })
+        ),
         "a deleted group is not found"
     );
 }

@@ -55,7 +55,11 @@ fn engine(policy: BindingPolicy) -> (Engine<FakePods, FakeElb, FakeState>, Manua
 #[tokio::test]
 async fn retagging_to_exclusive_after_discovery_is_refused_under_the_lease() {
     let (engine, clock) = engine(BindingPolicy::default());
-    let bound = engine.bindings().await.expect("discovery").bound;
+    let bound = engine
+        .bindings(&tgsync::groups::Priority::Reaction)
+        .await
+        .expect("discovery")
+        .bound;
     assert_eq!(bound.len(), 1);
     engine.groups.set_tag(TG, "tgsync/mode", Some("exclusive"));
     clock.advance(60_000); // the cached binding is now old enough to be re-read
@@ -80,7 +84,11 @@ async fn retagging_to_exclusive_after_discovery_is_refused_under_the_lease() {
 #[tokio::test]
 async fn retagging_to_exclusive_is_honoured_when_allowed() {
     let (engine, clock) = engine(BindingPolicy::unrestricted());
-    let bound = engine.bindings().await.expect("discovery").bound;
+    let bound = engine
+        .bindings(&tgsync::groups::Priority::Reaction)
+        .await
+        .expect("discovery")
+        .bound;
     engine.groups.set_tag(TG, "tgsync/mode", Some("exclusive"));
     clock.advance(60_000);
     let reports = engine.reconcile_groups(bound, &RunOptions::default()).await;
@@ -96,7 +104,10 @@ async fn discovery_reports_a_namespace_outside_the_limit() {
         allowed_namespaces: Some(["kafka".to_owned()].into()),
         allow_exclusive: false,
     });
-    let found = engine.bindings().await.expect("discovery");
+    let found = engine
+        .bindings(&tgsync::groups::Priority::Reaction)
+        .await
+        .expect("discovery");
     assert!(found.bound.is_empty());
     assert_eq!(found.errors.len(), 1);
     assert_eq!(found.errors[0].outcome, Outcome::BindingError);

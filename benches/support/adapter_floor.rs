@@ -35,7 +35,7 @@ pub async fn group_reads(e: &LiveEngine, arns: &[String]) -> (usize, usize) {
     let targets = futures::stream::iter(arns)
         .map(|arn| async move {
             e.groups
-                .health(arn)
+                .health(arn, &tgsync::groups::Priority::Reaction)
                 .await
                 .expect("DescribeTargetHealth")
                 .len()

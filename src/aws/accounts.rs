@@ -32,8 +32,8 @@ use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentials
 use super::Elbv2TargetGroups;
 use crate::core::{Target, TargetHealth};
 use crate::groups::{
-    AccountError, Discovery, ElbError, Fence, Refused, TagsByArn, TargetGroup, TargetGroupApi,
-    arn_account,
+    AccountError, Discovery, ElbError, Fence, Priority, Refused, TagsByArn, TargetGroup,
+    TargetGroupApi, arn_account,
 };
 
 /// STS limits a role session name to 64 characters.
@@ -250,8 +250,8 @@ impl Accounts {
 impl TargetGroupApi for Accounts {
     /// Every group of every account; an error (naming the account) when any account's
     /// discovery failed. The engine uses [`TargetGroupApi::discover_accounts`] instead.
-    async fn discover(&self) -> Result<Vec<TargetGroup>, ElbError> {
-        let found = self.discover_accounts().await?;
+    async fn discover(&self, priority: &Priority) -> Result<Vec<TargetGroup>, ElbError> {
+        let found = self.discover_accounts(priority).await?;
         match found.failed.into_iter().next() {
             None => Ok(found.groups),
             Some(failure) => Err(ElbError::Other {
@@ -261,17 +261,17 @@ impl TargetGroupApi for Accounts {
         }
     }
 
-    async fn discover_accounts(&self) -> Result<Discovery, ElbError> {
+    async fn discover_accounts(&self, priority: &Priority) -> Result<Discovery, ElbError> {
         if self.roles.is_empty() {
-            let groups = self.home.discover().await?;
+            let groups = self.home.discover(priority).await?;
             return Ok(Discovery {
                 groups: self.own_groups(groups),
                 failed: Vec::new(),
             });
         }
         let (home, others) = futures::join!(
-            self.home.discover(),
-            futures::future::join_all(self.roles.iter().map(|r| r.elb.discover()))
+            self.home.discover(priority),
+            futures::future::join_all(self.roles.iter().map(|r| r.elb.discover(priority)))
         );
         let mut found = Discovery::default();
         match home {
@@ -300,7 +300,11 @@ impl TargetGroupApi for Accounts {
     }
 
     /// Each account's groups from its own client (one call pair per account named).
-    async fn describe(&self, arns: &[String]) -> Result<Vec<TargetGroup>, ElbError> {
+    async fn describe(
+        &self,
+        arns: &[String],
+        priority: &Priority,
+    ) -> Result<Vec<TargetGroup>, ElbError> {
         let mut by_account: Vec<(&Elbv2TargetGroups, Vec<String>)> = Vec::new();
         for arn in arns {
             let elb = self.route(arn)?;
@@ -311,13 +315,13 @@ impl TargetGroupApi for Accounts {
         }
         let mut groups = Vec::new();
         for (elb, named) in by_account {
-            groups.extend(elb.describe(&named).await?);
+            groups.extend(elb.describe(&named, priority).await?);
         }
         Ok(groups)
     }
 
     /// The first group's account's client, for the named groups it serves.
-    async fn tags_of(&self, arns: &[String]) -> Result<TagsByArn, ElbError> {
+    async fn tags_of(&self, arns: &[String], priority: &Priority) -> Result<TagsByArn, ElbError> {
         let Some(first) = arns.first() else {
             return Ok(TagsByArn::new());
         };
@@ -327,18 +331,19 @@ impl TargetGroupApi for Accounts {
             .filter(|a| self.route(a).is_ok_and(|e| std::ptr::eq(e, elb)))
             .cloned()
             .collect();
-        elb.tags_of(&same).await
+        elb.tags_of(&same, priority).await
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
-        self.route(arn)?.health(arn).await
+    async fn health(&self, arn: &str, priority: &Priority) -> Result<Vec<TargetHealth>, ElbError> {
+        self.route(arn)?.health(arn, priority).await
     }
 
     async fn attributes(
         &self,
         arn: &str,
+        priority: &Priority,
     ) -> Result<crate::core::rollout::GroupAttributes, ElbError> {
-        self.route(arn)?.attributes(arn).await
+        self.route(arn)?.attributes(arn, priority).await
     }
 
     async fn register(
@@ -496,7 +501,10 @@ mod tests {
             a.route(&tg_arn("111111111111")).unwrap(),
             &a.home
         ));
-        let err = a.health(&tg_arn("444444444444")).await.unwrap_err();
+        let err = a
+            .health(&tg_arn("444444444444"), &Priority::Reaction)
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, ElbError::NoAccount { account, .. } if account == "444444444444"),
             "{err}"

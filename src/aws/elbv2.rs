@@ -29,7 +29,9 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use super::calls::ApiCalls;
 use crate::core::rollout::GroupAttributes;
 use crate::core::{MAX_TARGETS_PER_CALL, Target, TargetHealth};
-use crate::groups::{ElbError, Fence, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi};
+use crate::groups::{
+    ElbError, Fence, Priority, Refusal, Refused, TagsByArn, TargetGroup, TargetGroupApi,
+};
 
 use failure::{Failure, NOT_FOUND, TOO_MANY_TARGETS, elb_error};
 use pace::{Pace, Stopped};
@@ -132,7 +134,9 @@ impl Elbv2TargetGroups {
         self.calls.count(DESCRIBE_TARGET_GROUPS);
         let out = self
             .describes
-            .attempts(|| self.client.describe_target_groups().names(name).send())
+            .attempts(&Priority::Reaction, || {
+                self.client.describe_target_groups().names(name).send()
+            })
             .await;
         match out {
             Ok(page) => Ok(page
@@ -150,10 +154,11 @@ impl Elbv2TargetGroups {
         &self,
         named: Option<&[String]>,
         marker: Option<String>,
+        priority: &Priority,
     ) -> Result<DescribeTargetGroupsOutput, ElbError> {
         self.calls.count(DESCRIBE_TARGET_GROUPS);
         self.describes
-            .attempts(|| {
+            .attempts(priority, || {
                 self.client
                     .describe_target_groups()
                     .set_target_group_arns(named.map(<[String]>::to_vec))
@@ -167,12 +172,17 @@ impl Elbv2TargetGroups {
 
     /// `groups` with their tags (DescribeTags in batches of [`TAGS_BATCH`]), less those
     /// deleted meanwhile.
-    async fn with_tags(&self, mut groups: Vec<TargetGroup>) -> Result<Vec<TargetGroup>, ElbError> {
+    async fn with_tags(
+        &self,
+        mut groups: Vec<TargetGroup>,
+        priority: &Priority,
+    ) -> Result<Vec<TargetGroup>, ElbError> {
         let arns: Vec<String> = groups.iter().map(|g| g.arn.clone()).collect();
         let mut tags = TagsByArn::with_capacity(arns.len());
         let mut deleted = HashSet::new();
         for batch in arns.chunks(TAGS_BATCH) {
-            self.batch_tags(batch, &mut tags, &mut deleted).await?;
+            self.batch_tags(batch, &mut tags, &mut deleted, priority)
+                .await?;
         }
         if !deleted.is_empty() {
             tracing::info!(
@@ -195,12 +205,16 @@ impl Elbv2TargetGroups {
         arns: &[String],
         tags: &mut TagsByArn,
         deleted: &mut HashSet<String>,
+        priority: &Priority,
     ) -> Result<(), ElbError> {
-        match self.describe_tags(arns).await {
+        match self.describe_tags(arns, priority).await {
             Ok(found) => tags.extend(found),
             Err(err) if err.code() == Some(NOT_FOUND) && arns.len() > 1 => {
                 for arn in arns {
-                    match self.describe_tags(std::slice::from_ref(arn)).await {
+                    match self
+                        .describe_tags(std::slice::from_ref(arn), priority)
+                        .await
+                    {
                         Ok(found) => tags.extend(found),
                         Err(err) if err.code() == Some(NOT_FOUND) => {
                             deleted.insert(arn.clone());
@@ -218,11 +232,12 @@ impl Elbv2TargetGroups {
     async fn describe_tags(
         &self,
         arns: &[String],
+        priority: &Priority,
     ) -> Result<TagsByArn, SdkError<DescribeTagsError, HttpResponse>> {
         self.calls.count(DESCRIBE_TAGS);
         let out = self
             .describes
-            .attempts(|| {
+            .attempts(priority, || {
                 self.client
                     .describe_tags()
                     .set_resource_arns(Some(arns.to_vec()))
@@ -312,7 +327,7 @@ impl Elbv2TargetGroups {
                     // learn it once (one DescribeTargetHealth) and try again.
                     Mutation::Deregister if !zones_learnt => {
                         zones_learnt = true;
-                        if self.health(arn).await.is_ok() {
+                        if self.health(arn, &Priority::Reaction).await.is_ok() {
                             queue.push_front(batch);
                             continue;
                         }
@@ -460,11 +475,11 @@ impl Mutation {
 const ZONE_REQUIRED: &str = "ELBv2 RegisterTargets: the group has cross-zone load balancing off and wants an Availability Zone of its VPC for this IP outside the VPC; it is registered in its node's zone";
 
 impl TargetGroupApi for Elbv2TargetGroups {
-    async fn discover(&self) -> Result<Vec<TargetGroup>, ElbError> {
+    async fn discover(&self, priority: &Priority) -> Result<Vec<TargetGroup>, ElbError> {
         let mut groups = Vec::new();
         let mut marker: Option<String> = None;
         loop {
-            let page = self.groups_page(None, marker.clone()).await?;
+            let page = self.groups_page(None, marker.clone(), priority).await?;
             groups.extend(page.target_groups().iter().filter_map(convert::group));
             match page.next_marker().filter(|m| !m.is_empty()) {
                 Some(next) if marker.as_deref() != Some(next) => marker = Some(next.to_owned()),
@@ -472,36 +487,40 @@ impl TargetGroupApi for Elbv2TargetGroups {
             }
         }
 
-        self.with_tags(groups).await
+        self.with_tags(groups, priority).await
     }
 
-    async fn describe(&self, arns: &[String]) -> Result<Vec<TargetGroup>, ElbError> {
+    async fn describe(
+        &self,
+        arns: &[String],
+        priority: &Priority,
+    ) -> Result<Vec<TargetGroup>, ElbError> {
         if arns.is_empty() {
             return Ok(Vec::new());
         }
-        let page = self.groups_page(Some(arns), None).await?;
+        let page = self.groups_page(Some(arns), None, priority).await?;
         let groups = page
             .target_groups()
             .iter()
             .filter_map(convert::group)
             .collect();
-        self.with_tags(groups).await
+        self.with_tags(groups, priority).await
     }
 
-    async fn tags_of(&self, arns: &[String]) -> Result<TagsByArn, ElbError> {
+    async fn tags_of(&self, arns: &[String], priority: &Priority) -> Result<TagsByArn, ElbError> {
         let named = arns.first().map(String::as_str);
-        self.describe_tags(arns)
+        self.describe_tags(arns, priority)
             .await
             .map_err(|e| elb_error(DESCRIBE_TAGS, named, e))
     }
 
-    async fn health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
+    async fn health(&self, arn: &str, priority: &Priority) -> Result<Vec<TargetHealth>, ElbError> {
         self.calls.count(DESCRIBE_TARGET_HEALTH);
         // The whole group, never filtered by target: a filter naming a zone finds
         // nothing when ELBv2 recorded another, and a target would look unregistered.
         let out = self
             .describes
-            .attempts(|| {
+            .attempts(priority, || {
                 self.client
                     .describe_target_health()
                     .target_group_arn(arn)
@@ -521,11 +540,15 @@ impl TargetGroupApi for Elbv2TargetGroups {
             .collect())
     }
 
-    async fn attributes(&self, arn: &str) -> Result<GroupAttributes, ElbError> {
+    async fn attributes(
+        &self,
+        arn: &str,
+        priority: &Priority,
+    ) -> Result<GroupAttributes, ElbError> {
         self.calls.count(DESCRIBE_TARGET_GROUPS);
         let page = self
             .describes
-            .attempts(|| {
+            .attempts(priority, || {
                 self.client
                     .describe_target_groups()
                     .target_group_arns(arn)
@@ -545,7 +568,7 @@ impl TargetGroupApi for Elbv2TargetGroups {
         self.calls.count(DESCRIBE_TARGET_GROUP_ATTRIBUTES);
         let out = self
             .describes
-            .attempts(|| {
+            .attempts(priority, || {
                 self.client
                     .describe_target_group_attributes()
                     .target_group_arn(arn)

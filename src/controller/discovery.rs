@@ -21,7 +21,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     )> {
         let engine = self.engine;
         let started = engine.clock.now();
-        let bindings = match crate::groups::in_background(engine.bindings()).await {
+        let bindings = match engine
+            .bindings(&crate::groups::Priority::background())
+            .await
+        {
             Ok(b) => b,
             Err(e) => {
                 report
@@ -117,7 +120,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// look of the full diff. A discovery that fails leaves the groups as they were.
     pub(super) async fn rediscover(&self) {
         let engine = self.engine;
-        let bindings = match crate::groups::in_background(engine.bindings()).await {
+        let bindings = match engine
+            .bindings(&crate::groups::Priority::background())
+            .await
+        {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "discovering target groups again failed; the groups bound so far stay");

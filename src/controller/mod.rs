@@ -49,7 +49,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
 use crate::core::{PodIndex, Selector, UnixMillis, contribution};
-use crate::groups::TargetGroupApi;
+use crate::groups::{Priority, TargetGroupApi};
 use crate::index::Snapshot;
 use crate::pods::PodSource;
 use crate::reconcile::{Action, BoundGroup, Failure, PassError, PodReads, Reconciled, RunOptions};

@@ -21,7 +21,7 @@ use super::Engine;
 use super::queue::{Queue, Want};
 use super::runner::{Ending, Runner, Unserved, within};
 use crate::core::{PodFacts, PodIndex, Selector, contribution};
-use crate::groups::TargetGroupApi;
+use crate::groups::{Priority, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::reconcile::{
     Action, Bindings, BoundGroup, DEFERRED, Failure, Observed, PassError, PodReads, ReadAhead,
@@ -151,7 +151,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub async fn resync(&self, opts: &RunOptions) -> Report {
         let started = self.clock.now();
         let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
-        let bindings = match self.bindings().await {
+        let bindings = match self.bindings(&Priority::Reaction).await {
             Ok(b) => b,
             Err(e) => {
                 report

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::Engine;
 use crate::core::{PodFacts, UnixMillis};
-use crate::groups::TargetGroupApi;
+use crate::groups::{Priority, TargetGroupApi};
 use crate::pods::{PodSource, PodsError};
 use crate::reconcile::{BoundGroup, PodEvent, PodEventError, RunOptions, START_CUTOFF, Scope};
 use crate::report::Report;
@@ -188,7 +188,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 tracing::debug!(error = %e, "reading this cluster's index failed; discovering every group instead");
             }
         }
-        let bindings = self.bindings().await?;
+        let bindings = self.bindings(&Priority::Reaction).await?;
         self.index.discovered(&bindings.bound, None);
         self.publish_bindings(&bindings).await;
         let failed = bindings

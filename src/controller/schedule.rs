@@ -23,6 +23,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 force: false,
                 only: None,
                 deadline: opts.deadline,
+                priority: Priority::Reaction,
                 use_checkpoint: true,
                 cut_at: Some(match opts.deadline {
                     Some(d) if d > started => drain_end.min(UnixMillis(d.0.saturating_sub(3_000))),
@@ -215,11 +216,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         let (report, result) = if want.verify && !want.changed {
             let promotion = crate::groups::Promotion::default();
             lock(&self.promotions).insert(arn.clone(), promotion.clone());
+            let priority = Priority::Background(promotion.clone());
             // Boxed, here and below: a pass's state is large (its AWS calls), and a job
             // holds one of the two.
-            let looked = crate::groups::in_background_until_promoted(
+            let looked = crate::groups::until_stood_down(
                 promotion,
-                Box::pin(self.pass(&bound, want)),
+                Box::pin(self.pass(&bound, want, priority)),
             )
             .await;
             lock(&self.promotions).remove(&arn);
@@ -230,7 +232,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 None => return (arn, want, Err(PassError::Yielded)),
             }
         } else {
-            Box::pin(self.pass(&bound, want)).await
+            Box::pin(self.pass(&bound, want, Priority::Reaction)).await
         };
         self.finished(&arn, want, report, &result);
         // A gated pod it selects waits for its target to turn healthy: its gate is
@@ -279,12 +281,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
     }
 
-    /// Observe, and if something is to change, the leased pass; what should happen
-    /// next.
+    /// Observe, and if something is to change, the leased pass, its reads at
+    /// `priority`; what should happen next.
     pub(super) async fn pass(
         &self,
         bound: &BoundGroup,
         want: Want,
+        priority: Priority,
     ) -> (Option<GroupReport>, Reconciled) {
         let engine = self.engine;
         let informer = &engine.controller.informer;
@@ -333,6 +336,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         };
         let opts = RunOptions {
             use_checkpoint: !want.changed,
+            priority,
             ..self.opts.clone()
         };
         let scope = crate::reconcile::Scope {

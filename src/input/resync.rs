@@ -121,6 +121,7 @@ impl ResyncRequest {
             force: self.force,
             only: self.target_groups.clone(),
             deadline: None,
+            priority: crate::groups::Priority::Reaction,
             // `force` (and a dry run) always read target health in full.
             use_checkpoint: !self.force && !self.dry_run,
             cut_at: None,

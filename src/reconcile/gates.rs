@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::{BoundGroup, Reconciler};
 use crate::core::gate::{GateVerdict, GroupHealth, GroupView, verdict};
 use crate::core::{PodFacts, SkipReason, Target, TargetHealth, holding};
-use crate::groups::{ElbError, TargetGroupApi};
+use crate::groups::{ElbError, Priority, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, PodError};
 use crate::state::StateStore;
@@ -75,9 +75,13 @@ pub(crate) enum Settled {
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
-    /// One DescribeTargetHealth of `arn`, remembered for the gates.
-    pub(crate) async fn read_health(&self, arn: &str) -> Result<Vec<TargetHealth>, ElbError> {
-        let health = self.groups.health(arn).await?;
+    /// One DescribeTargetHealth of `arn` at `priority`, remembered for the gates.
+    pub(crate) async fn read_health(
+        &self,
+        arn: &str,
+        priority: &Priority,
+    ) -> Result<Vec<TargetHealth>, ElbError> {
+        let health = self.groups.health(arn, priority).await?;
         self.remember_health(arn, health.clone());
         Ok(health)
     }
@@ -93,8 +97,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
     }
 
-    /// `arn`'s target health read less than [`HEALTH_FRESH`] ago, or read now; `None`
-    /// when it cannot be read.
+    /// `arn`'s target health read less than [`HEALTH_FRESH`] ago, or read now (a gate's
+    /// read: a pod in a rollout waits for it, so at a reaction's priority); `None` when
+    /// it cannot be read.
     async fn fresh_health(&self, arn: &str) -> Option<Arc<Vec<TargetHealth>>> {
         let cached = self.health_cache.lock().ok().and_then(|c| {
             c.get(arn)
@@ -103,7 +108,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         });
         match cached {
             Some(h) => Some(h),
-            None => self.read_health(arn).await.ok().map(Arc::new),
+            None => self
+                .read_health(arn, &Priority::Reaction)
+                .await
+                .ok()
+                .map(Arc::new),
         }
     }
 

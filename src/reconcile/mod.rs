@@ -48,7 +48,7 @@ use crate::clock::Clock;
 use crate::core::checkpoint::{Rotation, rank_order};
 use crate::core::{Binding, GroupFacts, UnixMillis};
 use crate::faults::FaultPoint;
-use crate::groups::{TargetGroup, TargetGroupApi};
+use crate::groups::{Priority, TargetGroup, TargetGroupApi};
 use crate::lease;
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Outcome};
@@ -68,6 +68,9 @@ pub struct RunOptions {
     /// When the invocation must end (Lambda deadline): groups not started
     /// [`START_CUTOFF`] before it are deferred to the next run.
     pub deadline: Option<UnixMillis>,
+    /// How the request's ELBv2 reads wait for the Describe budget (a verification of
+    /// the full diff yields to reactions).
+    pub priority: Priority,
     /// Let a verified, unchanged group skip DescribeTargetHealth when its verification
     /// turn has not come (the scheduled resync; never pod-events, `force` or a dry run).
     pub use_checkpoint: bool,
@@ -273,9 +276,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// the single account there is could not be read. Nothing is written: the caller
     /// makes them the container's ([`crate::index::BoundIndex::discovered`]) and, unless
     /// it is a dry run, the state table's ([`Reconciler::publish_bindings`]).
-    pub async fn bindings(&self) -> Result<Bindings, crate::groups::ElbError> {
+    pub async fn bindings(&self, priority: &Priority) -> Result<Bindings, crate::groups::ElbError> {
         let read_at = self.clock.now();
-        let discovery = self.groups.discover_accounts().await?;
+        let discovery = self.groups.discover_accounts(priority).await?;
         let mut out = Bindings {
             accounts_failed: discovery.failed,
             ..Bindings::default()
@@ -395,7 +398,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let mut groups = Vec::with_capacity(described.len() + undescribed.len());
         if !described.is_empty() {
             let arns: Vec<String> = described.iter().map(|g| g.arn.clone()).collect();
-            let mut tags = self.groups.tags_of(&arns).await?;
+            let mut tags = self.groups.tags_of(&arns, &Priority::Reaction).await?;
             for mut group in described {
                 match tags.remove(&group.arn) {
                     Some(t) => {
@@ -411,7 +414,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
         if !undescribed.is_empty() {
             let arns: Vec<String> = undescribed.iter().cloned().collect();
-            groups.extend(self.groups.describe(&arns).await?);
+            groups.extend(self.groups.describe(&arns, &Priority::Reaction).await?);
         }
         Ok((groups, undescribed))
     }

@@ -184,7 +184,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
         if opts.use_checkpoint
             && state.checkpoint.as_ref().map(|c| c.desired) != Some(fp)
-            && let Some(promotion) = crate::groups::background()
+            && let Some(promotion) = opts.priority.yielding()
         {
             // Not a re-verification of a group at rest: its pods differ from those last
             // verified (or none were), so its Describe goes ahead of those.
@@ -211,7 +211,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         {
             return Observed::Done(report, action);
         }
-        let actual = match self.read_health(arn).await {
+        let actual = match self.read_health(arn, &opts.priority).await {
             Ok(a) => a,
             Err(e) => {
                 if matches!(e, ElbError::NotFound { .. }) {

@@ -289,14 +289,16 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     ) -> Result<Passed, Stop> {
         let (state, lease, opts) = (ctx.state, ctx.lease, ctx.opts);
         self.fault(FaultPoint::AfterLeaseAcquired)?;
-        let mut refreshed = self.refresh_binding(bound, report, false).await?;
+        let mut refreshed = self
+            .refresh_binding(bound, report, false, &opts.priority)
+            .await?;
         let arn = bound.group.arn.clone();
         let pods = ctx
             .pods
             .map_err(|e| Stop::Failed(Failure::Pods(e.clone())))?;
         let actual = match ctx.prior {
             Some(prior) => prior.health.clone(),
-            None => self.read_health(&arn).await.map_err(|e| {
+            None => self.read_health(&arn, &opts.priority).await.map_err(|e| {
                 if matches!(e, ElbError::NotFound { .. }) {
                     // Deleted: not acted on again until a discovery binds it.
                     self.index.unbound(&arn);
@@ -318,7 +320,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             // in this pass, never a cached binding: the group may have been made shared.
             let removes_foreign = plan.deregister.iter().any(|t| !ledger.contains_key(t));
             if removes_foreign && !refreshed {
-                refreshed = self.refresh_binding(bound, report, true).await?;
+                refreshed = self
+                    .refresh_binding(bound, report, true, &opts.priority)
+                    .await?;
                 continue;
             }
             break (desired, plan);

@@ -10,7 +10,7 @@ use super::pass::fail;
 use super::{Action, Failure, PassError, Reconciled, Reconciler, RunOptions};
 use crate::core::binding::TAG_CLUSTER;
 use crate::core::{MAX_TARGETS_PER_CALL, release_plan};
-use crate::groups::{ElbError, TargetGroupApi};
+use crate::groups::{ElbError, Priority, TargetGroupApi};
 use crate::lease::{self, PassEnd, RunEnd, Taken};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Orphan, Outcome};
@@ -52,7 +52,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         opts: &RunOptions,
     ) -> (GroupReport, Option<String>, Reconciled) {
         let mut report = GroupReport::new(arn, &name_of(arn), Outcome::Released);
-        let note = match self.groups.tags(arn).await {
+        let note = match self.groups.tags(arn, &Priority::Reaction).await {
             Ok(tags) => tags
                 .get(TAG_CLUSTER)
                 .is_some_and(|v| v.split_whitespace().any(|c| c == self.cluster))
@@ -167,7 +167,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         arn: &str,
         report: &mut GroupReport,
     ) -> Option<BTreeMap<crate::core::Target, crate::core::HealthState>> {
-        match self.groups.health(arn).await {
+        match self.groups.health(arn, &Priority::Reaction).await {
             Ok(actual) => Some(actual.into_iter().map(|h| (h.target, h.state)).collect()),
             Err(ElbError::NotFound { .. }) => {
                 // Deleted: not acted on again until a discovery binds it.

@@ -132,7 +132,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let read = match cached {
             Some(read) if read.fresh(now) => Some(read),
             stale if may_read && (opts.dry_run || self.may_read_attributes(now)) => {
-                let read = match self.groups.attributes(arn).await {
+                let read = match self.groups.attributes(arn, &opts.priority).await {
                     Ok(attributes) => Read::new(now, Ok(attributes)),
                     Err(ElbError::NotFound { .. }) => {
                         // Deleted meanwhile: the next look finds it gone.

@@ -19,7 +19,7 @@ use super::pass::Stop;
 use super::{BoundGroup, Failure, Reconciler};
 use crate::aws::elbv2::TAGS_BATCH;
 use crate::core::{Binding, UnixMillis};
-use crate::groups::{ElbError, TargetGroupApi};
+use crate::groups::{ElbError, Priority, TargetGroupApi};
 use crate::pods::PodSource;
 use crate::report::{GroupReport, Outcome};
 use crate::state::StateStore;
@@ -32,6 +32,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         &self,
         bound: &BoundGroup,
         now: UnixMillis,
+        priority: &Priority,
     ) -> Result<std::collections::BTreeMap<String, String>, ElbError> {
         let arn = &bound.group.arn;
         let known = self.index.all();
@@ -39,12 +40,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let mut arns = Vec::with_capacity(others.len() + 1);
         arns.push(arn.clone());
         arns.extend(others.iter().map(|b| b.group.arn.clone()));
-        let mut read = match self.groups.tags_of(&arns).await {
+        let mut read = match self.groups.tags_of(&arns, priority).await {
             // One group deleted fails the whole call: ask for this one alone, and leave
             // the others out of re-reads until discovery has dropped the deleted one.
             Err(ElbError::NotFound { .. }) if arns.len() > 1 => {
                 self.tag_reads.unreadable(&arns[1..], now);
-                self.groups.tags_of(&arns[..1]).await?
+                self.groups.tags_of(&arns[..1], priority).await?
             }
             read => read?,
         };
@@ -123,6 +124,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         bound: &mut BoundGroup,
         report: &mut GroupReport,
         force: bool,
+        priority: &Priority,
     ) -> Result<bool, Stop> {
         let now = self.clock.now();
         let max_age = self.settings.binding_max_age;
@@ -137,7 +139,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 return Ok(false);
             }
         }
-        let tags = match self.read_tags(bound, now).await {
+        let tags = match self.read_tags(bound, now, priority).await {
             Ok(tags) => tags,
             Err(e) => {
                 if matches!(e, ElbError::NotFound { .. }) {

@@ -8,6 +8,7 @@ use crate::controller::Engine;
 use crate::core::{HealthState, Target, UnixMillis};
 use crate::fakes::{FakeElb, FakePods, FakeState};
 use crate::faults::{CrashAt, FaultPoint};
+use crate::groups::Priority;
 use crate::report::Outcome;
 use crate::state::{Acquire, StateStore};
 use crate::testkit::{PodBuilder, bound_group};
@@ -422,7 +423,7 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
 
 /// `TG` as discovery binds it.
 async fn bound_web(e: &TestEngine) -> super::BoundGroup {
-    let found = e.bindings().await.unwrap();
+    let found = e.bindings(&Priority::Reaction).await.unwrap();
     found.bound.into_iter().find(|b| b.group.arn == TG).unwrap()
 }
 

@@ -266,7 +266,11 @@ pub async fn read(
                         )
                     })
                     .collect();
-                match engine.groups.health(&g.target_group_arn).await {
+                match engine
+                    .groups
+                    .health(&g.target_group_arn, &tgsync::groups::Priority::Reaction)
+                    .await
+                {
                     Ok(health) => {
                         for th in health {
                             let (t, h) = (th.target, th.state);

@@ -18,7 +18,7 @@ use super::super::{
 };
 use super::MutationRate;
 use super::limiter::Limiter;
-use crate::groups::Fence;
+use crate::groups::{Fence, Priority};
 
 /// Largest extra wait per attempt while ELBv2 keeps throttling.
 const MAX_PENALTY_MS: u64 = 5_000;
@@ -28,7 +28,7 @@ const FIRST_PENALTY_MS: u64 = 250;
 /// The pace of one kind of ELBv2 call, shared by every clone of the adapter (so by every
 /// concurrent reconcile of a container).
 ///
-/// Background work ([`crate::groups::in_background`]: discovery, the full diff's
+/// Background work ([`Priority::Background`]: discovery, the full diff's
 /// verifications) takes a slot only when no other request is waiting for one, and only
 /// one background request waits at a time: a reaction waits for at most one slot,
 /// however many verifications are queued. Under a share's window, background work also
@@ -110,18 +110,18 @@ impl Pace {
 
     /// Waits until an attempt may go out: the adaptive wait first, then the bucket, so
     /// the request leaves right when the bucket grants it (never bunched behind a wait).
-    async fn slot(&self) {
+    async fn slot(&self, priority: &Priority) {
         let penalty = self.penalty_ms.load(Ordering::Relaxed);
         if penalty > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(penalty / 2..=penalty))).await;
         }
-        let granted = match (&self.limiter, crate::groups::background()) {
-            (Some(limiter), Some(promotion)) => self.background_slot(limiter, &promotion).await,
+        let granted = match (&self.limiter, priority.yielding()) {
+            (Some(limiter), Some(promotion)) => self.background_slot(limiter, promotion).await,
             _ => false,
         };
         // Background work that stands down stops here: before its call, and before it
         // would wait for a reaction's slot.
-        crate::groups::sending().await;
+        priority.sending().await;
         let Some(limiter) = &self.limiter else {
             return;
         };
@@ -191,16 +191,18 @@ impl Pace {
 
     /// Sends one request (`send` builds it with the SDK's own retries off) until it
     /// succeeds, fails for good, or [`MAX_ATTEMPTS`] attempts went out; every attempt
-    /// waits for a slot, and retries back off exponentially with full jitter.
+    /// waits for a slot at `priority`, and retries back off exponentially with full
+    /// jitter.
     pub(crate) async fn attempts<T, E, Fut>(
         &self,
+        priority: &Priority,
         send: impl FnMut() -> Fut,
     ) -> Result<T, SdkError<E, HttpResponse>>
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
     {
-        match self.fenced_attempts(None, send).await {
+        match self.attempts_at(priority, None, send).await {
             Ok(out) => Ok(out),
             Err(Stopped::Failed(err)) => Err(err),
             // Unreachable without a fence; answered as a transport failure would be.
@@ -213,8 +215,24 @@ impl Pace {
     /// fenced attempt is abandoned at [`MUTATION_ATTEMPT_DEADLINE`] (credentials and
     /// connecting included), a timeout retried like any other, so none outlives the
     /// fence's margin.
+    /// A change's attempts take their slots as a reaction's do.
     pub(crate) async fn fenced_attempts<T, E, Fut>(
         &self,
+        fence: Option<&dyn Fence>,
+        send: impl FnMut() -> Fut,
+    ) -> Result<T, Stopped<SdkError<E, HttpResponse>>>
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    {
+        self.attempts_at(&Priority::Reaction, fence, send).await
+    }
+
+    /// The attempts of one request, each after its slot at `priority`, fenced by
+    /// `fence` when there is one.
+    async fn attempts_at<T, E, Fut>(
+        &self,
+        priority: &Priority,
         fence: Option<&dyn Fence>,
         mut send: impl FnMut() -> Fut,
     ) -> Result<T, Stopped<SdkError<E, HttpResponse>>>
@@ -225,7 +243,7 @@ impl Pace {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            self.slot().await;
+            self.slot(priority).await;
             let sent = match fence {
                 Some(fence) => {
                     fence.check().map_err(Stopped::Fenced)?;
@@ -408,7 +426,7 @@ mod tests {
         let pace = Pace::new(Some(MutationRate::new(20, Some(1)).expect("rate")));
         let started = std::time::Instant::now();
         for _ in 0..3 {
-            pace.slot().await;
+            pace.slot(&Priority::Reaction).await;
         }
         // The second and third requests waited for the bucket (50 ms each)...
         assert!(
@@ -455,7 +473,7 @@ mod tests {
         let waits: futures::stream::FuturesUnordered<_> = (0..WAITERS)
             .map(|_| Polls {
                 inner: Box::pin(async {
-                    pace.slot().await;
+                    pace.slot(&Priority::Reaction).await;
                     started.elapsed()
                 }),
                 count: polls.clone(),
@@ -485,9 +503,11 @@ mod tests {
         let promotions: Vec<crate::groups::Promotion> = (0..4)
             .map(|_| crate::groups::Promotion::default())
             .collect();
-        let waits = promotions.iter().map(|p| async {
-            crate::groups::in_background_until_promoted(p.clone(), async {
-                pace.slot().await;
+        let pace = &pace;
+        let waits = promotions.iter().map(|p| async move {
+            let priority = Priority::Background(p.clone());
+            crate::groups::until_stood_down(p.clone(), async move {
+                pace.slot(&priority).await;
                 start.elapsed()
             })
             .await
@@ -522,9 +542,10 @@ mod tests {
         let calls = AtomicUsize::new(0);
         let work = |p: &crate::groups::Promotion, n: usize| {
             let (pace, calls) = (&pace, &calls);
-            crate::groups::in_background_until_promoted(p.clone(), async move {
+            let priority = Priority::Background(p.clone());
+            crate::groups::until_stood_down(p.clone(), async move {
                 for _ in 0..n {
-                    pace.slot().await;
+                    pace.slot(&priority).await;
                     calls.fetch_add(1, Ordering::SeqCst);
                 }
                 start.elapsed()
@@ -548,7 +569,7 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert!(went_on < Duration::from_millis(750), "{went_on:?}");
         let reaction = async {
-            pace.slot().await;
+            pace.slot(&Priority::Reaction).await;
             start.elapsed()
         };
         let reacted = reaction.await;
@@ -572,20 +593,18 @@ mod tests {
         assert_eq!(rate.per_window(), 8);
         let pace = Pace::new(Some(rate));
         let start = std::time::Instant::now();
-        let verifications = futures::future::join_all((0..12).map(|_| {
-            crate::groups::in_background(async {
-                pace.slot().await;
-                start.elapsed()
-            })
+        let verifications = futures::future::join_all((0..12).map(|_| async {
+            pace.slot(&Priority::background()).await;
+            start.elapsed()
         }));
         let reaction = async {
             // Just after a verification took its slot: under a 1-s window of 4, the
             // second call would wait ~300 ms for the oldest of them to leave.
             tokio::time::sleep(Duration::from_millis(1030)).await;
             let asked = start.elapsed();
-            pace.slot().await;
+            pace.slot(&Priority::Reaction).await;
             let first = start.elapsed();
-            pace.slot().await;
+            pace.slot(&Priority::Reaction).await;
             (asked, first, start.elapsed())
         };
         let (verified, (asked, first, second)) = tokio::join!(verifications, reaction);
@@ -620,9 +639,10 @@ mod tests {
             }
             let pace = &pace;
             async move {
-                crate::groups::in_background_until_promoted(promotion, async move {
+                let priority = Priority::Background(promotion.clone());
+                crate::groups::until_stood_down(promotion, async move {
                     tokio::time::sleep(Duration::from_millis(after)).await;
-                    pace.slot().await;
+                    pace.slot(&priority).await;
                     start.elapsed()
                 })
                 .await
@@ -635,7 +655,7 @@ mod tests {
         let change = background(true, 30);
         let reaction = async {
             tokio::time::sleep(Duration::from_millis(60)).await;
-            pace.slot().await;
+            pace.slot(&Priority::Reaction).await;
             start.elapsed()
         };
         let (at_rest, change, reaction) = tokio::join!(at_rest, change, reaction);
