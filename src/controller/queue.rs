@@ -8,12 +8,18 @@
 //!   pass that does both.
 //! - Pod changes go before the full diff's verifications, oldest change first.
 //! - A pass ends with an [`Action`] or a [`PassError`]; [`Queue::done`], the one error
-//!   policy, turns either into a delay, by the policy below. A pod change never waits for a delay of its key (its registrations'
-//!   backoff, a retry after a failure): nothing delays a deregistration. Only a lease
-//!   another process holds parks a key until the holder's lease ends or it is handed
-//!   back ([`Queue::unpark`]); a parked key holds no slot meanwhile.
+//!   policy, turns either into a delay, by the policy below. A pod change never waits
+//!   for a delay of its key (its registrations' backoff, a retry after a failure):
+//!   nothing delays a deregistration. Only a lease another process holds parks a key
+//!   until the holder's lease ends or it is handed back ([`Queue::unpark`]); a parked
+//!   key holds no slot meanwhile.
+//! - It keeps timers, as kube-runtime's scheduler does: the keys ready to start in
+//!   order, the waiting ones by their time ([`index`]), so starting a key, waking for
+//!   the next time and asking whether a run has work left never look at every key.
 
 use std::collections::HashMap;
+
+use index::{Index, Place};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -21,6 +27,9 @@ use tokio::time::Instant;
 use crate::core::{BackoffPolicy, UnixMillis};
 use crate::reconcile::{Action, PassError, Reconciled};
 
+mod index;
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;
 mod want;
@@ -64,7 +73,7 @@ pub fn watch_retry(failures: u32) -> Duration {
 
 /// What a waiting key waits for.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Wait {
+pub(super) enum Wait {
     /// Nothing (or the time only: a pass cut short).
     #[default]
     Time,
@@ -84,18 +93,58 @@ struct Slot {
     pending: Option<Want>,
     running: bool,
     not_before: Option<Instant>,
+    /// `not_before` has come: the key waits only for room (set by [`Queue::pop`]).
+    due: bool,
     /// What `not_before` waits for.
     wait: Wait,
     /// Consecutive passes that failed before the lease.
     failures: u32,
     /// Order of arrival of the pending request (FIFO among equals).
     seq: u64,
+    /// Where the index has it.
+    placed: Place,
 }
 
-/// The keys and what each waits for.
+impl Slot {
+    /// Where the index should have it (see [`Place`]).
+    fn place(&self) -> Place {
+        let mut place = Place {
+            running: self.running,
+            parked: self.wait == Wait::Lease && !self.running,
+            ..Place::default()
+        };
+        let Some(want) = self.pending.filter(|_| !self.running) else {
+            return place;
+        };
+        if let Some(at) = self.not_before {
+            place.timer = Some((at, self.due));
+        }
+        if self.not_before.is_none() || self.due {
+            place.ready = Some((want.reacts(), (!want.changed, want.since, self.seq)));
+        }
+        place
+    }
+
+    /// Waits until `at` for `wait`.
+    fn wait_until(&mut self, at: Instant, wait: Wait) {
+        self.not_before = Some(at);
+        self.due = false;
+        self.wait = wait;
+    }
+
+    /// Waits no more.
+    fn ready(&mut self) {
+        self.not_before = None;
+        self.due = false;
+        self.wait = Wait::Time;
+    }
+}
+
+/// The keys, what each waits for, and the index of both.
 #[derive(Debug)]
 pub struct Queue {
     slots: HashMap<String, Slot>,
+    index: Index,
     seq: u64,
     rng: fastrand::Rng,
 }
@@ -104,6 +153,7 @@ impl Default for Queue {
     fn default() -> Self {
         Self {
             slots: HashMap::new(),
+            index: Index::default(),
             seq: 0,
             rng: fastrand::Rng::new(),
         }
@@ -151,34 +201,33 @@ impl Queue {
             }
         });
         if want.changed && slot.wait != Wait::Lease {
-            slot.not_before = None;
-            slot.wait = Wait::Time;
+            slot.ready();
         }
+        self.settle(key);
     }
 
     /// The next key to start at `now`, and what it is asked to do: a key with a
     /// request, not in flight and not waiting; pod changes first (oldest first), then
     /// verifications (in order of arrival). The key is in flight from now on.
     pub fn pop(&mut self, now: Instant, room: Room) -> Option<(String, Want)> {
-        let key = self
-            .slots
-            .iter()
-            .filter(|(_, s)| !s.running && s.not_before.is_none_or(|t| t <= now))
-            .filter_map(|(k, s)| Some((k, s, s.pending?)))
-            .filter(|(_, _, w)| {
-                if w.reacts() {
-                    room.changes
-                } else {
-                    room.verifications
-                }
-            })
-            .min_by_key(|(k, s, w)| (!w.changed, w.since, s.seq, k.as_str()))
-            .map(|(k, _, _)| k.clone())?;
+        // The keys whose time has come wait for room with the ready ones.
+        while let Some((at, key)) = self.index.timer_due(now) {
+            if let Some(slot) = self
+                .slots
+                .get_mut(&key)
+                .filter(|s| s.not_before == Some(at))
+            {
+                slot.due = true;
+            }
+            self.settle(&key);
+        }
+        let key = self.index.first_ready(room)?;
         let slot = self.slots.get_mut(&key)?;
         slot.running = true;
-        slot.not_before = None;
-        slot.wait = Wait::Time;
-        slot.pending.take().map(|w| (key, w))
+        slot.ready();
+        let want = slot.pending.take();
+        self.settle(&key);
+        want.map(|w| (key, w))
     }
 
     /// `key`'s pass, asked to do `ran`, ended with `result` at `now`: the one delay
@@ -237,21 +286,18 @@ impl Queue {
                 None => again,
             });
             if waits {
-                slot.not_before = Some(at);
-                slot.wait = wait;
+                slot.wait_until(at, wait);
             }
         }
-        if slot.pending.is_none() {
-            self.slots.remove(key);
-        }
+        self.settle(key);
     }
 
     /// Ends the wait of `key` parked on a lease (its holder gave it back, or it
     /// expired).
     pub fn unpark(&mut self, key: &str) {
         if let Some(slot) = self.slots.get_mut(key).filter(|s| s.wait == Wait::Lease) {
-            slot.wait = Wait::Time;
-            slot.not_before = None;
+            slot.ready();
+            self.settle(key);
         }
     }
 
@@ -263,7 +309,8 @@ impl Queue {
             None => self.unpark(key),
             Some(until) => {
                 if let Some(slot) = self.slots.get_mut(key).filter(|s| s.wait == Wait::Lease) {
-                    slot.not_before = Some(now.instant_of(until.plus(LEASE_RECHECK_SLACK)));
+                    slot.wait_until(now.instant_of(until.plus(LEASE_RECHECK_SLACK)), Wait::Lease);
+                    self.settle(key);
                 }
             }
         }
@@ -271,11 +318,12 @@ impl Queue {
 
     /// Keys parked on a lease another process holds.
     pub fn parked(&self) -> Vec<String> {
-        self.slots
-            .iter()
-            .filter(|(_, s)| s.wait == Wait::Lease && !s.running)
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.index.parked.iter().cloned().collect()
+    }
+
+    /// Whether a key is parked on a lease another process holds.
+    pub fn has_parked(&self) -> bool {
+        !self.index.parked.is_empty()
     }
 
     /// The keys with a pod change asked for and not served yet (queued, waiting, or
@@ -309,18 +357,25 @@ impl Queue {
     /// What a warm container keeps between invocations: the reactions (pod changes,
     /// gates); a full diff's looks are the next run's discovery's to ask for again.
     pub fn keep_reactions(&mut self) {
-        self.slots.retain(|_, s| {
-            if let Some(p) = &mut s.pending {
-                p.verify = false;
+        let keys: Vec<String> = self.slots.keys().cloned().collect();
+        for key in keys {
+            if let Some(slot) = self.slots.get_mut(&key) {
+                if let Some(p) = &mut slot.pending {
+                    p.verify = false;
+                }
+                if !slot.running && !slot.pending.is_some_and(Want::reacts) {
+                    slot.pending = None;
+                }
             }
-            s.running || s.pending.is_some_and(Want::reacts)
-        });
+            self.settle(&key);
+        }
     }
 
     /// Drops `key`'s request (its group is no longer bound), unless its pass is running.
     pub fn forget(&mut self, key: &str) {
-        if self.slots.get(key).is_some_and(|s| !s.running) {
-            self.slots.remove(key);
+        if let Some(slot) = self.slots.get_mut(key).filter(|s| !s.running) {
+            slot.pending = None;
+            self.settle(key);
         }
     }
 
@@ -329,30 +384,25 @@ impl Queue {
     /// holds, by `gates` when it waits for a gate. (A one-shot run waits for no
     /// backoff, retry or cut pass: the next run does those.)
     pub fn has_work(&self, leases: Instant, gates: Instant) -> bool {
-        self.slots.values().any(|s| {
-            s.running
-                || (s.pending.is_some()
-                    && match (s.not_before, s.wait) {
-                        (None, _) => true,
-                        (Some(t), Wait::Lease) => t <= leases,
-                        (Some(t), Wait::Gates) => t <= gates,
-                        (Some(_), Wait::Time | Wait::Retry | Wait::Backoff) => false,
-                    })
-        })
+        self.index.running > 0
+            || self.index.ready_now() > 0
+            || self.index.waiting_until(leases.max(gates)).any(|(t, key)| {
+                match self.slots.get(key).map(|s| s.wait) {
+                    Some(Wait::Lease) => t <= leases,
+                    Some(Wait::Gates) => t <= gates,
+                    _ => false,
+                }
+            })
     }
 
     /// The earliest time a waiting key becomes ready (`None`: none waits).
     pub fn next_wake(&self) -> Option<Instant> {
-        self.slots
-            .values()
-            .filter(|s| !s.running && s.pending.is_some())
-            .filter_map(|s| s.not_before)
-            .min()
+        self.index.next_time()
     }
 
     /// Keys with a pass in flight.
     pub fn running(&self) -> usize {
-        self.slots.values().filter(|s| s.running).count()
+        self.index.running
     }
 
     /// Whether nothing is pending or in flight.
@@ -363,5 +413,24 @@ impl Queue {
     /// Whether `key` has a pass in flight or a request (for tests and reports).
     pub fn contains(&self, key: &str) -> bool {
         self.slots.contains_key(key)
+    }
+
+    /// Brings the index in line with `key`'s slot after a change, and drops the slot
+    /// once it asks for nothing and runs nothing.
+    fn settle(&mut self, key: &str) {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
+        let place = if !slot.running && slot.pending.is_none() {
+            Place::default()
+        } else {
+            slot.place()
+        };
+        self.index.moved(key, &slot.placed, &place);
+        if place == Place::default() {
+            self.slots.remove(key);
+        } else {
+            slot.placed = place;
+        }
     }
 }

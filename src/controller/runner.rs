@@ -225,10 +225,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             // the leases that park keys, the end of the run.
             let (next, parked) = {
                 let queue = lock(self.queue);
-                (
-                    queue.next_wake().filter(|t| *t > now),
-                    !queue.parked().is_empty(),
-                )
+                (queue.next_wake().filter(|t| *t > now), queue.has_parked())
             };
             let look = (parked && looking.is_terminated()).then_some(next_lease_look);
             let end = match ending {
