@@ -33,6 +33,7 @@ mod cold_start;
 mod discovery;
 mod early;
 mod engine;
+mod hooks;
 pub mod informer;
 mod one_pass;
 pub mod pod_event;

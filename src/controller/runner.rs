@@ -4,9 +4,11 @@
 //! the run ends ([`Ending`]).
 //!
 //! At most `cap` passes for pod changes and `cap` verifications run at once. A pass
-//! returns an [`Action`] or a [`PassError`], which the queue turns into a delay. Keys parked on a lease
-//! another process holds take no slot: every [`LEASE_POLL`] their groups' items are read
-//! in one batched read, and a lease given back or expired ends their wait.
+//! returns an [`Action`] or a [`PassError`], which the queue turns into a delay. Keys
+//! parked on a lease another process holds take no slot: every [`LEASE_POLL`] the owner
+//! reads their groups' leases in one batched read, and a lease given back or expired
+//! ends their wait. The runner itself does no I/O: reading leases and handing on what a
+//! run could not serve are its owner's ([`Owner`]).
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -17,14 +19,11 @@ use futures::future::FusedFuture as _;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::Engine;
+use super::hooks::Owner;
 use super::queue::{LEASE_POLL, Now, Queue, Room, Want};
 use crate::clock::Clock;
 use crate::core::lease_protocol::{self as protocol, Wind};
-use crate::groups::TargetGroupApi;
-use crate::pods::PodSource;
 use crate::reconcile::{Action, PassError, Reconciled};
-use crate::state::StateStore;
 use crate::sync::lock;
 
 /// How a run ends.
@@ -133,39 +132,30 @@ pub(crate) struct Unserved {
     pub error: Option<crate::state::StateError>,
 }
 
-/// Runs the keys of a queue.
-pub(crate) struct Runner<'a, P, G, S> {
-    engine: &'a Engine<P, G, S>,
+/// Runs the keys of a queue; its owner does the I/O ([`Owner`]).
+pub(crate) struct Runner<'a, O> {
+    owner: &'a O,
     queue: &'a Mutex<Queue>,
     /// Signalled when the queue gets a request.
     wake: &'a tokio::sync::Notify,
 }
 
-impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
-    /// A runner of `queue` for `engine`'s passes; `wake` is signalled by whoever adds a
+impl<'a, O: Owner> Runner<'a, O> {
+    /// A runner of `queue` for `owner`'s passes; `wake` is signalled by whoever adds a
     /// request.
     pub(crate) fn new(
-        engine: &'a Engine<P, G, S>,
+        owner: &'a O,
         queue: &'a Mutex<Queue>,
         wake: &'a tokio::sync::Notify,
     ) -> Self {
-        Self {
-            engine,
-            queue,
-            wake,
-        }
-    }
-
-    /// Now, on the queue's two clocks.
-    pub(crate) fn now(&self) -> Now {
-        now(self.engine.clock.as_ref())
+        Self { owner, queue, wake }
     }
 
     /// Runs the queue until `ending` (or the process shuts down): each key's pass is
     /// `job(key, want)`, whose result the queue turns into a delay. When the run
     /// ends, the passes in flight finish (a run's options cut them cleanly at its
     /// `cut_at`); what is still queued stays in the queue, and every request the run
-    /// could not serve is handed on ([`Runner::hand_on`]; see [`Ending`]) — at shutdown,
+    /// could not serve is handed on ([`Owner::hand_on`]; see [`Ending`]) — at shutdown,
     /// what is queued or parked before the passes in flight drain. Returns what it could
     /// not serve.
     pub(crate) async fn run<F, Fut>(&self, ending: Ending, job: F) -> Unserved
@@ -173,8 +163,8 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         F: Fn(String, Want) -> Fut,
         Fut: Future<Output = (String, Want, Reconciled)>,
     {
-        let engine = self.engine;
-        let cap = engine.settings.concurrency.max(1);
+        let owner = self.owner;
+        let cap = owner.cap();
         let mut in_flight = FuturesUnordered::new();
         let (mut changes, mut verifications) = (0usize, 0usize);
         let mut next_lease_look = Instant::now() + LEASE_POLL;
@@ -185,7 +175,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
             let woken = self.wake.notified();
             let mut woken = std::pin::pin!(woken);
             woken.as_mut().enable();
-            let shutdown = engine.shutdown_notified();
+            let shutdown = owner.shutdown_notified();
             let mut shutdown = std::pin::pin!(shutdown);
             shutdown.as_mut().enable();
             let now = Instant::now();
@@ -200,7 +190,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                         && (queue.is_idle() || (now >= until && !queue.has_work(now, now)))
                 }
             };
-            if over || engine.is_shutting_down() {
+            if over || owner.is_shutting_down() {
                 break;
             }
             loop {
@@ -244,7 +234,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                 Some((key, want, result)) = in_flight.next(), if !in_flight.is_empty() => {
                     if want.reacts() { changes -= 1 } else { verifications -= 1 }
                     let kept = ending.keeps(result, want, &key, &mut left);
-                    lock(self.queue).done(&key, want, &kept, self.now());
+                    lock(self.queue).done(&key, want, &kept, owner.now());
                 }
                 () = &mut looking, if !looking.is_terminated() => {
                     next_lease_look = Instant::now() + LEASE_POLL;
@@ -265,15 +255,15 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         // handed on first, then the passes drain (each hands its own lease over), in
         // the protocol's order (`lease_protocol::winding_up`, which the model check
         // explores).
-        let _holding = engine.holding();
+        let _holding = owner.holding();
         let mut unserved: Vec<String> = Vec::new();
         let mut error = None;
-        for wind in protocol::winding_up(engine.is_shutting_down()) {
+        for wind in protocol::winding_up(owner.is_shutting_down()) {
             match wind {
                 Wind::Drain => {
                     while let Some((key, want, result)) = in_flight.next().await {
                         let kept = ending.keeps(result, want, &key, &mut left);
-                        lock(self.queue).done(&key, want, &kept, self.now());
+                        lock(self.queue).done(&key, want, &kept, owner.now());
                     }
                 }
                 Wind::HandOn => {
@@ -283,7 +273,7 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
                     groups.dedup();
                     groups.retain(|g| unserved.binary_search(g).is_err());
                     if ending.hands_on()
-                        && let Err(e) = self.hand_on(&groups).await
+                        && let Err(e) = owner.hand_on(&groups).await
                     {
                         error = Some(e);
                     }
@@ -298,50 +288,22 @@ impl<'a, P: PodSource, G: TargetGroupApi, S: StateStore> Runner<'a, P, G, S> {
         }
     }
 
-    /// Hands on the requests a run could not serve: each group's `dirty` flag, so
-    /// that whoever holds or next takes its lease serves it, and the index's record of
-    /// requests, so that the next run serves them first (see
-    /// `StateStore::request_passes`). A failure is logged and returned: whoever ran the
-    /// run answers it (the next full diff finds the groups by their pods).
-    async fn hand_on(&self, groups: &[String]) -> Result<(), crate::state::StateError> {
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let engine = self.engine;
-        tracing::info!(
-            groups = groups.len(),
-            "handing on the requests this run could not serve"
-        );
-        engine
-            .state
-            .request_passes(&engine.cluster, groups)
-            .await
-            .inspect_err(|e| tracing::warn!(error = %e, groups = groups.len(), "handing on the requests this run could not serve failed; the next full diff finds them by their pods"))
-    }
-
-    /// Reads the leases that park keys (one batched read) and tells the queue what each
-    /// is now: a lease given back or expired (and past its takeover grace) ends its
-    /// keys' wait, a renewed or
-    /// handed-over one moves it. A read that fails leaves them parked until the leases
-    /// they saw would expire.
+    /// Reads the leases that park keys (through the owner: one batched read) and tells
+    /// the queue what each is now: a lease given back or expired (and past its takeover
+    /// grace) ends its keys' wait, a renewed or handed-over one moves it. A read that
+    /// fails leaves them parked until the leases they saw would expire.
     async fn look_at_leases(&self) {
         let parked = lock(self.queue).parked();
         if parked.is_empty() {
             return;
         }
-        let glances = match self.engine.state.glance_many(&parked).await {
-            Ok(glances) => glances,
-            Err(e) => {
-                tracing::debug!(error = %e, groups = parked.len(), "reading the leases that park requests failed; they wait until those leases would expire");
-                return;
-            }
+        let Some(ends) = self.owner.lease_ends(&parked).await else {
+            return;
         };
-        let now = self.now();
-        // An expired lease is taken over only a grace after its expiry.
-        let grace = self.engine.settings.lease.takeover_grace;
+        let now = self.owner.now();
         let mut queue = lock(self.queue);
-        for (key, glance) in &glances {
-            queue.lease_seen(key, glance.lease.as_ref().map(|l| l.until.plus(grace)), now);
+        for (key, until) in ends {
+            queue.lease_seen(&key, until, now);
         }
     }
 }
