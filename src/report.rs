@@ -214,7 +214,7 @@ impl GroupReport {
         Self {
             target_group_arn: arn.to_owned(),
             name: name.to_owned(),
-            account: crate::groups::arn_account(arn)
+            account: crate::core::arn::arn_account(arn)
                 .unwrap_or_default()
                 .to_owned(),
             outcome,

@@ -89,7 +89,7 @@ async fn group_in(
         &tags,
     )
     .await;
-    assert_eq!(tgsync::groups::arn_account(&arn), Some(account), "{arn}");
+    assert_eq!(tgsync::core::arn::arn_account(&arn), Some(account), "{arn}");
     arn
 }
 

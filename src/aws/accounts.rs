@@ -30,10 +30,11 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
 
 use super::Elbv2TargetGroups;
+use crate::core::arn::arn_account;
 use crate::core::{Target, TargetHealth};
 use crate::groups::{
     AccountError, Discovery, ElbError, Fence, Priority, Refused, TagsByArn, TargetGroup,
-    TargetGroupApi, arn_account,
+    TargetGroupApi,
 };
 
 /// STS limits a role session name to 64 characters.

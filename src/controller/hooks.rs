@@ -52,7 +52,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Owner for Engine<P, G, S> {
     }
 
     fn now(&self) -> Now {
-        super::runner::now(self.clock.as_ref())
+        Now::of(self.clock.as_ref())
     }
 
     fn is_shutting_down(&self) -> bool {

@@ -197,7 +197,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 // A group of an account that could not be read is covered by that
                 // account's error.
                 let unread = accounts_failed.iter().any(|f| {
-                    f.account.is_some() && f.account.as_deref() == crate::groups::arn_account(arn)
+                    f.account.is_some()
+                        && f.account.as_deref() == crate::core::arn::arn_account(arn)
                 });
                 if !known && !unread {
                     report.errors.push(format!(
@@ -406,7 +407,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 let Some(bound) = self.index.get(&arn) else {
                     results.keep(GroupReport::with_error(
                         &arn,
-                        crate::groups::arn_name(&arn),
+                        crate::core::arn::arn_name(&arn),
                         Outcome::BindingError,
                         format!(
                             "no longer bound to cluster `{}` (untagged, deleted or bound to other pods since the run began); left untouched",

@@ -180,6 +180,14 @@ pub struct Now {
 }
 
 impl Now {
+    /// Now, on both clocks (`clock`: the engine's wall clock).
+    pub fn of(clock: &dyn crate::clock::Clock) -> Self {
+        Self {
+            instant: Instant::now(),
+            wall: clock.now(),
+        }
+    }
+
     /// The monotonic instant of wall time `at` (now, if it has passed).
     fn instant_of(self, at: UnixMillis) -> Instant {
         self.instant + Duration::from_millis(at.0.saturating_sub(self.wall.0))

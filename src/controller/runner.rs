@@ -20,8 +20,7 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::hooks::Owner;
-use super::queue::{LEASE_POLL, Now, Queue, Room, Want};
-use crate::clock::Clock;
+use super::queue::{LEASE_POLL, Queue, Room, Want};
 use crate::core::lease_protocol::{self as protocol, Wind};
 use crate::reconcile::{Action, PassError, Reconciled};
 use crate::sync::lock;
@@ -305,14 +304,6 @@ impl<'a, O: Owner> Runner<'a, O> {
         for (key, until) in ends {
             queue.lease_seen(&key, until, now);
         }
-    }
-}
-
-/// Now, on the queue's two clocks (`clock`: the engine's wall clock).
-pub(crate) fn now(clock: &dyn Clock) -> Now {
-    Now {
-        instant: Instant::now(),
-        wall: clock.now(),
     }
 }
 

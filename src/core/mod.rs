@@ -4,6 +4,7 @@
 //! random source); outputs are plans. Keeping I/O out is what lets the diff be property
 //! tested and lets both Lambda functions share exactly the same decisions.
 
+pub mod arn;
 pub mod backoff;
 pub mod binding;
 pub mod checkpoint;

@@ -8,7 +8,8 @@
 //! pod registered again); an event that arrives later finds the lease held, sets
 //! `dirty`, and the group is reconciled again.
 
-use super::pass::{PodReads, PriorRead, Verdict};
+use super::pass::Verdict;
+use super::reads::{PodReads, PriorRead};
 use super::{
     Action, BoundGroup, CUT, DEFERRED, Failure, PassError, Reconciled, Reconciler, RunOptions,
 };

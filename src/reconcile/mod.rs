@@ -13,10 +13,12 @@ mod elsewhere;
 mod error;
 mod gates;
 mod leased;
+mod notes;
 mod observe;
 mod pass;
 mod pod_event;
 mod read_ahead;
+mod reads;
 mod refusals;
 mod release;
 mod rollout;
@@ -27,9 +29,9 @@ pub(crate) use error::{CUT, DEFERRED};
 pub use error::{Failure, PassError};
 pub(crate) use gates::Settled;
 pub(crate) use observe::Observed;
-pub(crate) use pass::PodReads;
 pub use pod_event::{PodEvent, PodEventError};
 pub(crate) use read_ahead::ReadAhead;
+pub(crate) use reads::PodReads;
 pub(crate) use release::unreleased;
 #[cfg(test)]
 mod motion_tests;
@@ -333,7 +335,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         // An account that could not be read (or whose name is not known) may still
         // bind its groups.
         let readable = |arn: &str| {
-            !unread.contains(&None) && !unread.contains(&crate::groups::arn_account(arn))
+            !unread.contains(&None) && !unread.contains(&crate::core::arn::arn_account(arn))
         };
         updates.extend(
             rows.iter()

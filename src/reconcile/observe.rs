@@ -4,18 +4,19 @@
 //! lease and reads everything afresh before acting. A group whose item shows its lease
 //! held by another process is parked before its health is read ([`super::elsewhere`]).
 
+use super::notes::{note_backoff, pod_errors};
 use super::read_ahead::Ahead;
 use super::refusals::{waiting, waiting_error};
 use super::{Action, Failure, PassError, Reconciled};
 use super::{BoundGroup, Reconciler, RunOptions, Scope};
 use crate::core::checkpoint::{fingerprint, may_skip};
 use crate::core::{
-    BackoffState, Checkpoint, Desired, Gate, Labels, PodIndex, Rules, SkipReason, TargetHealth,
-    UnixMillis, desired_targets, holding, plan,
+    Checkpoint, Desired, Gate, Labels, PodIndex, Rules, TargetHealth, desired_targets, holding,
+    plan,
 };
 use crate::groups::{ElbError, TargetGroupApi};
 use crate::pods::PodSource;
-use crate::report::{GroupReport, Outcome, PodError};
+use crate::report::{GroupReport, Outcome};
 use crate::state::StateStore;
 
 /// What looking at a group found.
@@ -27,21 +28,7 @@ pub(crate) enum Observed {
     Irrelevant,
     /// Something to change: take the lease. The report so far, and the health read
     /// the plan came from (a pass may reuse it).
-    Change(GroupReport, super::pass::PriorRead),
-}
-
-/// Notes in `report` that the group's registrations wait for its backoff until `until`,
-/// in the words an operator acts on (the caller sets the outcome).
-pub(super) fn note_backoff(
-    report: &mut GroupReport,
-    until: UnixMillis,
-    backoff: Option<&BackoffState>,
-) {
-    let failures = backoff.map_or(0, |b| b.failures);
-    report.next_attempt_at = Some(until);
-    report.error = Some(format!(
-        "registrations back off after {failures} consecutive failure(s); deregistrations still happen at once; `tgsync sync --force` (the manual function with \"force\": true) retries now"
-    ));
+    Change(GroupReport, super::reads::PriorRead),
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
@@ -265,7 +252,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             && !state.held.stale(&self.cluster, &plan.register)
             && !unserved;
         if !nothing_to_do {
-            let prior = super::pass::PriorRead {
+            let prior = super::reads::PriorRead {
                 version: state.version,
                 health: actual,
                 at: now,
@@ -336,21 +323,4 @@ fn at_rest(
     let gates_pending = desired.targets.values().any(|d| d.gate == Some(false));
     let due = scope.due.is_none_or(|d| d.contains(arn));
     opts.use_checkpoint && !opts.dry_run && !gates_pending && !busy && may_skip(checkpoint, fp, due)
-}
-
-/// The selected pods that need an operator (a port that does not resolve, a duplicate).
-pub(super) fn pod_errors(desired: &Desired) -> Vec<PodError> {
-    desired
-        .skipped
-        .iter()
-        .filter(|s| s.reason.is_error())
-        .map(|s| PodError {
-            pod: s.pod.to_string(),
-            error: s.reason.to_string(),
-            unusable_address: match &s.reason {
-                SkipReason::UnusableAddress { address, .. } => Some(address.clone()),
-                _ => None,
-            },
-        })
-        .collect()
 }

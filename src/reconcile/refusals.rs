@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Reconciler;
-use super::pass::fail;
+use super::notes::fail;
 use crate::core::{Desired, Holds, Target, UnixMillis, Wait};
 use crate::groups::{ElbError, Refusal, Refused, TargetGroupApi};
 use crate::lease::Lease;

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::pass::fail;
+use super::notes::fail;
 use super::{Action, Failure, PassError, Reconciled, Reconciler, RunOptions};
 use crate::core::binding::TAG_CLUSTER;
 use crate::core::{MAX_TARGETS_PER_CALL, release_plan};
@@ -286,7 +286,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         match self.state.indexed_groups(&self.cluster).await {
             Ok(mut indexed) => {
                 indexed.retain(|arn| {
-                    crate::groups::arn_account(arn).is_none_or(|a| !unread.contains(a))
+                    crate::core::arn::arn_account(arn).is_none_or(|a| !unread.contains(a))
                 });
                 Some(indexed)
             }
