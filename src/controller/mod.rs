@@ -35,6 +35,7 @@ mod early;
 mod engine;
 mod hooks;
 pub mod informer;
+mod look;
 mod one_pass;
 pub mod pod_event;
 pub mod queue;
@@ -49,17 +50,18 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
-use crate::core::{PodIndex, Selector, UnixMillis, contribution};
+use crate::core::{Selector, UnixMillis, contribution};
 use crate::groups::{Priority, TargetGroupApi};
 use crate::index::Snapshot;
 use crate::pods::PodSource;
-use crate::reconcile::{Action, BoundGroup, Failure, PassError, PodReads, Reconciled, RunOptions};
+use crate::reconcile::{Action, BoundGroup, PassError, Reconciled, RunOptions};
 use crate::report::{GroupReport, Outcome, Report, WatchReport};
 use crate::state::StateStore;
 use crate::sync::lock;
 use early::Early;
 pub use engine::Engine;
 use informer::{Informer, ReflectorSettings, StoreEvent};
+use look::Pods;
 use queue::{Queue, Want};
 
 pub use queue::GATE_POLL;

@@ -13,103 +13,24 @@
 //! release is a failure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use tokio::time::Instant;
 
 use super::Engine;
+use super::look::{Pods, Snapshots};
 use super::queue::{Queue, Want};
 use super::runner::{Ending, Runner, Unserved, within};
-use crate::core::{PodFacts, PodIndex, Selector, contribution};
+use crate::core::{PodFacts, contribution};
 use crate::groups::{Priority, TargetGroupApi};
-use crate::pods::{PodSource, PodsError};
+use crate::pods::PodSource;
 use crate::reconcile::{
-    Action, Bindings, BoundGroup, DEFERRED, Failure, Observed, PassError, PodReads, ReadAhead,
-    Reconciled, RunOptions, START_CUTOFF, Scope, Settled, unreleased,
+    Action, Bindings, BoundGroup, DEFERRED, PassError, ReadAhead, Reconciled, RunOptions,
+    START_CUTOFF, Scope, Settled, unreleased,
 };
 use crate::report::{GroupReport, Outcome, Report};
 use crate::state::StateStore;
 use crate::sync::lock;
-
-/// A namespace's pods as one LIST read them, and its `resourceVersion`.
-type Listed = Arc<(Vec<PodFacts>, String)>;
-
-/// The run's LISTs, one per namespace: made when its first group is looked at (the
-/// groups that wait for it share it), dropped when its last group's look is done.
-struct Snapshots {
-    namespaces: Mutex<HashMap<String, Snapshot>>,
-}
-
-struct Snapshot {
-    /// The selection every group of the namespace shares (`None`: all its pods).
-    selector: Option<Selector>,
-    /// Looks still to come.
-    remaining: usize,
-    listed: Arc<tokio::sync::OnceCell<Result<Listed, PodsError>>>,
-}
-
-impl Snapshots {
-    /// The LISTs the looks at `groups` will share.
-    fn new(groups: &[BoundGroup]) -> Self {
-        let mut by_ns: BTreeMap<&str, Vec<&BoundGroup>> = BTreeMap::new();
-        for b in groups {
-            by_ns.entry(&b.binding.namespace).or_default().push(b);
-        }
-        let namespaces = by_ns
-            .into_iter()
-            .map(|(ns, groups)| {
-                let snapshot = Snapshot {
-                    selector: Selector::common(groups.iter().map(|b| &b.binding.selector)),
-                    remaining: groups.len(),
-                    listed: Arc::default(),
-                };
-                (ns.to_owned(), snapshot)
-            })
-            .collect();
-        Self {
-            namespaces: Mutex::new(namespaces),
-        }
-    }
-
-    /// `namespace`'s LIST, made now if no look of this run has it.
-    async fn get<P: PodSource>(&self, pods: &P, namespace: &str) -> Result<Listed, PodsError> {
-        let (cell, selector) = {
-            let mut namespaces = lock(&self.namespaces);
-            let snapshot = namespaces
-                .entry(namespace.to_owned())
-                .or_insert_with(|| Snapshot {
-                    selector: None,
-                    remaining: 0,
-                    listed: Arc::default(),
-                });
-            (snapshot.listed.clone(), snapshot.selector.clone())
-        };
-        cell.get_or_init(|| async {
-            match pods.list_versioned(namespace, selector.as_ref()).await {
-                Ok(listing) => Ok(Arc::new((listing.pods, listing.resource_version))),
-                Err(e) => {
-                    // Never act on partial data: the error is every group's outcome.
-                    tracing::error!(namespace, error = %e, "pod list failed; groups in this namespace are left untouched");
-                    Err(e)
-                }
-            }
-        })
-        .await
-        .clone()
-    }
-
-    /// A look at a group of `namespace` is done: the LIST goes with the last one (a
-    /// look that comes back later lists again).
-    fn done(&self, namespace: &str) {
-        let mut namespaces = lock(&self.namespaces);
-        if let Some(snapshot) = namespaces.get_mut(namespace) {
-            snapshot.remaining = snapshot.remaining.saturating_sub(1);
-            if snapshot.remaining == 0 {
-                snapshot.listed = Arc::default();
-            }
-        }
-    }
-}
 
 /// A one-shot run's groups: their bindings and the reports of their last passes, in the
 /// order they were asked for.
@@ -467,46 +388,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             results.keep(deferred);
             return Err(PassError::Deferred);
         }
-        let (report, result) = match snapshots.get(&self.pods, namespace).await {
-            Err(e) => {
-                snapshots.done(namespace);
-                let error = PassError::Failed(Failure::Pods(e));
-                let failed = GroupReport::with_error(
-                    &bound.group.arn,
-                    &bound.group.group_name(),
-                    Outcome::Failed,
-                    &error,
-                );
-                (Some(failed), Err(error))
-            }
-            Ok(listed) => {
-                let index = PodIndex::new(&listed.0);
-                let observed = self.observe(bound, &index, opts, scope).await;
-                drop(index);
-                snapshots.done(namespace);
-                match observed {
-                    Observed::Done(report, action) => (Some(report), action),
-                    Observed::Irrelevant => (None, Ok(Action::Done)),
-                    Observed::Change(report, mut prior) => {
-                        // A pod event's pass plans from this LIST when nothing was
-                        // written since (see `PriorRead`); a resync's lists afresh.
-                        if scope.focus.is_some() {
-                            prior.pods = Some(listed);
-                        }
-                        let (report, action) = self
-                            .reconcile_leased(
-                                bound.clone(),
-                                report,
-                                opts,
-                                &PodReads::Fresh,
-                                Some(prior),
-                            )
-                            .await;
-                        (Some(report), action)
-                    }
-                }
-            }
+        // A pod event's pass plans from the look's LIST when nothing was written since;
+        // a resync's lists afresh.
+        let pods = Pods::Snapshots {
+            snapshots,
+            keep: scope.focus.is_some(),
         };
+        let (report, result) = self.look_and_pass(bound, opts, scope, pods).await;
         if let Some(report) = report {
             self.pass_done(&report, opts.dry_run, None);
             results.keep(report);

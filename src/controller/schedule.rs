@@ -290,35 +290,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         priority: Priority,
     ) -> (Option<GroupReport>, Reconciled) {
         let engine = self.engine;
-        let informer = &engine.controller.informer;
-        let namespace = &bound.binding.namespace;
-        let give_up = tokio::time::Instant::now() + STORE_WAIT;
-        let held = if informer.wait_live(namespace, give_up).await {
-            informer.view(&bound.binding)
-        } else {
-            None
-        };
-        let (pods, _) = match held {
-            Some(view) => view,
-            None => match engine
-                .pods
-                .list_versioned(namespace, Some(&bound.binding.selector))
-                .await
-            {
-                Ok(listing) => (listing.pods, listing.resource_version),
-                Err(e) => {
-                    let error = PassError::Failed(Failure::Pods(e));
-                    let report = GroupReport::with_error(
-                        &bound.group.arn,
-                        &bound.group.group_name(),
-                        Outcome::Failed,
-                        &error,
-                    );
-                    return (Some(report), Err(error));
-                }
-            },
-        };
-        let index = PodIndex::new(&pods);
         let (due, indexed) = {
             let verify = lock(&self.verify);
             let due = if want.changed {
@@ -346,21 +317,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             ahead: self.ahead.get().filter(|_| !want.changed),
             ..Default::default()
         };
-        let observed = engine.observe(bound, &index, &opts, &scope).await;
-        drop(index);
-        drop(pods);
-        match observed {
-            crate::reconcile::Observed::Done(report, action) => (Some(report), action),
-            crate::reconcile::Observed::Irrelevant => (None, Ok(Action::Done)),
-            crate::reconcile::Observed::Change(report, prior) => {
-                let view = |b: &crate::core::Binding| informer.view(b);
-                let reads = PodReads::Held(&view);
-                let (report, action) = engine
-                    .reconcile_leased(bound.clone(), report, &opts, &reads, Some(prior))
-                    .await;
-                (Some(report), action)
-            }
-        }
+        let pods = Pods::Store(&engine.controller.informer);
+        engine.look_and_pass(bound, &opts, &scope, pods).await
     }
 
     /// Records a finished pass, which ended with `result`: the full diff's result, the
