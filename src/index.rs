@@ -14,9 +14,35 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use crate::core::{Binding, UnixMillis};
+use crate::core::{Binding, Selector, UnixMillis};
 use crate::groups::TargetGroup;
 use crate::sync::lock;
+
+/// A namespace's bound groups and the selection they all share ([`Selector::common`]):
+/// what one LIST or WATCH of the namespace reads for them.
+pub struct Namespace<'a> {
+    /// Its groups.
+    pub groups: Vec<&'a BoundGroup>,
+    /// Their common selection (`None`: all the namespace's pods).
+    pub selector: Option<Selector>,
+}
+
+/// `bound` by namespace.
+pub fn by_namespace<'a>(
+    bound: impl IntoIterator<Item = &'a BoundGroup>,
+) -> BTreeMap<&'a str, Namespace<'a>> {
+    let mut groups: BTreeMap<&str, Vec<&BoundGroup>> = BTreeMap::new();
+    for b in bound {
+        groups.entry(&b.binding.namespace).or_default().push(b);
+    }
+    groups
+        .into_iter()
+        .map(|(ns, groups)| {
+            let selector = Selector::common(groups.iter().map(|b| &b.binding.selector));
+            (ns, Namespace { groups, selector })
+        })
+        .collect()
+}
 
 /// A target group with a valid binding for this cluster.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 //! runs' job both call [`Engine::look_and_pass`]; they differ only in where pods come
 //! from and in what they keep of the result.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::informer::Informer;
@@ -144,16 +144,12 @@ struct Snapshot {
 impl Snapshots {
     /// The LISTs the looks at `groups` will share.
     pub(super) fn new(groups: &[BoundGroup]) -> Self {
-        let mut by_ns: BTreeMap<&str, Vec<&BoundGroup>> = BTreeMap::new();
-        for b in groups {
-            by_ns.entry(&b.binding.namespace).or_default().push(b);
-        }
-        let namespaces = by_ns
+        let namespaces = crate::index::by_namespace(groups)
             .into_iter()
-            .map(|(ns, groups)| {
+            .map(|(ns, namespace)| {
                 let snapshot = Snapshot {
-                    selector: Selector::common(groups.iter().map(|b| &b.binding.selector)),
-                    remaining: groups.len(),
+                    selector: namespace.selector,
+                    remaining: namespace.groups.len(),
                     listed: Arc::default(),
                 };
                 (ns.to_owned(), snapshot)

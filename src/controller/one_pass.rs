@@ -274,14 +274,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         gated: Option<&PodFacts>,
     ) -> (Vec<GroupReport>, Unserved) {
         let mut rng = self.jitter_rng();
-        let mut by_namespace: BTreeMap<String, Vec<BoundGroup>> = BTreeMap::new();
-        for b in bound {
-            by_namespace
-                .entry(b.binding.namespace.clone())
-                .or_default()
-                .push(b);
-        }
-        let mut by_namespace: Vec<Vec<BoundGroup>> = by_namespace.into_values().collect();
+        let mut by_namespace: Vec<Vec<BoundGroup>> = crate::index::by_namespace(&bound)
+            .into_values()
+            .map(|namespace| namespace.groups.into_iter().cloned().collect())
+            .collect();
+        drop(bound);
         rng.shuffle(&mut by_namespace);
         for groups in &mut by_namespace {
             rng.shuffle(groups);

@@ -130,19 +130,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// requests of the groups of `previous` no longer among them.
     pub(super) fn set_bound(&self, previous: &Snapshot, bound: &[BoundGroup]) {
         let by_arn: BTreeSet<&str> = bound.iter().map(|b| b.group.arn.as_str()).collect();
-        let mut namespaces: BTreeMap<String, Vec<&BoundGroup>> = BTreeMap::new();
-        for b in bound {
-            namespaces
-                .entry(b.binding.namespace.clone())
-                .or_default()
-                .push(b);
-        }
-        let selections: BTreeMap<String, Option<Selector>> = namespaces
+        let selections: BTreeMap<String, Option<Selector>> = crate::index::by_namespace(bound)
             .into_iter()
-            .map(|(ns, groups)| {
-                let common = Selector::common(groups.iter().map(|b| &b.binding.selector));
-                (ns, common)
-            })
+            .map(|(ns, namespace)| (ns.to_owned(), namespace.selector))
             .collect();
         {
             let mut queue = lock(&self.engine.controller.queue);
