@@ -8,6 +8,7 @@ use aws_sdk_lambda::config::timeout::TimeoutConfig;
 use aws_sdk_lambda::primitives::Blob;
 use serde_json::Value;
 use tgsync::aws::{Elbv2TargetGroups, MutationRate};
+use tgsync::core::BackoffPolicy;
 use tgsync::report::Report;
 
 use crate::error::{Call, CliError};
@@ -17,6 +18,19 @@ use crate::session::Session;
 /// The longest a Lambda invocation can run (its maximum timeout), plus a margin: the
 /// answer of a synchronous invoke is waited for that long.
 const LONGEST_INVOCATION: Duration = Duration::from_secs(15 * 60 + 30);
+
+/// Retries of an invoke Lambda refused with 429 (the function's one slot is busy): from
+/// 1 s, doubling to 8 s, jittered into the upper half of each step, so operators (or a
+/// script's loop) that found it busy together do not come back together.
+const BUSY_RETRY: BackoffPolicy = BackoffPolicy {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(8),
+};
+
+/// The wait after the `refused`-th 429 in a row.
+fn busy_wait(refused: u32, rng: &mut fastrand::Rng) -> Duration {
+    BUSY_RETRY.delay(refused, rng)
+}
 
 /// The manual function of one deployment.
 pub struct Manual {
@@ -72,7 +86,8 @@ impl Manual {
         };
         let progress = Progress::start(format!("{target}: {what}"));
         let started = Instant::now();
-        let mut delay = Duration::from_secs(1);
+        let mut rng = fastrand::Rng::new();
+        let mut refused = 0u32;
         let out = loop {
             let sent = self
                 .client
@@ -88,6 +103,8 @@ impl Manual {
                     if e.as_service_error()
                         .is_some_and(|s| s.is_too_many_requests_exception()) =>
                 {
+                    refused += 1;
+                    let delay = busy_wait(refused, &mut rng);
                     if started.elapsed() + delay > self.wait {
                         return Err(CliError::Busy {
                             function: target,
@@ -95,11 +112,10 @@ impl Manual {
                         });
                     }
                     progress.note(&format!(
-                        "{target} is busy (another manual run holds its slot); trying again in {} s",
-                        delay.as_secs()
+                        "{target} is busy (another manual run holds its slot); trying again in {:.1} s",
+                        delay.as_secs_f64()
                     ));
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(8));
                 }
                 Err(e)
                     if e.as_service_error()
@@ -163,4 +179,35 @@ pub async fn resolve(elb: &Elbv2TargetGroups, groups: &[String]) -> Result<Vec<S
         }
     }
     Ok(arns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two CLIs refused together come back apart: from the second retry on, the waits
+    /// of 100 differently seeded runs spread over the upper half of each step (before,
+    /// every CLI waited exactly 1, 2, 4, 8, 8 … s).
+    #[test]
+    fn retries_of_a_busy_function_are_jittered_and_bounded() {
+        for refused in 1..=8u32 {
+            let waits: std::collections::BTreeSet<Duration> = (0..100)
+                .map(|seed| busy_wait(refused, &mut fastrand::Rng::with_seed(seed)))
+                .collect();
+            let ceiling = Duration::from_secs(1 << (refused - 1).min(3));
+            assert!(
+                waits
+                    .iter()
+                    .all(|w| *w <= ceiling && *w >= (ceiling / 2).max(Duration::from_secs(1))),
+                "{refused}: {waits:?}"
+            );
+            if refused > 1 {
+                assert!(
+                    waits.len() > 50,
+                    "{refused}: only {} distinct waits",
+                    waits.len()
+                );
+            }
+        }
+    }
 }
