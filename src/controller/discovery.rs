@@ -21,33 +21,18 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     )> {
         let engine = self.engine;
         let started = engine.clock.now();
-        let bindings = match engine
-            .bindings(&crate::groups::Priority::background())
-            .await
-        {
-            Ok(b) => b,
-            Err(e) => {
-                report
-                    .errors
-                    .push(format!("discovering target groups failed: {e}"));
-                *lock(&self.early) = None;
-                self.read_wake.notify_one();
-                self.compare_wake.notify_one();
-                return None;
-            }
+        let priority = crate::groups::Priority::background();
+        let Some(Found {
+            bindings,
+            tagged,
+            indexed,
+        }) = engine.discover_for_run(&priority, true, report).await
+        else {
+            *lock(&self.early) = None;
+            self.read_wake.notify_one();
+            self.compare_wake.notify_one();
+            return None;
         };
-        report
-            .errors
-            .extend(bindings.accounts_failed.iter().map(ToString::to_string));
-        let tagged: BTreeSet<String> = bindings
-            .bound
-            .iter()
-            .map(|b| b.group.arn.clone())
-            .chain(bindings.errors.iter().map(|e| e.target_group_arn.clone()))
-            .collect();
-        let indexed = engine
-            .indexed_for_orphans(&bindings.accounts_failed, &mut report.errors)
-            .await;
         let bound = bindings.bound;
         let found = crate::reconcile::Bindings {
             bound: bound.clone(),

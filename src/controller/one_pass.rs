@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use tokio::time::Instant;
 
 use super::Engine;
+use super::found::Found;
 use super::look::{Pods, Snapshots};
 use super::queue::{Queue, Want};
 use super::runner::{Ending, Runner, Unserved, within};
@@ -72,14 +73,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub async fn resync(&self, opts: &RunOptions) -> Report {
         let started = self.clock.now();
         let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
-        let bindings = match self.bindings(&Priority::Reaction).await {
-            Ok(b) => b,
-            Err(e) => {
-                report
-                    .errors
-                    .push(format!("discovering target groups failed: {e}"));
-                return report.finish(self.clock.now());
-            }
+        let Some(Found {
+            bindings,
+            tagged,
+            indexed,
+        }) = self
+            .discover_for_run(&Priority::Reaction, opts.only.is_none(), &mut report)
+            .await
+        else {
+            return report.finish(self.clock.now());
         };
         self.index.discovered(&bindings.bound, None);
         // Recorded in the state table once the groups have had their pass.
@@ -93,24 +95,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             mut errors,
             accounts_failed,
         } = bindings;
-        report
-            .errors
-            .extend(accounts_failed.iter().map(ToString::to_string));
-        // A full resync also looks for ledgers of groups no longer bound (orphans). A
-        // group of an account whose discovery failed is not known to be unbound: it is
-        // left out (or, when the failed account is not known, the whole look).
-        let tagged: BTreeSet<String> = bound
-            .iter()
-            .map(|b| b.group.arn.clone())
-            .chain(errors.iter().map(|e| e.target_group_arn.clone()))
-            .collect();
-        let indexed = match &opts.only {
-            None => {
-                self.indexed_for_orphans(&accounts_failed, &mut report.errors)
-                    .await
-            }
-            Some(_) => None,
-        };
+        // A full resync also looks for ledgers of groups no longer bound (orphans).
         if let Some(only) = &opts.only {
             for arn in only {
                 let known = bound.iter().any(|b| &b.group.arn == arn)
@@ -154,13 +139,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if let Some(found) = &publish {
             self.publish_bindings(found).await;
         }
-        if let Some(indexed) = &indexed {
-            let tagged = tagged.iter().map(String::as_str).collect();
-            let orphans = self
-                .orphans(indexed, &tagged, opts.dry_run, &mut report.errors)
-                .await;
-            report.orphans = Some(orphans);
-        }
+        self.report_orphans(&tagged, indexed.as_ref(), opts.dry_run, &mut report)
+            .await;
         report.finish(self.clock.now())
     }
 

@@ -58,13 +58,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             if let Some((tagged, indexed, found)) = outcome {
                 // The state table's index follows the discovery while the full diff runs.
                 futures::join!(run.wait_full_diff(), self.publish_bindings(&found));
-                if let Some(indexed) = indexed {
-                    let tagged = tagged.iter().map(String::as_str).collect();
-                    let orphans = self
-                        .orphans(&indexed, &tagged, false, &mut report.errors)
-                        .await;
-                    report.orphans = Some(orphans);
-                }
+                self.report_orphans(&tagged, indexed.as_ref(), false, &mut report)
+                    .await;
             }
             // A group tagged while the run watches is bound within a discovery interval.
             loop {
