@@ -55,9 +55,30 @@ pub mod exit {
     pub const USAGE: u8 = 64;
 }
 
+/// What `--help` shows after the options: examples, and the exit codes ([`exit`]; a test
+/// holds the two to each other and to docs/cli.md).
+const AFTER_HELP: &str = "\
+Examples:
+  export TGSYNC_STACK=tgsync           name the deployment once
+  tgsync status                        every bound group, read-only
+  tgsync status web-tg --targets       one group's targets and their pods
+  tgsync plan -o json                  the dry run, for a script
+  tgsync sync --force web-tg           one pass now, ignoring backoff
+  tgsync release web-tg                show the plan, ask, then release
+
+Exit codes:
+  0   done; plan: nothing to do
+  1   an error (a call, the function, a group)
+  2   plan: changes are planned
+  3   release: not confirmed
+  4   the deployment could not be looked at (credentials, region, stack, function)
+  64  the command line is wrong
+
+Manual: docs/cli.md";
+
 /// Look at and drive a tgsync deployment.
 #[derive(Debug, Parser)]
-#[command(name = "tgsync", version, about, long_about = None)]
+#[command(name = "tgsync", version, about, long_about = None, after_help = AFTER_HELP)]
 struct Cli {
     #[command(flatten)]
     global: Global,
@@ -66,6 +87,7 @@ struct Cli {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Global options")]
 struct Global {
     /// The deployment's CloudFormation stack: the cluster, state table and manual
     /// function are read from its outputs (flags and variables below win over it).
@@ -87,9 +109,12 @@ struct Global {
     /// The AWS profile of the shared config files (default: AWS_PROFILE, then default).
     #[arg(long, global = true)]
     profile: Option<String>,
-    /// Print JSON for machines instead of tables (never coloured).
+    /// Print JSON for machines instead of tables (never coloured): `-o json`.
     #[arg(long, global = true)]
     json: bool,
+    /// What stdout gets: tables for people, or JSON for machines (`--json`).
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table, global = true, value_name = "FORMAT")]
+    output: Format,
     /// Colour: auto (on a terminal, unless NO_COLOR is set and not empty), always or never.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true, value_name = "WHEN")]
     color: ColorChoice,
@@ -100,6 +125,15 @@ struct Global {
     /// slot (Lambda answers 429).
     #[arg(long, default_value_t = 60, value_name = "SECONDS", global = true)]
     wait: u64,
+}
+
+/// What stdout gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// Tables for people.
+    Table,
+    /// JSON for machines (never coloured).
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,7 +225,8 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
     let g = cli.global;
-    let style = Style::stdout(g.color, g.json);
+    let json = g.json || g.output == Format::Json;
+    let style = Style::stdout(g.color, json);
     let session = Session::connect(g.region.as_deref(), g.profile.as_deref()).await?;
     let deployment = Deployment::resolve(
         &session,
@@ -210,7 +245,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             let table = deployment.table()?;
             let status =
                 status::read(&session, &cluster, &table, &groups, &deployment.settings()).await?;
-            if g.json {
+            if json {
                 print_json(&status)?;
             } else {
                 print(&output::status(&status, targets, style))?;
@@ -227,7 +262,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             let report = manual
                 .run(payload(&arns, json!({ "dryRun": true })), None, "planning")
                 .await?;
-            if g.json {
+            if json {
                 print_json(&report)?;
             } else {
                 print(&output::plan(&report, style))?;
@@ -249,7 +284,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                 json!({})
             };
             let report = manual.run(payload(&arns, body), None, "syncing").await?;
-            if g.json {
+            if json {
                 print_json(&report)?;
             } else {
                 print(&output::sync(&report, style))?;
@@ -270,17 +305,17 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                     "planning the release",
                 )
                 .await?;
-            if !g.json {
+            if !json {
                 print(&output::release_plan(&plan, style))?;
             }
             if output::failed(&plan) {
-                if g.json {
+                if json {
                     print_json(&json!({ "plan": plan, "release": Value::Null }))?;
                 }
                 return Ok(exit::ERROR);
             }
             if !yes && !progress::confirm(&output::release_question(&plan))? {
-                if g.json {
+                if json {
                     print_json(&json!({ "plan": plan, "release": Value::Null }))?;
                 }
                 eprintln!(
@@ -300,7 +335,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                     "releasing",
                 )
                 .await?;
-            if g.json {
+            if json {
                 print_json(&json!({ "plan": plan, "release": report }))?;
             } else {
                 print(&output::released(&report, style))?;

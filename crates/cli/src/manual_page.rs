@@ -157,3 +157,44 @@ fn the_exit_codes_table_is_the_clis() {
     ]);
     assert_eq!(documented, defined);
 }
+
+/// `--help` lists the same exit codes as docs/cli.md and [`crate::exit`], its examples
+/// are command lines the CLI accepts, and the global options stand under their own
+/// heading.
+#[test]
+fn the_help_shows_valid_examples_the_exit_codes_and_the_global_options_apart() {
+    let help = Cli::command().render_help().to_string();
+    assert!(help.contains("Global options:"), "{help}");
+    let codes = &help[help.find("Exit codes:").expect("an exit codes section")..];
+    let listed: BTreeSet<u8> = codes
+        .lines()
+        .skip(1)
+        .map_while(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    let documented: BTreeSet<u8> = table("## Exit codes")
+        .iter()
+        .filter_map(|r| r[0].parse().ok())
+        .collect();
+    assert_eq!(
+        listed, documented,
+        "--help's exit codes against docs/cli.md's"
+    );
+    let examples: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Examples:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            let line = l.trim_start();
+            line.starts_with("tgsync ")
+                .then(|| line.split("  ").next().unwrap_or(line))
+        })
+        .collect();
+    assert!(examples.len() >= 4, "{examples:?}");
+    for example in examples {
+        let args: Vec<&str> = example.split_whitespace().collect();
+        if let Err(e) = <Cli as clap::Parser>::try_parse_from(&args) {
+            panic!("the example `{example}` does not parse: {e}");
+        }
+    }
+}
