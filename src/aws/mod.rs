@@ -26,7 +26,9 @@ pub use accounts::{Accounts, TargetAccountRole};
 pub use calls::ApiCalls;
 pub use dynamo::{DynamoState, IAM_ACTIONS as DYNAMODB_IAM_ACTIONS, create_table};
 pub use elbv2::{DESCRIBE_WINDOW_SECONDS, Elbv2TargetGroups, MutationRate, RateError};
-pub use sdk_error::{chain as error_chain, error_line as error_summary};
+pub use sdk_error::{
+    chain as error_chain, error_detail, error_fields, error_line as error_summary,
+};
 
 /// Attempts per call (the first plus seven retries, backing off exponentially from
 /// 100 ms to at most 5 s): enough to ride out a storm of throttling from a per-account

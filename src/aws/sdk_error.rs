@@ -59,6 +59,69 @@ where
     }
 }
 
+/// The parts of an AWS SDK error an operator may be asked for (the CLI's `--verbose`),
+/// one `(name, value)` each, those it has: what kind of failure, the service's error
+/// code and message, the request ID, the HTTP status, and the chain of causes of a
+/// failure before an answer. Never the SDK's `Debug` dump.
+pub fn error_fields<E, R>(err: &SdkError<E, R>) -> Vec<(&'static str, String)>
+where
+    E: ProvideErrorMetadata + Error + 'static,
+    R: Debug + 'static,
+{
+    let status = |raw: &R| {
+        (raw as &dyn Any)
+            .downcast_ref::<HttpResponse>()
+            .map(|r| r.status().as_u16().to_string())
+    };
+    let (kind, status, cause) = match err {
+        SdkError::ServiceError(service) => (
+            "the service answered with an error",
+            status(service.raw()),
+            err.code().is_none().then(|| chain(service.err())),
+        ),
+        SdkError::ResponseError(response) => (
+            "an answer that could not be read",
+            status(response.raw()),
+            Some(chain(err)),
+        ),
+        SdkError::TimeoutError(_) => ("timed out", None, Some(chain(err))),
+        _ => match super::credentials_failure(err) {
+            Some(credentials) => ("no credentials", None, Some(credentials.to_string())),
+            None if matches!(err, SdkError::DispatchFailure(_)) => {
+                ("the request was not sent", None, Some(chain(err)))
+            }
+            None => ("the request could not be made", None, Some(chain(err))),
+        },
+    };
+    let meta = ProvideErrorMetadata::meta(err);
+    [
+        Some(("kind", kind.to_owned())),
+        meta.code().map(|c| ("code", c.to_owned())),
+        meta.message()
+            .filter(|m| !m.is_empty())
+            .map(|m| ("message", m.to_owned())),
+        meta.request_id().map(|id| ("request ID", id.to_owned())),
+        status.map(|s| ("HTTP status", s)),
+        cause.filter(|c| !c.is_empty()).map(|c| ("cause", c)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// [`error_fields`] as `name: value` lines.
+pub fn error_detail<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + Error + 'static,
+    R: Debug + 'static,
+{
+    error_fields(err)
+        .into_iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The messages of `err` and its sources, joined by `: `, each once (an SDK error's
 /// `Display` often repeats its source's).
 pub fn chain(err: &(dyn Error + 'static)) -> String {
@@ -130,6 +193,10 @@ mod tests {
             "ResourceNotFoundException: No cluster found for name: prod. (request ID REQ-123)"
         );
         plain(&line);
+        assert_eq!(
+            error_detail(&err),
+            "kind: the service answered with an error\ncode: ResourceNotFoundException\nmessage: No cluster found for name: prod.\nrequest ID: REQ-123\nHTTP status: 404"
+        );
     }
 
     #[test]
@@ -144,6 +211,17 @@ mod tests {
         assert!(line.starts_with("HTTP 502 with no error code"), "{line}");
         assert!(line.ends_with("(request ID REQ-123)"), "{line}");
         plain(&line);
+        let fields = error_fields(&err);
+        assert!(
+            fields.contains(&("HTTP status", "502".to_owned())),
+            "{fields:?}"
+        );
+        assert!(
+            fields.contains(&("request ID", "REQ-123".to_owned())),
+            "{fields:?}"
+        );
+        assert!(fields.iter().any(|(n, _)| *n == "cause"), "{fields:?}");
+        plain(&error_detail(&err));
     }
 
     #[test]
@@ -155,6 +233,9 @@ mod tests {
         assert!(line.starts_with("timed out: "), "{line}");
         assert!(line.contains("after 40s"), "{line}");
         plain(&line);
+        let detail = error_detail(&err);
+        assert!(detail.starts_with("kind: timed out\ncause: "), "{detail}");
+        assert!(detail.contains("after 40s"), "{detail}");
     }
 
     #[test]
@@ -166,6 +247,12 @@ mod tests {
         assert!(line.starts_with("the request was not sent: "), "{line}");
         assert!(line.contains("connection refused"), "{line}");
         plain(&line);
+        let detail = error_detail(&err);
+        assert!(
+            detail.starts_with("kind: the request was not sent\ncause: "),
+            "{detail}"
+        );
+        plain(&detail);
     }
 
     #[test]
@@ -178,5 +265,11 @@ mod tests {
         assert!(line.starts_with("no credentials: "), "{line}");
         assert!(line.contains("no providers in chain"), "{line}");
         plain(&line);
+        let detail = error_detail(&err);
+        assert!(
+            detail.starts_with("kind: no credentials\ncause: "),
+            "{detail}"
+        );
+        assert!(detail.contains("no providers in chain"), "{detail}");
     }
 }

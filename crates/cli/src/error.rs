@@ -192,6 +192,12 @@ impl CliError {
         }
     }
 
+    /// A `--verbose` account of a failure that is no SDK error (see
+    /// `tgsync::aws::error_fields`): its kind and its cause, one `name: value` line each.
+    pub fn detail_of(kind: &str, cause: &str) -> String {
+        format!("kind: {kind}\ncause: {cause}")
+    }
+
     /// The failure of an AWS call as what it means to the caller: no credentials, access
     /// denied (`action`, on `on`, with `advice`), an endpoint out of reach, or else
     /// `operation`'s error code and message. Callers match the codes that mean
@@ -201,7 +207,7 @@ impl CliError {
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: Debug + 'static,
     {
-        let detail = tgsync::aws::error_summary(err);
+        let detail = tgsync::aws::error_detail(err);
         if tgsync::aws::credentials_failure(err).is_some() {
             return Self::NoCredentials {
                 profile: None,
@@ -250,11 +256,11 @@ impl CliError {
                 },
                 on: None,
                 advice: "use credentials that may read target groups (docs/cli.md lists the permissions), or name groups by ARN",
-                detail: message,
+                detail: Self::detail_of("the service answered with an error", &message),
             },
             ElbError::Credentials { message, .. } => Self::NoCredentials {
                 profile: None,
-                detail: message,
+                detail: Self::detail_of("no credentials", &message),
             },
             other => Self::Elb(other),
         }

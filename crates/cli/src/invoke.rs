@@ -124,7 +124,7 @@ impl Manual {
                     return Err(CliError::FunctionNotFound {
                         function: target,
                         region: self.region.clone(),
-                        detail: tgsync::aws::error_summary(&e),
+                        detail: tgsync::aws::error_detail(&e),
                     });
                 }
                 Err(e) => {

@@ -216,7 +216,9 @@ fn main() -> ExitCode {
             let line = e.to_string().replace('\n', " ");
             eprintln!("{} {line}", errors.red("tgsync:"));
             if verbose && let Some(detail) = e.detail() {
-                eprintln!("{} {detail}", errors.dim("tgsync: detail:"));
+                for line in detail.lines() {
+                    eprintln!("{} {line}", errors.dim("tgsync: detail:"));
+                }
             }
             ExitCode::from(e.exit_code())
         }

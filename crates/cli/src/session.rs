@@ -37,7 +37,10 @@ impl Session {
         let Some(provider) = sdk.credentials_provider() else {
             return Err(CliError::NoCredentials {
                 profile,
-                detail: "no credentials provider is configured".into(),
+                detail: CliError::detail_of(
+                    "no credentials",
+                    "no credentials provider is configured",
+                ),
             });
         };
         match tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials()).await {
@@ -45,15 +48,18 @@ impl Session {
             Ok(Err(e)) => {
                 return Err(CliError::NoCredentials {
                     profile,
-                    detail: tgsync::aws::error_chain(&e),
+                    detail: CliError::detail_of("no credentials", &tgsync::aws::error_chain(&e)),
                 });
             }
             Err(_) => {
                 return Err(CliError::NoCredentials {
                     profile,
-                    detail: format!(
-                        "the credentials chain gave no answer in {} s",
-                        CREDENTIALS_TIMEOUT.as_secs()
+                    detail: CliError::detail_of(
+                        "no credentials",
+                        &format!(
+                            "the credentials chain gave no answer in {} s",
+                            CREDENTIALS_TIMEOUT.as_secs()
+                        ),
                     ),
                 });
             }

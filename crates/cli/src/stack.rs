@@ -85,7 +85,7 @@ impl Stack {
                     return CliError::StackNotFound {
                         stack: name.to_owned(),
                         region: session.region.clone(),
-                        detail: tgsync::aws::error_summary(&e),
+                        detail: tgsync::aws::error_detail(&e),
                     };
                 }
                 CliError::from_sdk(
@@ -103,7 +103,10 @@ impl Stack {
             return Err(CliError::StackNotFound {
                 stack: name.to_owned(),
                 region: session.region.clone(),
-                detail: "DescribeStacks returned no stack".into(),
+                detail: CliError::detail_of(
+                    "an answer without the stack",
+                    "DescribeStacks returned no stack",
+                ),
             });
         };
         Ok(Self {

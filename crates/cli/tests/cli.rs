@@ -672,13 +672,15 @@ fn error_lines(o: &Output) -> Vec<String> {
         .collect()
 }
 
-/// The `--verbose` line with the SDK's account of a failure.
-fn detail_line(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr)
+/// The `--verbose` lines with the SDK's account of a failure (`name: value` each, the
+/// prefix taken off), one per line.
+fn detail_lines(o: &Output) -> String {
+    let lines: Vec<String> = String::from_utf8_lossy(&o.stderr)
         .lines()
-        .find(|l| l.starts_with("tgsync: detail: "))
-        .unwrap_or_else(|| panic!("a detail line: {}", text(o)))
-        .to_owned()
+        .filter_map(|l| l.strip_prefix("tgsync: detail: ").map(str::to_owned))
+        .collect();
+    assert!(!lines.is_empty(), "detail lines: {}", text(o));
+    lines.join("\n")
 }
 
 /// A failure is one line on stderr that names the cause and what to do, exit 4, and
@@ -737,14 +739,17 @@ fn without_credentials_or_region_one_line_says_what_to_do() {
     // Under --verbose, what the SDK said too.
     let o = tgsync_with(&["plan", "--verbose"], &with_region);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.lines().count(), 2, "{}", text(&o));
     assert!(
-        err.lines().nth(1).unwrap().starts_with("tgsync: detail: "),
+        err.lines()
+            .skip(1)
+            .all(|l| l.starts_with("tgsync: detail: ")),
         "{}",
         text(&o)
     );
+    let detail = detail_lines(&o);
+    assert!(detail.starts_with("kind: no credentials\n"), "{}", text(&o));
     assert!(
-        err.contains("no providers in chain provided credentials"),
+        detail.contains("no providers in chain provided credentials"),
         "{}",
         text(&o)
     );
@@ -800,9 +805,9 @@ async fn what_is_not_there_is_named() {
         ],
     );
     let o = s.tgsync(&["--function", "tgsync-nope", "plan", "-v"]);
-    let detail = detail_line(&o);
+    let detail = detail_lines(&o);
     assert!(
-        detail.contains("ResourceNotFoundException: Function not found"),
+        detail.contains("code: ResourceNotFoundException\nmessage: Function not found"),
         "{}",
         text(&o)
     );
@@ -933,10 +938,11 @@ fn access_denied_names_the_action() {
         ],
     );
     let o = tgsync_with(&["--function", "tgsync-manual", "sync", "--verbose"], &env);
-    let detail = detail_line(&o);
+    let detail = detail_lines(&o);
     assert!(
-        detail.contains("AccessDeniedException")
-            && detail.contains("User: arn:aws:iam::123456789012:user/dev is not authorized"),
+        detail.contains("code: AccessDeniedException")
+            && detail
+                .contains("message: User: arn:aws:iam::123456789012:user/dev is not authorized"),
         "{}",
         text(&o)
     );
