@@ -240,9 +240,7 @@ impl Queue {
 
     /// `key`'s pass, asked to do `ran`, ended with `result` at `now`: the one delay
     /// and error policy.
-    /// - [`Action::Done`]: nothing more (a request made meanwhile runs now); so does
-    ///   [`PassError::LeaseLost`] (the new holder finishes the group) and a failure no
-    ///   retry can help ([`crate::reconcile::Failure::retryable`]).
+    /// - [`Action::Done`]: nothing more (a request made meanwhile runs now).
     /// - [`PassError::Cut`], [`PassError::Deferred`], [`PassError::Yielded`]: again now.
     /// - [`Action::GatesPending`]: again after [`GATE_POLL`].
     /// - [`Action::BackOff`], [`PassError::BackingOff`]: again when the backoff ends; a
@@ -256,18 +254,17 @@ impl Queue {
             return;
         };
         slot.running = false;
-        let failed = matches!(result, Err(PassError::Failed(f)) if f.retryable());
-        slot.failures = if failed {
+        slot.failures = if matches!(result, Err(PassError::Failed(_))) {
             slot.failures.saturating_add(1)
         } else {
             0
         };
         let next = match result {
-            Err(PassError::Failed(_)) if failed => Some((
+            Err(PassError::Failed(_)) => Some((
                 now.instant + FAILED_RETRY.delay(slot.failures, &mut self.rng),
                 Wait::Retry,
             )),
-            Ok(Action::Done) | Err(PassError::LeaseLost | PassError::Failed(_)) => None,
+            Ok(Action::Done) => None,
             Err(PassError::Cut | PassError::Deferred | PassError::Yielded) => {
                 Some((now.instant, Wait::Time))
             }

@@ -58,7 +58,8 @@ impl Ending {
     /// What the run keeps of a pass's `result` for `key`, asked to do `want`: a
     /// one-shot run waits for a lease or a gate, and leaves a backoff, a retry or a pass
     /// that did not finish to the next run — each such request (but a look at gates)
-    /// goes to `left`, to be handed on. (A lost lease is its new holder's.)
+    /// goes to `left`, to be handed on. A release drops a failure no retry can help
+    /// ([`crate::reconcile::Failure::retryable`]): its report says it failed.
     fn keeps(
         self,
         result: Reconciled,
@@ -83,7 +84,11 @@ impl Ending {
             }
             // A release's request is a release, which no reconcile pass would serve: it
             // is not handed on (its report says what it could not release).
-            Self::Drain { .. } if unfinished => Ok(Action::Done),
+            Self::Drain { .. }
+                if unfinished || matches!(&result, Err(PassError::Failed(f)) if !f.retryable()) =>
+            {
+                Ok(Action::Done)
+            }
             _ => result,
         }
     }
@@ -311,4 +316,52 @@ impl<'a, O: Owner> Runner<'a, O> {
 pub(crate) fn within(after: Option<Duration>) -> Instant {
     let now = Instant::now();
     after.map_or(now + Duration::from_secs(86_400 * 365), |d| now + d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::Failure;
+    use crate::state::StateError;
+
+    /// A release gives up on a failure no retry can help (its report says the group
+    /// failed) but waits out one that may pass; a one-shot run hands both on.
+    #[test]
+    fn a_release_gives_up_only_on_a_failure_no_retry_can_help() {
+        let drain = Ending::Drain {
+            until: Instant::now(),
+        };
+        let missing = || {
+            Err(PassError::Failed(Failure::LeaseTake(StateError::NoTable {
+                table: "t".into(),
+            })))
+        };
+        let busy = || {
+            Err(PassError::Failed(Failure::LeaseTake(StateError::Dynamo {
+                operation: "PutItem",
+                message: "ThrottlingException".into(),
+            })))
+        };
+        let mut left = Vec::new();
+        assert_eq!(
+            drain.keeps(missing(), Want::verify(), "a", &mut left).ok(),
+            Some(Action::Done)
+        );
+        assert!(matches!(
+            drain.keeps(busy(), Want::verify(), "a", &mut left),
+            Err(PassError::Failed(_))
+        ));
+        assert!(left.is_empty(), "a release hands nothing on");
+        let once = Ending::Idle {
+            leases: Instant::now(),
+            gates: Instant::now(),
+        };
+        for result in [missing(), busy()] {
+            assert_eq!(
+                once.keeps(result, Want::verify(), "a", &mut left).ok(),
+                Some(Action::Done)
+            );
+        }
+        assert_eq!(left, ["a", "a"], "a one-shot run hands each on");
+    }
 }

@@ -30,12 +30,9 @@ pub enum PassError {
     /// does its look (one health read, not two). Again at once.
     #[error("stood down for a pod change's pass, which looks at the group instead")]
     Yielded,
-    /// The lease was lost (expired or taken over) under the pass: its new holder
-    /// finishes the group.
-    #[error("the lease was lost (expired or taken over); the new holder finishes the group")]
-    LeaseLost,
     /// Failed with nothing stored (before the lease, or a release interrupted): tried
-    /// again after the queue's own backoff, if a retry can help.
+    /// again after the queue's own backoff (a release gives up on a failure no retry
+    /// can help: [`Failure::retryable`]).
     #[error(transparent)]
     Failed(Failure),
     /// Failed under the lease: the group's stored backoff holds its registrations until

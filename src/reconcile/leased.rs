@@ -103,24 +103,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 },
             )
             .await;
-        let mut stopped = None;
         match end {
             RunEnd::Aborted => {
                 report.outcome = Outcome::Aborted;
                 report.error = Some("aborted at an injected fault".into());
                 return (report, Ok(Action::Done));
             }
-            RunEnd::Lost => {
-                if report.error.is_none() {
-                    report.error = Some(PassError::LeaseLost.to_string());
-                }
-                stopped = Some(PassError::LeaseLost);
+            RunEnd::Lost if report.error.is_none() => {
+                report.error = Some(LEASE_LOST.into());
             }
-            RunEnd::Cut => {
-                if report.error.is_none() {
-                    report.error = Some(CUT.into());
-                }
-                stopped = Some(PassError::Cut);
+            RunEnd::Cut if report.error.is_none() => {
+                report.error = Some(CUT.into());
             }
             RunEnd::GivenUp if report.passes == 0 => {
                 report.outcome = Outcome::Deferred;
@@ -147,19 +140,70 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 Outcome::Changed
             };
         }
-        // Failed or backing off under the lease: the stored backoff says until when;
-        // registrations waiting target by target, their first retry.
-        let result = match (stopped, verdict) {
-            (Some(stopped), _) => Err(stopped),
-            (None, Verdict::Failed { cause, until }) => Err(PassError::BackingOff { cause, until }),
-            (
-                None,
-                Verdict::Settled {
-                    retry_at: Some(until),
-                },
-            ) => Ok(Action::BackOff { until }),
-            (None, Verdict::Settled { retry_at: None } | Verdict::Stopped) => Ok(Action::Done),
+        (report, next_step(end, verdict))
+    }
+}
+
+/// The report's words for a leased run whose lease was lost.
+const LEASE_LOST: &str =
+    "the lease was lost (expired or taken over); the new holder finishes the group";
+
+/// What follows a leased run that ended with `end` (not stopped dead, and not given up
+/// before its first pass), its last pass having said `verdict`: a cut run again as soon
+/// as a run can; a failure, the group's stored backoff; registrations waiting, their
+/// first retry — also when the lease was lost on the way (a lost lease is a new
+/// holder's, if there is one; the request still comes back at its time); else nothing.
+fn next_step(end: RunEnd, verdict: Verdict) -> Reconciled {
+    match (end, verdict) {
+        (RunEnd::Cut, _) => Err(PassError::Cut),
+        (_, Verdict::Failed { cause, until }) => Err(PassError::BackingOff { cause, until }),
+        (
+            _,
+            Verdict::Settled {
+                retry_at: Some(until),
+            },
+        ) => Ok(Action::BackOff { until }),
+        (_, Verdict::Settled { retry_at: None } | Verdict::Stopped) => Ok(Action::Done),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::UnixMillis;
+
+    /// A pass that failed, or left registrations waiting, and then lost its lease at the
+    /// write that ends it comes back at its time (and a gate still waiting is looked at
+    /// again: the job sees `Done`), as before the typed result; a cut pass runs again.
+    #[test]
+    fn a_lost_lease_keeps_what_the_pass_said_of_its_next_step() {
+        let until = UnixMillis(5_000);
+        let failed = Verdict::Failed {
+            cause: super::super::Failure::Changes(1),
+            until,
         };
-        (report, result)
+        assert!(matches!(
+            next_step(RunEnd::Lost, failed.clone()),
+            Err(PassError::BackingOff { until: u, .. }) if u == until
+        ));
+        let waiting = Verdict::Settled {
+            retry_at: Some(until),
+        };
+        assert_eq!(
+            next_step(RunEnd::Lost, waiting).ok(),
+            Some(Action::BackOff { until })
+        );
+        assert_eq!(
+            next_step(RunEnd::Lost, Verdict::Stopped).ok(),
+            Some(Action::Done)
+        );
+        assert!(matches!(
+            next_step(RunEnd::Cut, failed),
+            Err(PassError::Cut)
+        ));
+        assert_eq!(
+            next_step(RunEnd::Released, Verdict::Settled { retry_at: None }).ok(),
+            Some(Action::Done)
+        );
     }
 }

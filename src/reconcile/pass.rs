@@ -428,7 +428,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .filter(|t| !report.registered.contains(t))
             .copied()
             .collect();
-        report.waiting = waiting(holds, &unsent, holding, &desired, self.clock.now());
+        let still = waiting(holds, &unsent, holding, &desired, self.clock.now());
+        // When the first waiting registration is due: the next step's time.
+        let first_retry = still.iter().map(|w| w.retry_at).min();
+        report.waiting = still;
         // Refusals of targets this pass still wants (waiting, or held back by the
         // group's backoff) are kept; the others are forgotten.
         holds.settle(&self.cluster, |t| {
@@ -468,7 +471,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         if failures > 0 {
             return Err(Stop::Failed(Failure::Changes(failures)));
         }
-        if let Some(first) = report.waiting.iter().map(|w| w.retry_at).min() {
+        if let Some(first) = first_retry {
             // Not right, yet no backoff of the group: the waiting targets are tried
             // again on their own (and no checkpoint).
             report.outcome = Outcome::Failed;

@@ -99,7 +99,7 @@ fn result(kind: u8, ms: u64, now: Now) -> Reconciled {
         2 => Ok(Action::BackOff { until }),
         3 => Ok(Action::LeaseHeld { until }),
         4 => Err(PassError::Cut),
-        5 => Err(PassError::LeaseLost),
+        5 => Err(PassError::Yielded),
         6 => Err(PassError::BackingOff {
             cause: Failure::Changes(1),
             until,

@@ -148,6 +148,26 @@ fn a_failure_before_the_lease_is_retried_later_and_later() {
     assert!(q.is_idle());
 }
 
+/// A lease take that failed for a reason no retry of the same call can help (the table
+/// is missing) is still tried again by the queue, later and later: an operator may
+/// create the table meanwhile, and the watching run goes on (only a release gives up
+/// on it, in its `Ending`).
+#[test]
+fn a_failure_no_retry_can_help_is_still_tried_again_later() {
+    let c = Clocks::new();
+    let mut q = Queue::default();
+    q.request("a", Want::change(at(1)));
+    let (_, w) = q.pop(c.i(0), ALL).unwrap();
+    let missing = PassError::Failed(crate::reconcile::Failure::LeaseTake(
+        crate::state::StateError::NoTable { table: "t".into() },
+    ));
+    q.done("a", w, &Err(missing), c.now(0));
+    let wake = q.next_wake().expect("a retry time");
+    assert!(wake - c.i(0) >= FAILED_RETRY.min / 2, "{:?}", wake - c.i(0));
+    let (_, w) = q.pop(wake, ALL).expect("the request is kept");
+    assert!(w.changed, "the same request comes back");
+}
+
 #[test]
 fn a_key_parked_on_a_lease_holds_its_changes_until_the_lease_ends_or_is_handed_back() {
     let c = Clocks::new();
