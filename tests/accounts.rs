@@ -427,3 +427,121 @@ fn tg_name() -> String {
         .trim_end_matches('-')
         .to_owned()
 }
+
+/// A node labelled with `zone` (in the cluster's account's naming).
+fn node_in(name: &str, zone: &str) -> k8s_openapi::api::core::v1::Node {
+    k8s_openapi::api::core::v1::Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(std::collections::BTreeMap::from([(
+                "topology.kubernetes.io/zone".to_owned(),
+                zone.to_owned(),
+            )])),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// An ALB group with cross-zone load balancing off, in the networking account, wants its
+/// targets outside the VPC in a named zone of that account. Zone names differ between
+/// accounts (the proxy names the networking account's zones differently from moto's,
+/// which are this account's; zone IDs are the same): each target goes in the networking
+/// account's name for its node's zone ID, and a node in a zone that account does not
+/// have is reported with what to do while the others go in.
+#[tokio::test]
+async fn another_accounts_group_gets_its_own_name_of_the_pods_zone() {
+    let w = World::new().await;
+    let net = operator_in(NETWORK).await;
+    let net_arn = group_in(&net, NETWORK, &w, &tg_name(), &[]).await;
+    let (proxy, engine) = deployment(&w, &[role(NETWORK)], &[]).await;
+    // moto's names, this account's: us-east-1a is use1-az6, us-east-1b use1-az1,
+    // us-east-1f use1-az5. The networking account calls use1-az6 `us-east-1c` and
+    // use1-az1 `us-east-1d`, and has no use1-az5; its VPC spans those two zones.
+    let theirs = [
+        ("us-east-1a", "use1-az3"),
+        ("us-east-1b", "use1-az4"),
+        ("us-east-1c", "use1-az6"),
+        ("us-east-1d", "use1-az1"),
+        ("us-east-1e", "use1-az2"),
+    ];
+    proxy.set_rules(|r| {
+        r.cross_zone_off = vec![net_arn.clone()];
+        r.zones = vec!["us-east-1c".into(), "us-east-1d".into()];
+        r.zone_names = vec![(
+            NETWORK.to_owned(),
+            theirs
+                .iter()
+                .map(|(n, i)| ((*n).to_owned(), (*i).to_owned()))
+                .collect(),
+        )];
+    });
+    let nodes = w.emulator.store();
+    nodes.put_node(node_in("node-a", "us-east-1a"));
+    nodes.put_node(node_in("node-b", "us-east-1b"));
+    nodes.put_node(node_in("node-f", "us-east-1f"));
+    w.put_pod(web("web-1", "192.168.0.1").node("node-a").build());
+    w.put_pod(web("web-2", "192.168.0.2").node("node-b").build());
+    w.put_pod(web("web-3", "192.168.0.3").node("node-f").build());
+
+    let r = engine.resync(&RunOptions::default()).await;
+    let g = r
+        .group(&net_arn)
+        .unwrap_or_else(|| panic!("reported: {r:#?}"));
+    let registered: Vec<String> = g.registered.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        registered,
+        ["192.168.0.1:8080", "192.168.0.2:8080"],
+        "{r:#?}"
+    );
+    let held = proxy.held(&net_arn);
+    assert_eq!(held["192.168.0.1:8080"].0.as_deref(), Some("us-east-1c"));
+    assert_eq!(held["192.168.0.2:8080"].0.as_deref(), Some("us-east-1d"));
+    assert!(!held.contains_key("192.168.0.3:8080"), "{held:?}");
+    let said = serde_json::to_string(g).unwrap();
+    assert!(
+        said.contains("192.168.0.3:8080")
+            && said.contains("(use1-az5) is not a zone of account 222222222222"),
+        "{said}"
+    );
+    assert_eq!(
+        targets_in(&net, &net_arn).await,
+        ["192.168.0.1:8080", "192.168.0.2:8080"]
+    );
+    // Each account's zones were read once: this account's from moto, the networking
+    // account's with the role's credentials.
+    let reads = proxy
+        .records()
+        .iter()
+        .filter(|r| r.operation == "DescribeAvailabilityZones")
+        .count();
+    assert_eq!(reads, 2, "one read per account");
+
+    // A later pod goes in its zone (translated from what this container read) and leaves
+    // as any other.
+    w.put_pod(web("web-4", "192.168.0.4").node("node-b").build());
+    w.emulator.store().delete_pod("shop", "web-1");
+    let r = engine
+        .resync(&RunOptions {
+            force: true,
+            ..RunOptions::default()
+        })
+        .await;
+    let g = r.group(&net_arn).unwrap();
+    let registered: Vec<String> = g.registered.iter().map(ToString::to_string).collect();
+    assert_eq!(registered, ["192.168.0.4:8080"], "{r:#?}");
+    assert_eq!(
+        proxy.held(&net_arn)["192.168.0.4:8080"].0.as_deref(),
+        Some("us-east-1d")
+    );
+    assert_eq!(
+        targets_in(&net, &net_arn).await,
+        ["192.168.0.2:8080", "192.168.0.4:8080"]
+    );
+    let reads = proxy
+        .records()
+        .iter()
+        .filter(|r| r.operation == "DescribeAvailabilityZones")
+        .count();
+    assert_eq!(reads, 2, "zones are read once per container");
+}

@@ -771,6 +771,15 @@ fn every_grant_is_what_the_functions_need() {
                 // checked by target_group_changes_are_limited_to_this_clusters_groups
             } else if action == "eks:DescribeCluster" {
                 assert_eq!(resource, &cluster_arn, "{owner}: this cluster only");
+            } else if action == "ec2:DescribeAvailabilityZones" {
+                // A zone named to another account's group; no resource-level permissions.
+                assert_eq!(resource, "*", "{owner}");
+                let resource_name = owner.split('/').next().unwrap_or_default();
+                assert_eq!(
+                    t.resource(resource_name)["Condition"],
+                    "HasTargetAccounts",
+                    "{owner}: only with target accounts"
+                );
             } else if dynamo.contains(&action.as_str()) {
                 assert_eq!(resource, &table, "{owner}: the state table only");
                 assert_eq!(
@@ -974,7 +983,8 @@ fn target_account_role_matches_the_stacks_own_limits() {
             assert_eq!(s["Resource"], stack["Resource"], "{acts:?}");
             assert!(
                 acts.iter()
-                    .all(|a| a.starts_with("elasticloadbalancing:Describe")),
+                    .all(|a| a.starts_with("elasticloadbalancing:Describe")
+                        || a == "ec2:DescribeAvailabilityZones"),
                 "{acts:?}"
             );
         }
@@ -984,6 +994,7 @@ fn target_account_role_matches_the_stacks_own_limits() {
         "elasticloadbalancing:DescribeTags",
         "elasticloadbalancing:DescribeTargetHealth",
         "elasticloadbalancing:DescribeTargetGroupAttributes",
+        "ec2:DescribeAvailabilityZones",
     ]
     .iter()
     .chain(&MUTATIONS)

@@ -30,6 +30,7 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
 
 use super::Elbv2TargetGroups;
+use super::zone_names::{AccountZones, ZoneError, translate};
 use crate::core::arn::arn_account;
 use crate::core::{Target, TargetHealth};
 use crate::groups::{
@@ -40,7 +41,8 @@ use crate::groups::{
 /// STS limits a role session name to 64 characters.
 const MAX_SESSION_NAME: usize = 64;
 
-/// Why a target of another account's group is not registered in its pod's zone.
+/// Why a target of another account's group is not registered in its pod's zone when
+/// this deployment cannot read that account's zones (an adapter built without EC2).
 const ZONE_IN_ANOTHER_ACCOUNT: &str = "ELBv2 wants an Availability Zone of the group's VPC for this IP outside it (cross-zone load balancing is off), and zone names differ between accounts, so tgsync names none in another account; turn cross-zone load balancing on for the target group (attribute load_balancing.cross_zone.enabled) or run the pods in its VPC";
 
 /// A role in another account, from `TGSYNC_TARGET_ACCOUNT_ROLES`, with the account id its
@@ -113,17 +115,22 @@ pub fn session_name(cluster: &str) -> String {
 #[derive(Clone)]
 pub struct Accounts {
     home: Elbv2TargetGroups,
+    /// This account's zone names, to translate a node's zone for another account's
+    /// group (see [`super::zone_names`]); `None` when built without.
+    home_zones: Option<AccountZones>,
     roles: Arc<Vec<RoleAccount>>,
     /// This deployment's own account id(s), learnt from the ARNs its own discovery
     /// returns (no STS call needed): calls for them go to `home`.
     home_ids: Arc<RwLock<BTreeSet<String>>>,
 }
 
-/// One target account: its role and the adapter whose credentials come from it.
+/// One target account: its role and the adapters whose credentials come from it.
 #[derive(Clone)]
 struct RoleAccount {
     role: TargetAccountRole,
     elb: Elbv2TargetGroups,
+    /// The account's zone names (see [`super::zone_names`]); `None` when built without.
+    zones: Option<AccountZones>,
 }
 
 impl Debug for Accounts {
@@ -143,24 +150,52 @@ impl Accounts {
     pub fn new(home: Elbv2TargetGroups) -> Self {
         Self {
             home,
+            home_zones: None,
             roles: Arc::new(Vec::new()),
             home_ids: Arc::default(),
         }
     }
 
-    /// Adds a target account reached through `role` with the adapter `elb` (normally
-    /// built by [`Accounts::assuming`]; tests may pass any adapter).
-    pub fn with_role(mut self, role: TargetAccountRole, elb: Elbv2TargetGroups) -> Self {
-        Arc::make_mut(&mut self.roles).push(RoleAccount { role, elb });
+    /// Reads this account's zone names with `ec2` (see [`super::zone_names`]).
+    pub fn with_zones(mut self, ec2: aws_sdk_ec2::Client) -> Self {
+        self.home_zones = Some(AccountZones::new(ec2));
         self
     }
 
-    /// `home` plus one account per role, each with an ELBv2 client whose credentials
-    /// come from [`AssumeRoleProvider`] (base credentials, region, endpoint, retries and
-    /// timeouts from `sdk`; `external_id` when the target accounts' trust policies ask
-    /// for one; `session_name` from [`session_name`]). Each adapter shares `home`'s
-    /// paces. Nothing is called yet: a role that cannot be assumed fails its account's
-    /// calls, not the construction.
+    /// Adds a target account reached through `role` with the adapter `elb` (normally
+    /// built by [`Accounts::assuming`]; tests may pass any adapter).
+    /// Without [`Accounts::with_role_zones`], a zone is never named to its groups.
+    pub fn with_role(mut self, role: TargetAccountRole, elb: Elbv2TargetGroups) -> Self {
+        Arc::make_mut(&mut self.roles).push(RoleAccount {
+            role,
+            elb,
+            zones: None,
+        });
+        self
+    }
+
+    /// Adds a target account as [`Accounts::with_role`] does, whose zone names `ec2`
+    /// reads (with the role's credentials).
+    pub fn with_role_zones(
+        mut self,
+        role: TargetAccountRole,
+        elb: Elbv2TargetGroups,
+        ec2: aws_sdk_ec2::Client,
+    ) -> Self {
+        Arc::make_mut(&mut self.roles).push(RoleAccount {
+            role,
+            elb,
+            zones: Some(AccountZones::new(ec2)),
+        });
+        self
+    }
+
+    /// `home` plus one account per role, each with an ELBv2 client (and an EC2 client,
+    /// for its zone names) whose credentials come from [`AssumeRoleProvider`] (base
+    /// credentials, region, endpoint, retries and timeouts from `sdk`; `external_id`
+    /// when the target accounts' trust policies ask for one; `session_name` from
+    /// [`session_name`]). Each adapter shares `home`'s paces. Nothing is called yet: a
+    /// role that cannot be assumed fails its account's calls, not the construction.
     pub fn assuming(
         home: Elbv2TargetGroups,
         sdk: &SdkConfig,
@@ -169,6 +204,9 @@ impl Accounts {
         session_name: &str,
     ) -> Self {
         let mut accounts = Self::new(home.clone());
+        if !roles.is_empty() {
+            accounts = accounts.with_zones(aws_sdk_ec2::Client::new(sdk));
+        }
         for role in roles {
             let credentials = AssumedRole {
                 role: role.arn().to_owned(),
@@ -182,7 +220,11 @@ impl Accounts {
                 .credentials_provider(SharedCredentialsProvider::new(credentials))
                 .build();
             let client = aws_sdk_elasticloadbalancingv2::Client::new(&config);
-            accounts = accounts.with_role(role.clone(), home.for_client(client));
+            accounts = accounts.with_role_zones(
+                role.clone(),
+                home.for_client(client),
+                aws_sdk_ec2::Client::new(&config),
+            );
         }
         accounts
     }
@@ -356,10 +398,10 @@ impl TargetGroupApi for Accounts {
         self.route(arn)?.register(arn, targets, fence).await
     }
 
-    /// Only in this deployment's own account: Availability Zone names are per account
-    /// (the node's `us-east-1a` may be another zone in the group's account), so a zone
-    /// is never named to another account's group; its targets are refused with what to
-    /// do instead.
+    /// Availability Zone names are per account (the node's `us-east-1a` may be another
+    /// zone in the group's account): another account's group is told that account's
+    /// name for the same zone ID ([`super::zone_names`]). A target whose zone cannot be
+    /// translated is refused with what to do; the others go in.
     async fn register_in_zones(
         &self,
         arn: &str,
@@ -367,7 +409,15 @@ impl TargetGroupApi for Accounts {
         fence: &dyn Fence,
     ) -> Result<(), ElbError> {
         let elb = self.route(arn)?;
-        if !std::ptr::eq(elb, &self.home) {
+        if std::ptr::eq(elb, &self.home) {
+            return elb.register_in_zones(arn, targets, fence).await;
+        }
+        let theirs = arn_account(arn).and_then(|a| self.role_for(a));
+        let (Some(home), Some(role), Some(their_zones)) = (
+            &self.home_zones,
+            theirs,
+            theirs.and_then(|r| r.zones.as_ref()),
+        ) else {
             return Err(ElbError::Rejected {
                 operation: "RegisterTargets",
                 targets: targets
@@ -375,8 +425,53 @@ impl TargetGroupApi for Accounts {
                     .map(|(t, _)| Refused::target(*t, ZONE_IN_ANOTHER_ACCOUNT))
                     .collect(),
             });
+        };
+        let account = role.role.account();
+        let mut named = Vec::with_capacity(targets.len());
+        let mut refused = Vec::new();
+        let maps = match (home.get().await, their_zones.get().await) {
+            (Ok(h), Ok(t)) => Ok((h, t)),
+            (Err(reason), _) => Err((
+                "this deployment's account".to_owned(),
+                reason,
+                "the function's role",
+            )),
+            (_, Err(reason)) => Err((
+                format!("account {account}"),
+                reason,
+                "the target account's role",
+            )),
+        };
+        for (t, zone) in targets {
+            let translated = match &maps {
+                Ok((h, theirs)) => translate(h, theirs, zone, account),
+                Err((whose, reason, who)) => Err(ZoneError::Read {
+                    account: whose.clone(),
+                    zone: zone.clone(),
+                    reason: reason.clone(),
+                    who,
+                }),
+            };
+            match translated {
+                Ok(name) => named.push((*t, name)),
+                Err(e) => refused.push(Refused::target(*t, e.to_string())),
+            }
         }
-        elb.register_in_zones(arn, targets, fence).await
+        if !named.is_empty() {
+            match elb.register_in_zones(arn, &named, fence).await {
+                Ok(()) => {}
+                Err(ElbError::Rejected { targets, .. }) => refused.extend(targets),
+                Err(e) => return Err(e),
+            }
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ElbError::Rejected {
+                operation: "RegisterTargets",
+                targets: refused,
+            })
+        }
     }
 
     async fn deregister(
@@ -527,10 +622,20 @@ mod tests {
         ));
     }
 
-    /// A zone is named only to a group of this deployment's own account.
+    /// An account whose zone names this deployment cannot read (an adapter built
+    /// without EC2) is never told a zone: its targets are refused with what to do.
+    /// (Translated names: `tests/accounts.rs`.)
     #[tokio::test]
-    async fn zones_are_never_named_to_another_accounts_group() {
-        let a = accounts(&["222222222222"]);
+    async fn without_their_zone_names_no_zone_is_named_to_another_accounts_group() {
+        let sdk = SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        let home = Elbv2TargetGroups::from_sdk_config(&sdk, super::super::MutationRate::default());
+        let role = TargetAccountRole::parse("arn:aws:iam::222222222222:role/tgsync").unwrap();
+        let a = Accounts::new(home.clone())
+            .with_zones(aws_sdk_ec2::Client::new(&sdk))
+            .with_role(role, home);
         let t: Target = "192.168.0.1:80".parse().unwrap();
         let err = a
             .register_in_zones(

@@ -12,6 +12,7 @@ mod calls;
 pub mod dynamo;
 pub mod elbv2;
 mod sdk_error;
+pub mod zone_names;
 
 use std::error::Error;
 use std::fmt::Debug;

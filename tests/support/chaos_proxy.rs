@@ -34,7 +34,10 @@
 //! - what DescribeTargetHealth says beyond `healthy` ([`Rules::health`]): states with
 //!   ELBv2's reason codes and descriptions, and the administrative override of an NLB
 //!   zonal shift (every other target reports `no_override`, as an NLB does);
-//! - the NLB's pace ([`Rules::initial_for`]).
+//! - the NLB's pace ([`Rules::initial_for`]);
+//! - Availability Zone names per account ([`Rules::zone_names`]): AWS maps zone names to
+//!   physical zones independently in each account (a zone ID is the same everywhere);
+//!   moto names every account's zones alike.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -252,6 +255,12 @@ pub struct Rules {
     /// (`AdministrativeOverride` state `zonal_shift_active`) applies. Every other
     /// target's answer gains `no_override`, as an NLB reports it.
     pub health: Vec<(String, HealthRule)>,
+    /// Per account: the region's zones as that account names them, `(name, zone ID)`.
+    /// EC2 DescribeAvailabilityZones signed with credentials of a listed account (the
+    /// proxy learns whose credentials are whose from the AssumeRole answers it passes
+    /// on) is answered from it, in EC2's shape; anyone else's is moto's, which names
+    /// every account's zones alike.
+    pub zone_names: Vec<(String, Vec<(String, String)>)>,
 }
 
 /// What DescribeTargetHealth reports for one IP ([`Rules::health`]).
@@ -279,6 +288,9 @@ struct Shared {
     decider: Mutex<Decider>,
     log: Mutex<Vec<Record>>,
     request_ids: std::sync::atomic::AtomicU64,
+    /// Access key IDs handed out by the AssumeRole answers passed on → the role's
+    /// account.
+    key_accounts: Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// The running proxy; stops accepting when dropped.
@@ -334,6 +346,7 @@ impl ChaosProxy {
             }),
             log: Mutex::new(Vec::new()),
             request_ids: std::sync::atomic::AtomicU64::new(0),
+            key_accounts: Mutex::new(std::collections::HashMap::new()),
         });
         let accept = tokio::spawn({
             let shared = shared.clone();
@@ -527,13 +540,16 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
         if verdict == Verdict::Pass && service == Service::Elbv2 {
             verdict = model_judge(&shared, &operation, &request.body);
         }
+        if verdict == Verdict::Pass && operation == "DescribeAvailabilityZones" {
+            verdict = zones_answer(&shared, &request);
+        }
         let fate = match verdict {
             Verdict::Pass => lock(&shared.decider).decide(service),
             Verdict::Refuse(_) | Verdict::Deny(_) | Verdict::Error { .. } => Fate::Refused,
             Verdict::LoseAnswer => Fate::AnswerLost,
             Verdict::Stall => Fate::Stalled,
             Verdict::Throttle => Fate::Throttled,
-            Verdict::Delay(_) => Fate::Forwarded,
+            Verdict::Delay(_) | Verdict::Answer(_) => Fate::Forwarded,
         };
         let attempt = request.header("amz-sdk-request").and_then(attempt_number);
         let invocation = request.header("amz-sdk-invocation-id").map(str::to_owned);
@@ -562,6 +578,14 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
             tokio::time::sleep(after).await;
         }
         let (status, headers, body) = match (fate, verdict) {
+            (_, Verdict::Answer(xml)) => (
+                "200 OK".to_owned(),
+                vec![(
+                    "Content-Type".to_owned(),
+                    "text/xml;charset=UTF-8".to_owned(),
+                )],
+                xml.into_bytes(),
+            ),
             (_, Verdict::Refuse(message)) => {
                 let id = shared
                     .request_ids
@@ -629,6 +653,9 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream) {
                         response.body,
                     );
                     let ok = status.starts_with('2');
+                    if ok && operation_of(&request) == "AssumeRole" {
+                        learn_key(&shared, &request.body, &body);
+                    }
                     let body =
                         model_answer(&shared, &operation_of(&request), &request.body, ok, body);
                     (status, response.headers, body)
@@ -722,6 +749,8 @@ enum Verdict {
     Throttle,
     /// Forward after this long.
     Delay(Duration),
+    /// Answer HTTP 200 with this XML body (a model's own answer).
+    Answer(String),
     /// Answer ELBv2's error `code` (HTTP 400) with this message.
     Error {
         /// The error code.
@@ -1377,6 +1406,57 @@ fn fault_response(
         ],
         body.into_bytes(),
     )
+}
+
+/// The access key ID of a SigV4-signed request (`Credential=AKID/...`).
+fn access_key(request: &Message) -> Option<String> {
+    request
+        .header("authorization")
+        .and_then(|a| a.split("Credential=").nth(1))
+        .and_then(|c| c.split('/').next())
+        .map(str::to_owned)
+}
+
+/// Records whose the credentials of an AssumeRole answer are: the account of the role
+/// asked for.
+fn learn_key(shared: &Shared, request: &[u8], answer: &[u8]) {
+    let role = form_param(&String::from_utf8_lossy(request), "RoleArn").unwrap_or_default();
+    let account = role.split(':').nth(4).unwrap_or_default().to_owned();
+    if let Some(key) = element(&String::from_utf8_lossy(answer), "AccessKeyId") {
+        lock(&shared.key_accounts).insert(key, account);
+    }
+}
+
+/// DescribeAvailabilityZones for an account [`Rules::zone_names`] lists: its zones, as
+/// EC2 answers (query protocol, EC2's XML namespace); anyone else's goes to moto.
+fn zones_answer(shared: &Shared, request: &Message) -> Verdict {
+    let Some(account) =
+        access_key(request).and_then(|k| lock(&shared.key_accounts).get(&k).cloned())
+    else {
+        return Verdict::Pass;
+    };
+    let rules = lock(&shared.rules);
+    let Some((_, zones)) = rules.zone_names.iter().find(|(a, _)| *a == account) else {
+        return Verdict::Pass;
+    };
+    let items: String = zones
+        .iter()
+        .map(|(name, id)| {
+            let region = name.trim_end_matches(|c: char| c.is_ascii_lowercase());
+            format!(
+                "<item><zoneName>{name}</zoneName><zoneState>available</zoneState>\
+                 <regionName>{region}</regionName><zoneId>{id}</zoneId>\
+                 <zoneType>availability-zone</zoneType><messageSet/></item>"
+            )
+        })
+        .collect();
+    Verdict::Answer(format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+         <DescribeAvailabilityZonesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+         <requestId>c4a05000-0000-4000-8000-0000000000ec</requestId>\
+         <availabilityZoneInfo>{items}</availabilityZoneInfo>\
+         </DescribeAvailabilityZonesResponse>"
+    ))
 }
 
 /// STS's error document (query protocol).
