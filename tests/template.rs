@@ -4263,3 +4263,38 @@ fn cargo_lambda_recipe_matches_the_template() {
         "the recipe publishes the release alias"
     );
 }
+
+/// docs/install.md's table of what the template grants names exactly the actions the
+/// template's policies allow (the first cell of each row: `service:Action`, then the same
+/// service's further actions, up to the row's first parenthesis).
+#[test]
+fn docs_iam_table_is_the_templates_grants() {
+    let t = Template::load();
+    let granted: BTreeSet<String> = statements(&t)
+        .into_iter()
+        .filter(|(_, s)| s["Effect"] == "Allow")
+        .flat_map(|(_, s)| actions(&s))
+        .collect();
+    let mut documented = BTreeSet::new();
+    for (_, row) in docs_table("docs/install.md", "| permission | resource |") {
+        let cell = row.split('|').nth(1).unwrap_or_default();
+        let cell = cell.split('(').next().unwrap_or_default();
+        let mut service = String::new();
+        for name in cell.split('`').skip(1).step_by(2) {
+            match name.split_once(':') {
+                Some((s, _)) => {
+                    service = s.to_owned();
+                    documented.insert(name.to_owned());
+                }
+                None => {
+                    assert!(!service.is_empty(), "{name}: no service before it in {row}");
+                    documented.insert(format!("{service}:{name}"));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        documented, granted,
+        "docs/install.md's IAM table and template.yaml's grants differ"
+    );
+}
