@@ -165,28 +165,31 @@ impl Accounts {
     /// Adds a target account reached through `role` with the adapter `elb` (normally
     /// built by [`Accounts::assuming`]; tests may pass any adapter).
     /// Without [`Accounts::with_role_zones`], a zone is never named to its groups.
-    pub fn with_role(mut self, role: TargetAccountRole, elb: Elbv2TargetGroups) -> Self {
-        Arc::make_mut(&mut self.roles).push(RoleAccount {
+    pub fn with_role(self, role: TargetAccountRole, elb: Elbv2TargetGroups) -> Self {
+        self.push_role(RoleAccount {
             role,
             elb,
             zones: None,
-        });
-        self
+        })
     }
 
     /// Adds a target account as [`Accounts::with_role`] does, whose zone names `ec2`
     /// reads (with the role's credentials).
     pub fn with_role_zones(
-        mut self,
+        self,
         role: TargetAccountRole,
         elb: Elbv2TargetGroups,
         ec2: aws_sdk_ec2::Client,
     ) -> Self {
-        Arc::make_mut(&mut self.roles).push(RoleAccount {
+        self.push_role(RoleAccount {
             role,
             elb,
             zones: Some(AccountZones::new(ec2)),
-        });
+        })
+    }
+
+    fn push_role(mut self, account: RoleAccount) -> Self {
+        Arc::make_mut(&mut self.roles).push(account);
         self
     }
 
@@ -412,11 +415,10 @@ impl TargetGroupApi for Accounts {
         if std::ptr::eq(elb, &self.home) {
             return elb.register_in_zones(arn, targets, fence).await;
         }
-        let theirs = arn_account(arn).and_then(|a| self.role_for(a));
-        let (Some(home), Some(role), Some(their_zones)) = (
+        let role = arn_account(arn).and_then(|a| self.role_for(a));
+        let (Some(home), Some((role, their_zones))) = (
             &self.home_zones,
-            theirs,
-            theirs.and_then(|r| r.zones.as_ref()),
+            role.and_then(|r| Some((r, r.zones.as_ref()?))),
         ) else {
             return Err(ElbError::Rejected {
                 operation: "RegisterTargets",

@@ -1322,10 +1322,7 @@ pub fn percent_decode(s: &str) -> String {
 /// The service (from the SigV4 credential scope, or DynamoDB's target header) and the
 /// operation of a request.
 fn classify(request: &Message) -> (Service, String) {
-    let scope_service = request
-        .header("authorization")
-        .and_then(|a| a.split("Credential=").nth(1))
-        .and_then(|c| c.split(',').next())
+    let scope_service = credential(request)
         .and_then(|c| c.split('/').nth(3))
         .map(str::to_owned);
     let target = request.header("x-amz-target");
@@ -1408,11 +1405,17 @@ fn fault_response(
     )
 }
 
-/// The access key ID of a SigV4-signed request (`Credential=AKID/...`).
-fn access_key(request: &Message) -> Option<String> {
+/// The SigV4 credential of a signed request: `AKID/date/region/service/aws4_request`.
+fn credential(request: &Message) -> Option<&str> {
     request
         .header("authorization")
         .and_then(|a| a.split("Credential=").nth(1))
+        .and_then(|c| c.split(',').next())
+}
+
+/// The access key ID of a SigV4-signed request.
+fn access_key(request: &Message) -> Option<String> {
+    credential(request)
         .and_then(|c| c.split('/').next())
         .map(str::to_owned)
 }
@@ -1421,7 +1424,9 @@ fn access_key(request: &Message) -> Option<String> {
 /// asked for.
 fn learn_key(shared: &Shared, request: &[u8], answer: &[u8]) {
     let role = form_param(&String::from_utf8_lossy(request), "RoleArn").unwrap_or_default();
-    let account = role.split(':').nth(4).unwrap_or_default().to_owned();
+    let account = tgsync::core::arn::arn_account(&role)
+        .unwrap_or_default()
+        .to_owned();
     if let Some(key) = element(&String::from_utf8_lossy(answer), "AccessKeyId") {
         lock(&shared.key_accounts).insert(key, account);
     }
