@@ -21,7 +21,7 @@ const PODS_PER_GROUP: usize = 10;
 #[tokio::main]
 async fn main() {
     let mut w = World::new().await;
-    w.engine.pods = KubePods::new(w.engine.pods.access().clone()).with_page_size(500);
+    w.engine.core.pods = KubePods::new(w.engine.core.pods.access().clone()).with_page_size(500);
     for g in 0..GROUPS {
         let ns = format!("ns-{}", g % NAMESPACES);
         w.group(&ns, &format!("app=svc-{g}"), 8080, &[]).await;
@@ -42,7 +42,10 @@ async fn main() {
         "{:?}",
         first.totals
     );
-    let (elb0, ddb0) = (w.engine.groups.api_calls(), w.engine.state.api_calls());
+    let (elb0, ddb0) = (
+        w.engine.core.groups.api_calls(),
+        w.engine.core.state.api_calls(),
+    );
     w.emulator.faults().clear_requests();
     let started = std::time::Instant::now();
     let r = w.resync().await;
@@ -51,8 +54,8 @@ async fn main() {
         r.groups.iter().all(|g| g.outcome == Outcome::InSync),
         "drift found"
     );
-    let elb = calls_since(&w.engine.groups.api_calls(), &elb0);
-    let ddb = calls_since(&w.engine.state.api_calls(), &ddb0);
+    let elb = calls_since(&w.engine.core.groups.api_calls(), &elb0);
+    let ddb = calls_since(&w.engine.core.state.api_calls(), &ddb0);
     let lists = w
         .emulator
         .faults()

@@ -428,7 +428,10 @@ struct Run {
 }
 
 async fn measured(engine: &LiveEngine, emulator: &EmulatorProcess, opts: &RunOptions) -> Run {
-    let (elb0, ddb0) = (engine.groups.api_calls(), engine.state.api_calls());
+    let (elb0, ddb0) = (
+        engine.core.groups.api_calls(),
+        engine.core.state.api_calls(),
+    );
     let logged0 = emulator.requests().len();
     let mem = memory_start();
     let cpu0 = cpu_time();
@@ -446,8 +449,8 @@ async fn measured(engine: &LiveEngine, emulator: &EmulatorProcess, opts: &RunOpt
         wall,
         cpu,
         memory,
-        elb: calls_since(&engine.groups.api_calls(), &elb0),
-        ddb: calls_since(&engine.state.api_calls(), &ddb0),
+        elb: calls_since(&engine.core.groups.api_calls(), &elb0),
+        ddb: calls_since(&engine.core.state.api_calls(), &ddb0),
         lists,
         other_k8s,
     }
@@ -465,6 +468,7 @@ async fn floor(live: &App, sizes: &Sizes) -> (Duration, Duration) {
     let cpu0 = cpu_time();
     let started = Instant::now();
     let arns: Vec<String> = e
+        .core
         .groups
         .discover(&tgsync::groups::Priority::Reaction)
         .await

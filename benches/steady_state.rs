@@ -64,14 +64,15 @@ async fn main() {
         ..RunOptions::default()
     };
     let health = |e: &Engine<FakePods, FakeElb, FakeState>| {
-        e.groups
+        e.core
+            .groups
             .calls()
             .get("DescribeTargetHealth")
             .copied()
             .unwrap_or(0)
     };
     let first = engine.resync(&scheduled).await;
-    engine.groups.settle();
+    engine.core.groups.settle();
     println!(
         "converging run: {} groups, {} targets registered, {} DescribeTargetHealth",
         first.totals.groups,
@@ -87,14 +88,14 @@ async fn main() {
         clock.advance(60_000);
         if minute == drift_at {
             assert!(
-                engine.groups.live_targets(&victim).contains(&removed),
+                engine.core.groups.live_targets(&victim).contains(&removed),
                 "the victim holds {removed}"
             );
-            engine.groups.remove_target(&victim, &removed);
+            engine.core.groups.remove_target(&victim, &removed);
         }
         let before = health(&engine);
         let r = engine.resync(&scheduled).await;
-        engine.groups.settle();
+        engine.core.groups.settle();
         per_minute.push(health(&engine) - before);
         if minute >= drift_at
             && found_after.is_none()

@@ -76,7 +76,7 @@ async fn main() {
         groups * pods_per_group,
         "the first run fills every group"
     );
-    engine.groups.settle();
+    engine.core.groups.settle();
     report("fakes, first run (100 groups changed)", &capture, false);
     let second =
         tgsync::handlers::resync::handle(&engine, &payload, None, std::time::Duration::ZERO)

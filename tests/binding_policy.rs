@@ -56,12 +56,16 @@ fn engine(policy: BindingPolicy) -> (Engine<FakePods, FakeElb, FakeState>, Manua
 async fn retagging_to_exclusive_after_discovery_is_refused_under_the_lease() {
     let (engine, clock) = engine(BindingPolicy::default());
     let bound = engine
+        .core
         .bindings(&tgsync::groups::Priority::Reaction)
         .await
         .expect("discovery")
         .bound;
     assert_eq!(bound.len(), 1);
-    engine.groups.set_tag(TG, "tgsync/mode", Some("exclusive"));
+    engine
+        .core
+        .groups
+        .set_tag(TG, "tgsync/mode", Some("exclusive"));
     clock.advance(60_000); // the cached binding is now old enough to be re-read
     let reports = engine.reconcile_groups(bound, &RunOptions::default()).await;
     let g = &reports[0];
@@ -73,11 +77,11 @@ async fn retagging_to_exclusive_after_discovery_is_refused_under_the_lease() {
         "{g:#?}"
     );
     assert_eq!(
-        engine.groups.live_targets(TG),
+        engine.core.groups.live_targets(TG),
         [target("10.0.200.9:8080")],
         "untouched"
     );
-    assert!(engine.state.ledger(TG).is_empty());
+    assert!(engine.core.state.ledger(TG).is_empty());
 }
 
 /// The same retagging with exclusive mode allowed is honoured: the foreign target goes.
@@ -85,15 +89,22 @@ async fn retagging_to_exclusive_after_discovery_is_refused_under_the_lease() {
 async fn retagging_to_exclusive_is_honoured_when_allowed() {
     let (engine, clock) = engine(BindingPolicy::unrestricted());
     let bound = engine
+        .core
         .bindings(&tgsync::groups::Priority::Reaction)
         .await
         .expect("discovery")
         .bound;
-    engine.groups.set_tag(TG, "tgsync/mode", Some("exclusive"));
+    engine
+        .core
+        .groups
+        .set_tag(TG, "tgsync/mode", Some("exclusive"));
     clock.advance(60_000);
     let reports = engine.reconcile_groups(bound, &RunOptions::default()).await;
     assert_eq!(reports[0].outcome, Outcome::Changed, "{:#?}", reports[0]);
-    assert_eq!(engine.groups.live_targets(TG), [target("10.0.1.1:8080")]);
+    assert_eq!(
+        engine.core.groups.live_targets(TG),
+        [target("10.0.1.1:8080")]
+    );
 }
 
 /// A namespace limit set while a group is bound to another namespace: discovery reports
@@ -105,6 +116,7 @@ async fn discovery_reports_a_namespace_outside_the_limit() {
         allow_exclusive: false,
     });
     let found = engine
+        .core
         .bindings(&tgsync::groups::Priority::Reaction)
         .await
         .expect("discovery");
@@ -113,5 +125,8 @@ async fn discovery_reports_a_namespace_outside_the_limit() {
     assert_eq!(found.errors[0].outcome, Outcome::BindingError);
     let r = engine.resync(&RunOptions::default()).await;
     assert_eq!(r.totals.errors, 1);
-    assert_eq!(engine.groups.live_targets(TG), [target("10.0.200.9:8080")]);
+    assert_eq!(
+        engine.core.groups.live_targets(TG),
+        [target("10.0.200.9:8080")]
+    );
 }

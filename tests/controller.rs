@@ -298,7 +298,7 @@ async fn groups_whose_leases_are_held_elsewhere_read_no_target_health() {
         Arc::new(AtomicUsize::new(0)),
     );
     let renewer = {
-        let (state, clock, held) = (w.engine.state.clone(), w.clock.clone(), held.to_vec());
+        let (state, clock, held) = (w.engine.core.state.clone(), w.clock.clone(), held.to_vec());
         let (renewing, renewals, refused, holder) = (
             renewing.clone(),
             renewals.clone(),

@@ -50,7 +50,7 @@ async fn converged_fleet() -> FakeEngine {
         first["totals"]["registered"],
         FLEET.groups * FLEET.pods_per_group
     );
-    engine.groups.settle();
+    engine.core.groups.settle();
     engine
 }
 
@@ -107,12 +107,14 @@ async fn each_group_with_changes_or_errors_adds_one_line() {
     let engine = converged_fleet().await;
     // Three groups gain a pod; two get tags they may not have (binding errors).
     for g in [3, 40, 77] {
-        engine.pods.put(FLEET.pod(g, FLEET.pods_per_group));
+        engine.core.pods.put(FLEET.pod(g, FLEET.pods_per_group));
     }
     engine
+        .core
         .groups
         .set_tag(&FLEET.arn(12), "tgsync/mode", Some("sideways"));
     engine
+        .core
         .groups
         .set_tag(&FLEET.arn(55), "tgsync/selector", Some("app!=web"));
     logs.take();
@@ -163,6 +165,7 @@ async fn metric_lines_of_a_run_pass_warn_error_and_fatal() {
     let _turn = TURN.lock().await;
     let engine = converged_fleet().await;
     engine
+        .core
         .groups
         .set_tag(&FLEET.arn(7), "tgsync/namespace", Some("Not_A_Namespace"));
     let report = engine.resync(&RunOptions::default()).await;

@@ -241,6 +241,7 @@ async fn no_elbv2_attempt_is_sent_after_the_lease_was_lost() {
         let now = w.clock.now();
         let taken = w
             .engine
+            .core
             .state
             .acquire(
                 &arn,

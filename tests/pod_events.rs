@@ -307,7 +307,7 @@ async fn pod_churn_while_both_functions_run_leaves_no_deleted_pod_registered() {
         runs > 6,
         "the resyncs ran alongside the churn ({runs} runs)"
     );
-    let met = w.engine.state.leases_found_held();
+    let met = w.engine.core.state.leases_found_held();
     eprintln!(
         "{runs} resyncs; {raced} of 240 pod events left their change to another holder; \
          {met} lease acquisitions met another holder"

@@ -261,6 +261,7 @@ async fn holder(
                 let now = w.clock.now();
                 match w
                     .engine
+                    .core
                     .state
                     .release(
                         arn,
@@ -288,6 +289,7 @@ async fn holder(
             next_renewal += Duration::from_secs(1);
             let ok = w
                 .engine
+                .core
                 .state
                 .renew(arn, owner, w.clock.now().plus(lease))
                 .await

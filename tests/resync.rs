@@ -125,7 +125,7 @@ async fn s3b_binding_policy_leaves_out_of_bounds_groups_untouched() {
     assert_eq!(w.targets(&system).await, ["10.0.200.9:53", "10.0.3.1:53"]);
 
     // The deployment now allows only `shop`, and no exclusive mode (the default).
-    w.engine.settings.binding_policy = BindingPolicy {
+    w.engine.core.settings.binding_policy = BindingPolicy {
         allowed_namespaces: Some(["shop".to_owned()].into()),
         allow_exclusive: false,
     };
@@ -214,14 +214,14 @@ async fn s5_crash_between_ledger_write_and_register_converges() {
     let mut w = World::new().await;
     let arn = three_pods(&w).await;
     let crash = std::sync::Arc::new(CrashAt::first(FaultPoint::AfterLedgerWrite));
-    w.engine.faults = crash.clone();
+    w.engine.core.faults = crash.clone();
     let r = w.resync().await;
     assert!(crash.fired());
     assert_eq!(r.group(&arn).unwrap().outcome, Outcome::Aborted);
     // The write-ahead ledger knows all three; ELBv2 has none; the lease is still held.
     assert_eq!(w.ledger(&arn).await.len(), 3);
     assert!(w.targets(&arn).await.is_empty());
-    w.engine.faults = std::sync::Arc::new(NoFaults);
+    w.engine.core.faults = std::sync::Arc::new(NoFaults);
     let r = w.resync().await;
     assert_eq!(
         r.group(&arn).unwrap().outcome,
@@ -322,6 +322,7 @@ async fn s7_unreachable_or_failing_api_never_deregisters() {
     assert_eq!(w.targets(&arn).await, before);
     assert_eq!(
         w.engine
+            .core
             .groups
             .api_calls()
             .get("DeregisterTargets")
@@ -356,7 +357,7 @@ async fn s8_dry_run_reports_the_plan_and_changes_nothing() {
     assert_eq!(plan, ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]);
     assert!(w.targets(&arn).await.is_empty());
     assert_eq!(w.table_items().await, items, "dry run wrote to DynamoDB");
-    let calls = w.engine.groups.api_calls();
+    let calls = w.engine.core.groups.api_calls();
     assert_eq!(calls.get("RegisterTargets").copied().unwrap_or(0), 0);
 }
 
@@ -481,10 +482,10 @@ async fn s10_crash_at_every_fault_point_then_converge() {
         };
         w.set_backoff(&arn, backoff).await;
         let crash = std::sync::Arc::new(CrashAt::first(point));
-        w.engine.faults = crash.clone();
+        w.engine.core.faults = crash.clone();
         let r = w.resync_with(scheduled.clone()).await;
         assert!(crash.fired(), "{point} not reached: {r:#?}");
-        w.engine.faults = std::sync::Arc::new(NoFaults);
+        w.engine.core.faults = std::sync::Arc::new(NoFaults);
         w.clock.advance(10 * 60 * 1000);
         w.resync_with(scheduled.clone()).await;
         let r = w.resync_with(RunOptions::default()).await;

@@ -95,7 +95,7 @@ async fn one_watching_invocation_follows_every_pod_transition() {
 async fn a_410_mid_watch_lists_again_and_converges() {
     let mut w = World::new().await;
     // Streams of 2 s, so the watch resumes within the test.
-    w.engine.settings.watch_request = Duration::from_secs(2);
+    w.engine.core.settings.watch_request = Duration::from_secs(2);
     let arn = w.group("shop", "app=web", 8080, &[]).await;
     w.put_pod(web("web-1", "10.0.1.1").build());
     let until = w.clock.now().plus(Duration::from_secs(10));
@@ -226,7 +226,7 @@ async fn two_overlapping_watching_invocations_stay_correct() {
     registered.sort();
     registered.dedup();
     assert_eq!(total, registered.len(), "a target was registered twice");
-    let met = w.engine.state.leases_found_held() + second.state.leases_found_held();
+    let met = w.engine.core.state.leases_found_held() + second.core.state.leases_found_held();
     eprintln!("{total} registrations; the two invocations met on the lease {met} times");
 }
 
@@ -1142,7 +1142,7 @@ async fn cold_change(
     );
     // The race these tests are about: the change came while discovery was reading tags.
     assert!(changed_at < discovered, "the change came after discovery");
-    let row = tgsync::state::StateStore::indexed_selections(&w.engine.state, &w.cluster)
+    let row = tgsync::state::StateStore::indexed_selections(&w.engine.core.state, &w.cluster)
         .await
         .expect("the cluster's index")
         .into_iter()

@@ -408,7 +408,7 @@ const AT_REST_VERIFY: &str = "2";
 /// no write, all but those due for re-verification on their checkpoints.
 async fn at_rest(app: &App, sizes: &Sizes) -> String {
     let e = &app.engine;
-    let (elb0, ddb0) = (e.groups.api_calls(), e.state.api_calls());
+    let (elb0, ddb0) = (e.core.groups.api_calls(), e.core.state.api_calls());
     let report = e
         .resync(&RunOptions {
             use_checkpoint: true,
@@ -425,13 +425,13 @@ async fn at_rest(app: &App, sizes: &Sizes) -> String {
         .iter()
         .filter(|g| g.verification_skipped)
         .count();
-    let ddb = calls_since(&e.state.api_calls(), &ddb0);
+    let ddb = calls_since(&e.core.state.api_calls(), &ddb0);
     assert!(
         in_sync == sizes.groups && report.errors.is_empty() && !ddb.contains_key("UpdateItem"),
         "not a run at rest: {in_sync} in sync, errors {:?}, DynamoDB {ddb:?}",
         report.errors
     );
-    let elb = calls_since(&e.groups.api_calls(), &elb0);
+    let elb = calls_since(&e.core.groups.api_calls(), &elb0);
     format!(
         ", {in_sync} groups in sync ({skipped} on their checkpoints), ELBv2 {elb:?}, DynamoDB {ddb:?}"
     )
@@ -440,15 +440,15 @@ async fn at_rest(app: &App, sizes: &Sizes) -> String {
 /// tgsync's full verification; every group must come out in sync with no write.
 async fn verification(app: &App, sizes: &Sizes) -> String {
     let e = &app.engine;
-    let (elb0, ddb0) = (e.groups.api_calls(), e.state.api_calls());
+    let (elb0, ddb0) = (e.core.groups.api_calls(), e.core.state.api_calls());
     let report = e.resync(&RunOptions::default()).await;
     let in_sync = report
         .groups
         .iter()
         .filter(|g| g.outcome == Outcome::InSync)
         .count();
-    let elb = calls_since(&e.groups.api_calls(), &elb0);
-    let ddb = calls_since(&e.state.api_calls(), &ddb0);
+    let elb = calls_since(&e.core.groups.api_calls(), &elb0);
+    let ddb = calls_since(&e.core.state.api_calls(), &ddb0);
     assert!(
         in_sync == sizes.groups && report.errors.is_empty(),
         "not a zero-drift verification: {in_sync} in sync, errors {:?}",

@@ -13,7 +13,8 @@ use tgsync::state::StateStore as _;
 pub async fn lists(e: &LiveEngine, namespaces: &[String]) -> usize {
     futures::stream::iter(namespaces)
         .map(|ns| async move {
-            e.pods
+            e.core
+                .pods
                 .list_versioned(ns, None)
                 .await
                 .expect("LIST")
@@ -29,12 +30,13 @@ pub async fn lists(e: &LiveEngine, namespaces: &[String]) -> usize {
 /// 100), and one DescribeTargetHealth per group, 16 groups at a time (the engine's
 /// concurrency), paced by the same Describe limiter; the ledger entries and targets read.
 pub async fn group_reads(e: &LiveEngine, arns: &[String]) -> (usize, usize) {
-    let states = e.state.load_many(arns).await.expect("BatchGetItem");
+    let states = e.core.state.load_many(arns).await.expect("BatchGetItem");
     assert_eq!(states.len(), arns.len(), "every group's state read");
     let entries = states.iter().map(|(_, s)| s.ledger.len()).sum();
     let targets = futures::stream::iter(arns)
         .map(|arn| async move {
-            e.groups
+            e.core
+                .groups
                 .health(arn, &tgsync::groups::Priority::Reaction)
                 .await
                 .expect("DescribeTargetHealth")

@@ -10,8 +10,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     pub(super) async fn watch_indexed(&self) {
         let rows = match self
             .engine
+            .core
             .state
-            .indexed_selections(&self.engine.cluster)
+            .indexed_selections(&self.engine.core.cluster)
             .await
         {
             Ok(rows) => rows,
@@ -71,7 +72,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 woken.await;
                 continue;
             }
-            let read_at = engine.clock.now();
+            let read_at = engine.core.clock.now();
             let batch = {
                 let early = lock(&self.early);
                 batch
@@ -82,7 +83,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     })
                     .collect()
             };
-            let (groups, undescribed) = match engine.read_groups(batch).await {
+            let (groups, undescribed) = match engine.core.read_groups(batch).await {
                 Ok(read) => read,
                 Err(e) => {
                     tracing::debug!(error = %e, "reading groups ahead of discovery failed; discovery binds them");
@@ -92,7 +93,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             let watched = self.namespaces.borrow().clone();
             let mut found: BTreeMap<String, BoundGroup> = groups
                 .into_iter()
-                .filter_map(|g| engine.bind(g, read_at)?.ok())
+                .filter_map(|g| engine.core.bind(g, read_at)?.ok())
                 .filter(|b| early::watched(&watched, &b.binding))
                 .map(|b| (b.group.arn.clone(), b))
                 .collect();
@@ -101,8 +102,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 let Some(early) = early.as_ref() else {
                     return;
                 };
-                found.retain(|arn, _| !engine.index.contains(arn));
-                engine.index.bound_ahead(found.values().cloned());
+                found.retain(|arn, _| !engine.core.index.contains(arn));
+                engine.core.index.bound_ahead(found.values().cloned());
                 early.marks(&found, &BTreeMap::new())
             };
             self.ask_changes(marks.iter().map(|(arn, seen)| (arn.as_str(), *seen)));
@@ -112,7 +113,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 .values()
                 .filter(|b| undescribed.contains(&b.group.arn))
             {
-                let recorded = engine.record_bound(b).await;
+                let recorded = engine.core.record_bound(b).await;
                 if let Err(e) = recorded {
                     tracing::debug!(target_group = %b.group.arn, error = %e, "recording the group's facts in this cluster's index failed; the next cold start describes it again");
                 }
@@ -161,7 +162,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 return;
             }
             let arns: Vec<String> = chunk.iter().map(|(arn, ..)| arn.clone()).collect();
-            let states = match engine.state.load_many(&arns).await {
+            let states = match engine.core.state.load_many(&arns).await {
                 Ok(states) => states,
                 Err(e) => {
                     tracing::debug!(namespace = %first.namespace, error = %e, "reading ledgers to compare with a first LIST failed; the full diff compares them");
@@ -186,7 +187,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                                     *family,
                                     &listed,
                                     ledger,
-                                    &engine.cluster,
+                                    &engine.core.cluster,
                                 )
                             })
                         })
@@ -199,7 +200,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             tracing::debug!(namespace = %first.namespace, groups = stepped.len(), "a first LIST differs from these groups' ledgers; reading them ahead of discovery");
             let bound: Vec<String> = stepped
                 .iter()
-                .filter(|arn| engine.index.contains(arn))
+                .filter(|arn| engine.core.index.contains(arn))
                 .cloned()
                 .collect();
             let named = {

@@ -20,7 +20,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         crate::reconcile::Bindings,
     )> {
         let engine = self.engine;
-        let started = engine.clock.now();
+        let started = engine.core.clock.now();
         let priority = crate::groups::Priority::background();
         let Some(Found {
             bindings,
@@ -43,10 +43,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         // (all of them in a cold container); later ones find the groups bound.
         let early = {
             let mut early = lock(&self.early);
-            let known = engine.index.snapshot();
-            engine.index.discovered(&bound, None);
+            let known = engine.core.index.snapshot();
+            engine.core.index.discovered(&bound, None);
             self.set_bound(&known, &bound);
-            let now = engine.index.snapshot();
+            let now = engine.core.index.snapshot();
             early
                 .take()
                 .map(|e| e.marks(&now, &known))
@@ -54,10 +54,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         };
         self.read_wake.notify_one();
         self.compare_wake.notify_one();
-        let (due, verification) = engine.rotation(&bound, started);
+        let (due, verification) = engine.core.rotation(&bound, started);
         report.verification = Some(verification);
         for e in &bindings.errors {
-            engine.pass_done(e, false, None);
+            engine.core.pass_done(e, false, None);
         }
         report.groups.extend(bindings.errors);
         let order = {
@@ -72,7 +72,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     indexed: indexed.as_ref(),
                     due: &due,
                 },
-                &mut engine.jitter_rng(),
+                &mut engine.core.jitter_rng(),
             )
         };
         let _ = self.ahead.set(crate::reconcile::ReadAhead::for_looks(
@@ -106,6 +106,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     pub(super) async fn rediscover(&self) {
         let engine = self.engine;
         let bindings = match engine
+            .core
             .bindings(&crate::groups::Priority::background())
             .await
         {
@@ -116,10 +117,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             }
         };
         for e in &bindings.errors {
-            engine.pass_done(e, false, None);
+            engine.core.pass_done(e, false, None);
         }
-        let previous = engine.index.snapshot();
-        engine.index.discovered(&bindings.bound, None);
+        let previous = engine.core.index.snapshot();
+        engine.core.index.discovered(&bindings.bound, None);
         self.set_bound(&previous, &bindings.bound);
         {
             let mut queue = lock(&self.engine.controller.queue);
@@ -133,7 +134,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             }
         }
         self.wake.notify_one();
-        engine.publish_bindings(&bindings).await;
+        engine.core.publish_bindings(&bindings).await;
     }
 
     /// Waits until the full diff has looked at every bound group.

@@ -4,7 +4,6 @@
 //! container serves. The reconcile core knows nothing of the controller: this type,
 //! here, is what puts the two together.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use super::Controller;
@@ -14,27 +13,14 @@ use crate::pods::PodSource;
 use crate::reconcile::{EngineSettings, Reconciler};
 use crate::state::StateStore;
 
-/// The reconcile core and the controller's warm state. Reads as the [`Reconciler`] it
-/// holds (its I/O, clock, settings and index). Cheap to share behind an `Arc`.
+/// The reconcile core and the controller's warm state, side by side: the controller's
+/// code names which of the two it reaches for. Cheap to share behind an `Arc`.
 pub struct Engine<P, G, S> {
-    reconciler: Reconciler<P, G, S>,
+    /// The reconcile core: its I/O, clock, settings and index.
+    pub core: Reconciler<P, G, S>,
     /// The controller's warm state (watch stores, the queue), kept between the
     /// scheduled invocations a container serves.
     pub controller: Controller,
-}
-
-impl<P, G, S> Deref for Engine<P, G, S> {
-    type Target = Reconciler<P, G, S>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.reconciler
-    }
-}
-
-impl<P, G, S> DerefMut for Engine<P, G, S> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.reconciler
-    }
 }
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
@@ -47,7 +33,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
-            reconciler: Reconciler::new(cluster, pods, groups, state, clock),
+            core: Reconciler::new(cluster, pods, groups, state, clock),
             controller: Controller::default(),
         }
     }
@@ -80,7 +66,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
 
     fn map(self, f: impl FnOnce(Reconciler<P, G, S>) -> Reconciler<P, G, S>) -> Self {
         Self {
-            reconciler: f(self.reconciler),
+            core: f(self.core),
             controller: self.controller,
         }
     }

@@ -35,7 +35,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         orphans: bool,
         report: &mut Report,
     ) -> Option<Found> {
-        let bindings = match self.bindings(priority).await {
+        let bindings = match self.core.bindings(priority).await {
             Ok(b) => b,
             Err(e) => {
                 report
@@ -54,7 +54,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .chain(bindings.errors.iter().map(|e| e.target_group_arn.clone()))
             .collect();
         let indexed = if orphans {
-            self.indexed_for_orphans(&bindings.accounts_failed, &mut report.errors)
+            self.core
+                .indexed_for_orphans(&bindings.accounts_failed, &mut report.errors)
                 .await
         } else {
             None
@@ -79,6 +80,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         if let Some(indexed) = indexed {
             let tagged = tagged.iter().map(String::as_str).collect();
             let orphans = self
+                .core
                 .orphans(indexed, &tagged, dry_run, &mut report.errors)
                 .await;
             report.orphans = Some(orphans);

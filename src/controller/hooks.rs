@@ -48,27 +48,27 @@ pub(crate) trait Owner: Sync {
 
 impl<P: PodSource, G: TargetGroupApi, S: StateStore> Owner for Engine<P, G, S> {
     fn cap(&self) -> usize {
-        self.settings.concurrency.max(1)
+        self.core.settings.concurrency.max(1)
     }
 
     fn now(&self) -> Now {
-        Now::of(self.clock.as_ref())
+        Now::of(self.core.clock.as_ref())
     }
 
     fn is_shutting_down(&self) -> bool {
-        std::ops::Deref::deref(self).is_shutting_down()
+        self.core.is_shutting_down()
     }
 
     fn shutdown_notified(&self) -> tokio::sync::futures::Notified<'_> {
-        std::ops::Deref::deref(self).shutdown_notified()
+        self.core.shutdown_notified()
     }
 
     fn holding(&self) -> Holding<'_> {
-        std::ops::Deref::deref(self).holding()
+        self.core.holding()
     }
 
     async fn lease_ends(&self, keys: &[String]) -> Option<Vec<(String, Option<UnixMillis>)>> {
-        let glances = match self.state.glance_many(keys).await {
+        let glances = match self.core.state.glance_many(keys).await {
             Ok(glances) => glances,
             Err(e) => {
                 tracing::debug!(error = %e, groups = keys.len(), "reading the leases that park requests failed; they wait until those leases would expire");
@@ -76,7 +76,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Owner for Engine<P, G, S> {
             }
         };
         // An expired lease is taken over only a grace after its expiry.
-        let grace = self.settings.lease.takeover_grace;
+        let grace = self.core.settings.lease.takeover_grace;
         Some(
             glances
                 .into_iter()
@@ -96,8 +96,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Owner for Engine<P, G, S> {
             groups = groups.len(),
             "handing on the requests this run could not serve"
         );
-        self.state
-            .request_passes(&self.cluster, groups)
+        self.core.state
+            .request_passes(&self.core.cluster, groups)
             .await
             .inspect_err(|e| tracing::warn!(error = %e, groups = groups.len(), "handing on the requests this run could not serve failed; the next full diff finds them by their pods"))
     }

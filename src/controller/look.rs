@@ -63,7 +63,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }
         };
         let index = PodIndex::new(&listed.0);
-        let observed = self.observe(bound, &index, opts, scope).await;
+        let observed = self.core.observe(bound, &index, opts, scope).await;
         drop(index);
         pods.looked(namespace);
         let kept = matches!(pods, Pods::Snapshots { keep: true, .. }).then_some(listed);
@@ -81,6 +81,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     Pods::Snapshots { .. } => PodReads::Fresh,
                 };
                 let (report, result) = self
+                    .core
                     .reconcile_leased(bound.clone(), report, opts, &reads, Some(prior))
                     .await;
                 (Some(report), result)
@@ -92,7 +93,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     async fn read_pods(&self, bound: &BoundGroup, pods: &Pods<'_>) -> Result<Listed, PodsError> {
         let namespace = &bound.binding.namespace;
         match pods {
-            Pods::Snapshots { snapshots, .. } => snapshots.get(&self.pods, namespace).await,
+            Pods::Snapshots { snapshots, .. } => snapshots.get(&self.core.pods, namespace).await,
             Pods::Store(informer) => {
                 let give_up = tokio::time::Instant::now() + STORE_WAIT;
                 let held = if informer.wait_live(namespace, give_up).await {
@@ -104,6 +105,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                     Some(view) => Ok(Arc::new(view)),
                     None => {
                         let listing = self
+                            .core
                             .pods
                             .list_versioned(namespace, Some(&bound.binding.selector))
                             .await?;

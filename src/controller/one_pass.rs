@@ -71,8 +71,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// the end: a manual run, or a scheduled one without watch mode. (With watch mode
     /// the schedule runs the controller: [`Engine::run_scheduled`].)
     pub async fn resync(&self, opts: &RunOptions) -> Report {
-        let started = self.clock.now();
-        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
+        let started = self.core.clock.now();
+        let mut report = Report::new("resync", &self.core.cluster, opts.dry_run, started);
         let Some(Found {
             bindings,
             tagged,
@@ -81,9 +81,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .discover_for_run(&Priority::Reaction, opts.only.is_none(), &mut report)
             .await
         else {
-            return report.finish(self.clock.now());
+            return report.finish(self.core.clock.now());
         };
-        self.index.discovered(&bindings.bound, None);
+        self.core.index.discovered(&bindings.bound, None);
         // Recorded in the state table once the groups have had their pass.
         let publish = (!opts.dry_run).then(|| Bindings {
             bound: bindings.bound.clone(),
@@ -109,7 +109,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 if !known && !unread {
                     report.errors.push(format!(
                         "target group {arn} was requested but is not bound to cluster `{}` (missing, or its tgsync/cluster tag does not name this cluster)",
-                        self.cluster
+                        self.core.cluster
                     ));
                 }
             }
@@ -118,12 +118,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         }
         let mut due = None;
         if opts.use_checkpoint {
-            let (in_turn, verification) = self.rotation(&bound, started);
+            let (in_turn, verification) = self.core.rotation(&bound, started);
             due = Some(in_turn);
             report.verification = Some(verification);
         }
         for e in &errors {
-            self.pass_done(e, opts.dry_run, None);
+            self.core.pass_done(e, opts.dry_run, None);
         }
         report.groups.append(&mut errors);
         let scope = Scope {
@@ -131,17 +131,17 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             indexed: indexed.as_ref(),
             ..Scope::default()
         };
-        let pressure = self.groups.pressure();
+        let pressure = self.core.groups.pressure();
         let (groups, unserved) = self.one_pass(bound, opts, &scope, None).await;
         report.groups.extend(groups);
         unserved.record(&mut report);
-        report.elb = pressure.since(self.groups.pressure());
+        report.elb = pressure.since(self.core.groups.pressure());
         if let Some(found) = &publish {
-            self.publish_bindings(found).await;
+            self.core.publish_bindings(found).await;
         }
         self.report_orphans(&tagged, indexed.as_ref(), opts.dry_run, &mut report)
             .await;
-        report.finish(self.clock.now())
+        report.finish(self.core.clock.now())
     }
 
     /// Reconciles the given bound groups: one consistent pod LIST per namespace to look
@@ -153,15 +153,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         opts: &RunOptions,
     ) -> Vec<GroupReport> {
         // Each pass reads its group's binding from the index (see `one_pass`).
-        self.index.bound_ahead(bound.iter().cloned());
+        self.core.index.bound_ahead(bound.iter().cloned());
         self.one_pass(bound, opts, &Scope::default(), None).await.0
     }
 
     /// Releases the groups `arns` (see `reconcile::release`); with `opts.dry_run`,
     /// reports the plan of each and changes nothing.
     pub async fn release(&self, arns: &[String], opts: &RunOptions) -> Report {
-        let started = self.clock.now();
-        let mut report = Report::new("resync", &self.cluster, opts.dry_run, started);
+        let started = self.core.clock.now();
+        let mut report = Report::new("resync", &self.core.cluster, opts.dry_run, started);
         let arns: BTreeSet<&String> = arns.iter().collect();
         let results = Results {
             order: arns.iter().map(|a| (*a).clone()).collect(),
@@ -177,8 +177,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .run(self.release_ending(opts), |arn, want| {
                 let (results, notes) = (&results, &notes);
                 async move {
-                    let (group, note, result) = self.release_group(&arn, opts).await;
-                    self.pass_done(&group, opts.dry_run, None);
+                    let (group, note, result) = self.core.release_group(&arn, opts).await;
+                    self.core.pass_done(&group, opts.dry_run, None);
                     results.keep(group);
                     if let Some(note) = note {
                         lock(notes).insert(arn.clone(), note);
@@ -196,7 +196,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .into_values(),
         );
-        report.finish(self.clock.now())
+        report.finish(self.core.clock.now())
     }
 
     /// How a release ends: once each named group is released or failed for good, or
@@ -207,7 +207,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     fn release_ending(&self, opts: &RunOptions) -> Ending {
         let left = self
             .time_to_start(opts)
-            .unwrap_or_else(|| self.settings.lease_wait.unwrap_or_default());
+            .unwrap_or_else(|| self.core.settings.lease_wait.unwrap_or_default());
         Ending::Drain {
             until: Instant::now() + left,
         }
@@ -217,7 +217,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// its deadline; `None` without one (a deadline not in the future is not a real one:
     /// `cargo lambda watch` sends a duration there).
     fn time_to_start(&self, opts: &RunOptions) -> Option<std::time::Duration> {
-        let now = self.clock.now();
+        let now = self.core.clock.now();
         opts.deadline
             .filter(|d| *d > now)
             .map(|d| std::time::Duration::from_millis(d.0 - now.0).saturating_sub(START_CUTOFF))
@@ -230,8 +230,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     pub(crate) fn one_shot_ending(&self, opts: &RunOptions, gates: bool) -> Ending {
         let left = self.time_to_start(opts);
         let by_deadline = within(left);
-        let leases =
-            within(self.settings.lease_wait.or(Some(std::time::Duration::ZERO))).min(by_deadline);
+        let leases = within(
+            self.core
+                .settings
+                .lease_wait
+                .or(Some(std::time::Duration::ZERO)),
+        )
+        .min(by_deadline);
         let gates = if gates && left.is_some() {
             by_deadline
         } else {
@@ -253,7 +258,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         scope: &Scope<'_>,
         gated: Option<&PodFacts>,
     ) -> (Vec<GroupReport>, Unserved) {
-        let mut rng = self.jitter_rng();
+        let mut rng = self.core.jitter_rng();
         let mut by_namespace: Vec<Vec<BoundGroup>> = crate::index::by_namespace(&bound)
             .into_values()
             .map(|namespace| namespace.groups.into_iter().cloned().collect())
@@ -302,14 +307,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 // re-read, since the run began is acted on as it is now. (An unbound
                 // group's namespace LIST, if other groups share it, is kept until the run
                 // ends.)
-                let Some(bound) = self.index.get(&arn) else {
+                let Some(bound) = self.core.index.get(&arn) else {
                     results.keep(GroupReport::with_error(
                         &arn,
                         crate::core::arn::arn_name(&arn),
                         Outcome::BindingError,
                         format!(
                             "no longer bound to cluster `{}` (untagged, deleted or bound to other pods since the run began); left untouched",
-                            self.cluster
+                            self.core.cluster
                         ),
                     ));
                     return (arn, want, Ok(Action::Done));
@@ -353,7 +358,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         results: &Results,
     ) -> Reconciled {
         let namespace = &bound.binding.namespace;
-        if self.past_start_deadline(opts) {
+        if self.core.past_start_deadline(opts) {
             snapshots.done(namespace);
             let deferred = GroupReport::with_error(
                 &bound.group.arn,
@@ -361,7 +366,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 Outcome::Deferred,
                 DEFERRED,
             );
-            self.pass_done(&deferred, opts.dry_run, None);
+            self.core.pass_done(&deferred, opts.dry_run, None);
             results.keep(deferred);
             return Err(PassError::Deferred);
         }
@@ -373,7 +378,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         };
         let (report, result) = self.look_and_pass(bound, opts, scope, pods).await;
         if let Some(report) = report {
-            self.pass_done(&report, opts.dry_run, None);
+            self.core.pass_done(&report, opts.dry_run, None);
             results.keep(report);
         }
         result
@@ -387,7 +392,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .unwrap_or_else(|| {
                 GroupReport::new(&bound.group.arn, &bound.group.group_name(), Outcome::InSync)
             });
-        let settled = self.settle_gate(pod, &mut report).await;
+        let settled = self.core.settle_gate(pod, &mut report).await;
         results.keep(report);
         settled
     }

@@ -38,8 +38,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         ready_wait: Duration,
         opts: &RunOptions,
     ) -> Result<Report, PodEventError> {
-        let started = self.clock.now();
-        let mut report = Report::new("pod-events", &self.cluster, opts.dry_run, started);
+        let started = self.core.clock.now();
+        let mut report = Report::new("pod-events", &self.core.cluster, opts.dry_run, started);
         let (bound, accounts_failed) = self.bound_in(&event.namespace).await?;
         // An account that could not be read may hold groups this pod belongs in: say so
         // in every report until it can be read again.
@@ -50,9 +50,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 "ignored: no target group is bound to namespace `{}` for cluster `{}` \
                  (as of the last discovery, recorded in the state table's index of bound \
                  groups; a group tagged since is bound by the next scheduled run)",
-                event.namespace, self.cluster
+                event.namespace, self.core.cluster
             ));
-            return Ok(report.finish(self.clock.now()));
+            return Ok(report.finish(self.core.clock.now()));
         }
         // The pod's current labels (they decide which groups select it); a starting pod
         // is also given a bounded time to turn ready. A pod the event says is deleted is
@@ -97,7 +97,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             event.reason,
             report.groups.len()
         ));
-        Ok(report.finish(self.clock.now()))
+        Ok(report.finish(self.core.clock.now()))
     }
 
     /// Reads the pod; while it is starting (Running, not yet ready), again until it is
@@ -110,7 +110,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         ready_wait: Duration,
         deadline: Option<UnixMillis>,
     ) -> Result<Option<(Option<BTreeMap<String, String>>, PodFacts)>, PodsError> {
-        let now = self.clock.now();
+        let now = self.core.clock.now();
         let mut until = now.plus(ready_wait);
         // A deadline that is not in the future is not a real one (`cargo lambda watch`
         // sends a duration there); ignore it.
@@ -119,7 +119,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             until = until.min(UnixMillis(d.0.saturating_sub(reserve)));
         }
         loop {
-            let Some(pod) = self.pods.get(&event.namespace, &event.name).await? else {
+            let Some(pod) = self.core.pods.get(&event.namespace, &event.name).await? else {
                 return Ok(None);
             };
             let labels = pod.metadata.labels.clone();
@@ -132,7 +132,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 } else {
                     facts.ready
                 });
-            if !starting || self.clock.now() >= until {
+            if !starting || self.core.clock.now() >= until {
                 return Ok(Some((labels, facts)));
             }
             tokio::time::sleep(READY_POLL).await;
@@ -152,13 +152,13 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         &self,
         namespace: &str,
     ) -> Result<(Vec<BoundGroup>, Vec<String>), crate::groups::ElbError> {
-        let now = self.clock.now();
-        match self.state.index_meta(&self.cluster).await {
+        let now = self.core.clock.now();
+        match self.core.state.index_meta(&self.core.cluster).await {
             Ok(meta) if meta.generation > 0 => {
-                if self.index.knows(namespace, meta.generation) {
-                    return Ok((self.index.in_namespace(namespace), Vec::new()));
+                if self.core.index.knows(namespace, meta.generation) {
+                    return Ok((self.core.index.in_namespace(namespace), Vec::new()));
                 }
-                match self.state.indexed_selections(&self.cluster).await {
+                match self.core.state.indexed_selections(&self.core.cluster).await {
                     Ok(rows) => {
                         let rows: Vec<IndexedGroup> = rows
                             .into_iter()
@@ -166,7 +166,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                             .collect();
                         match self.read_indexed(namespace, &rows, now).await {
                             Ok(bound) => {
-                                self.index.learned_namespace(
+                                self.core.index.learned_namespace(
                                     namespace,
                                     bound.clone(),
                                     meta.generation,
@@ -188,9 +188,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 tracing::debug!(error = %e, "reading this cluster's index failed; discovering every group instead");
             }
         }
-        let bindings = self.bindings(&Priority::Reaction).await?;
-        self.index.discovered(&bindings.bound, None);
-        self.publish_bindings(&bindings).await;
+        let bindings = self.core.bindings(&Priority::Reaction).await?;
+        self.core.index.discovered(&bindings.bound, None);
+        self.core.publish_bindings(&bindings).await;
         let failed = bindings
             .accounts_failed
             .iter()
@@ -218,11 +218,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
                 .iter()
                 .map(|r| (r.group.clone(), r.described.clone()))
                 .collect();
-            let (groups, _) = self.read_groups(batch).await?;
+            let (groups, _) = self.core.read_groups(batch).await?;
             bound.extend(
                 groups
                     .into_iter()
-                    .filter_map(|g| self.bind(g, now)?.ok())
+                    .filter_map(|g| self.core.bind(g, now)?.ok())
                     .filter(|b| b.binding.namespace == namespace),
             );
         }

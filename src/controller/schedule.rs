@@ -9,11 +9,11 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
     /// diff of every bound group, and every pod change acted on, until `until`; passes
     /// still running then finish (or are cut cleanly and ask for another pass).
     pub async fn run_scheduled(&self, opts: &RunOptions, until: UnixMillis) -> Report {
-        let started = self.clock.now();
+        let started = self.core.clock.now();
         let real_until =
             tokio::time::Instant::now() + Duration::from_millis(until.0.saturating_sub(started.0));
-        let mut report = Report::new("resync", &self.cluster, false, started);
-        let pressure = self.groups.pressure();
+        let mut report = Report::new("resync", &self.core.cluster, false, started);
+        let pressure = self.core.groups.pressure();
         self.controller.informer.suspend();
         let drain_end = until.plus(DRAIN);
         let run = Run {
@@ -46,8 +46,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
         // Watch first: the namespaces known now, before discovery.
         // A warm container knows its last discovery's groups: the next invocation
         // watches their namespaces and reacts for them from its first second.
-        if self.index.is_discovered() {
-            run.set_bound(&Snapshot::default(), &self.index.all());
+        if self.core.index.is_discovered() {
+            run.set_bound(&Snapshot::default(), &self.core.index.all());
         } else {
             run.watch_indexed().await;
         }
@@ -57,7 +57,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             let outcome = run.discover(&mut report).await;
             if let Some((tagged, indexed, found)) = outcome {
                 // The state table's index follows the discovery while the full diff runs.
-                futures::join!(run.wait_full_diff(), self.publish_bindings(&found));
+                futures::join!(run.wait_full_diff(), self.core.publish_bindings(&found));
                 self.report_orphans(&tagged, indexed.as_ref(), false, &mut report)
                     .await;
             }
@@ -95,14 +95,14 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             mut watch,
             reactions: _,
         } = run.out.into_inner().unwrap_or_else(|p| p.into_inner());
-        watch.watched_ms = self.clock.now().0.saturating_sub(started.0);
+        watch.watched_ms = self.core.clock.now().0.saturating_sub(started.0);
         watch.namespaces = run.namespaces.borrow().len();
         watch.stored_pods = self.controller.informer.pods_held() as u64;
         report.groups.extend(full.into_values());
-        report.elb = pressure.since(self.groups.pressure());
+        report.elb = pressure.since(self.core.groups.pressure());
         // Groups the full diff did not reach before the end: the next run does them.
         let verify = run.verify.into_inner().unwrap_or_else(|p| p.into_inner());
-        let bound = self.index.snapshot();
+        let bound = self.core.index.snapshot();
         report
             .groups
             .extend(verify.remaining.iter().filter_map(|arn| {
@@ -116,7 +116,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             }));
         unserved.record(&mut report);
         report.watch = Some(watch);
-        report.finish(self.clock.now())
+        report.finish(self.core.clock.now())
     }
 }
 
@@ -151,7 +151,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// pass serves them; a read that fails leaves them to those flags.
     pub(super) async fn take_handed_on(&self) {
         let engine = self.engine;
-        let requested: Vec<String> = match engine.state.index_meta(&engine.cluster).await {
+        let requested: Vec<String> = match engine.core.state.index_meta(&engine.core.cluster).await
+        {
             Ok(meta) => meta.requested.into_iter().collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the requests earlier runs handed on failed; their groups' dirty flags stay set");
@@ -161,9 +162,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         if requested.is_empty() {
             return;
         }
-        let seen = engine.clock.now();
-        let (bound, unknown): (Vec<&String>, Vec<&String>) =
-            requested.iter().partition(|arn| engine.index.contains(arn));
+        let seen = engine.core.clock.now();
+        let (bound, unknown): (Vec<&String>, Vec<&String>) = requested
+            .iter()
+            .partition(|arn| engine.core.index.contains(arn));
         tracing::info!(
             groups = requested.len(),
             "serving first the pod changes earlier runs handed on"
@@ -178,8 +180,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         }
         self.ask_changes(bound.iter().map(|arn| (arn.as_str(), seen)));
         if let Err(e) = engine
+            .core
             .state
-            .take_requests(&engine.cluster, &requested)
+            .take_requests(&engine.core.cluster, &requested)
             .await
         {
             tracing::debug!(error = %e, "taking the handed-on requests failed; the next run asks for them again");
@@ -190,7 +193,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
     /// change what must change. Returns what should happen next (the queue decides
     /// when).
     pub(super) async fn job(&self, arn: String, want: Want) -> (String, Want, Reconciled) {
-        let Some(bound) = self.engine.index.get(&arn) else {
+        let Some(bound) = self.engine.core.index.get(&arn) else {
             self.finished(&arn, want, None, &Ok(Action::Done));
             return (arn, want, Ok(Action::Done));
         };
@@ -248,7 +251,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         let mut still = false;
         for pod in waiting {
             let mut r = GroupReport::new(arn, &bound.group.group_name(), Outcome::InSync);
-            match engine.settle_gate(&pod, &mut r).await {
+            match engine.core.settle_gate(&pod, &mut r).await {
                 crate::reconcile::Settled::Opened => lock(&self.out)
                     .watch
                     .gates_opened
@@ -320,7 +323,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                 .since
                 .zip(r.applied_at)
                 .map(|(since, applied)| Duration::from_millis(applied.0.saturating_sub(since.0)));
-            self.engine.pass_done(r, false, reaction);
+            self.engine.core.pass_done(r, false, reaction);
             let mut out = lock(&self.out);
             if want.changed {
                 out.watch.passes += 1;

@@ -92,7 +92,8 @@ mod fakes {
     }
 
     pub(super) fn live(e: &TestEngine) -> Vec<String> {
-        e.groups
+        e.core
+            .groups
             .live_targets(TG)
             .iter()
             .map(ToString::to_string)
@@ -126,7 +127,8 @@ mod fakes {
 
     /// Turns `name`'s Ready condition to `ready`.
     pub(super) fn set_ready(e: &TestEngine, name: &str, ready: bool) {
-        e.pods
+        e.core
+            .pods
             .update("shop", name, |p| set_condition(p, "Ready", ready));
     }
 }
@@ -141,8 +143,8 @@ async fn a_change_whose_state_read_fails_before_the_lease_is_retried() {
     use fakes::*;
 
     let (e, clock) = engine();
-    e.pods.put(web("web-1", "10.0.1.1").build());
-    e.pods.put(web("web-2", "10.0.1.2").build());
+    e.core.pods.put(web("web-1", "10.0.1.1").build());
+    e.core.pods.put(web("web-2", "10.0.1.2").build());
     let staged = async {
         until_live(
             &e,
@@ -150,12 +152,12 @@ async fn a_change_whose_state_read_fails_before_the_lease_is_retried() {
             Duration::from_secs(5),
         )
         .await;
-        let (_, reads) = e.state.calls();
-        e.state.set_failing(true);
+        let (_, reads) = e.core.state.calls();
+        e.core.state.set_failing(true);
         set_ready(&e, "web-1", false);
         // The change's pass reads the group's state, and fails.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let (_, failed_reads) = e.state.calls();
+        let (_, failed_reads) = e.core.state.calls();
         assert!(
             failed_reads > reads,
             "the change's pass read the state while it failed"
@@ -165,7 +167,7 @@ async fn a_change_whose_state_read_fails_before_the_lease_is_retried() {
             ["10.0.1.1:8080", "10.0.1.2:8080"],
             "nothing changed blind"
         );
-        e.state.set_failing(false);
+        e.core.state.set_failing(false);
         until_live(&e, &["10.0.1.2:8080"], Duration::from_secs(4)).await
     };
     let (_, recovered) = tokio::join!(watching(&e, &clock, Duration::from_secs(8)), staged);
@@ -263,8 +265,8 @@ async fn a_one_shot_run_plans_from_the_index_as_it_is_at_each_pass() {
         lease_wait: Some(Duration::from_secs(10)),
         ..EngineSettings::default()
     });
-    e.pods.put(web("web-1", "10.0.1.1").build());
-    e.state.put(
+    e.core.pods.put(web("web-1", "10.0.1.1").build());
+    e.core.state.put(
         TG,
         GroupState {
             lease: Some(LeaseView {
@@ -278,7 +280,7 @@ async fn a_one_shot_run_plans_from_the_index_as_it_is_at_each_pass() {
         // The run's first look finds the lease held, asks the holder for another pass
         // (`dirty`) and parks the group.
         let started = tokio::time::Instant::now();
-        while !e.state.stored(TG).dirty {
+        while !e.core.state.stored(TG).dirty {
             assert!(
                 started.elapsed() < Duration::from_secs(5),
                 "the run never found the lease held"
@@ -287,10 +289,11 @@ async fn a_one_shot_run_plans_from_the_index_as_it_is_at_each_pass() {
         }
         // Meanwhile its tags are removed and re-read (the index lets it go), and the
         // holder gives the lease back.
-        e.groups
+        e.core
+            .groups
             .set_tag(TG, crate::core::binding::TAG_CLUSTER, None);
-        e.index.unbound(TG);
-        e.state.put(TG, GroupState::default());
+        e.core.index.unbound(TG);
+        e.core.state.put(TG, GroupState::default());
     };
     let opts = RunOptions::default();
     let (report, ()) = tokio::join!(e.resync(&opts), unbind);
@@ -341,17 +344,22 @@ async fn at_shutdown_queued_requests_are_handed_on_before_the_passes_in_flight_d
     );
     let signal = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        e.shut_down();
+        e.core.shut_down();
         // The shutdown hook's grace.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        e.state.index_meta("demo").await.expect("meta").requested
+        e.core
+            .state
+            .index_meta("demo")
+            .await
+            .expect("meta")
+            .requested
     };
     let (handed, requested) = tokio::join!(run, signal);
     assert!(
         requested.contains("queued"),
         "not handed on within the shutdown grace: {requested:?}"
     );
-    assert!(e.state.stored("queued").dirty);
+    assert!(e.core.state.stored("queued").dirty);
     assert!(
         handed.groups.contains(&"queued".to_owned()),
         "{:?}",

@@ -14,8 +14,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
             BTreeMap::new();
         let mut tasks = FuturesUnordered::new();
         let settings = ReflectorSettings {
-            watch_request: engine.settings.watch_request,
-            relist_after: engine.settings.relist_after,
+            watch_request: engine.core.settings.watch_request,
+            relist_after: engine.core.settings.relist_after,
         };
         loop {
             let target = wanted.borrow_and_update().clone();
@@ -41,8 +41,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                             .controller
                             .informer
                             .reflect(
-                                &engine.pods,
-                                engine.clock.as_ref(),
+                                &engine.core.pods,
+                                engine.core.clock.as_ref(),
                                 &ns,
                                 selector,
                                 settings,
@@ -76,7 +76,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                         namespace,
                         again: true,
                         ..
-                    } => early.anything(namespace, self.engine.clock.now()),
+                    } => early.anything(namespace, self.engine.core.clock.now()),
                     StoreEvent::Listed {
                         namespace,
                         again: false,
@@ -84,7 +84,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     } if early.first_list(namespace) => {
                         lock(&self.to_compare).push_back(FirstList {
                             namespace: (*namespace).to_owned(),
-                            seen: self.engine.clock.now(),
+                            seen: self.engine.core.clock.now(),
                         });
                         self.compare_wake.notify_one();
                     }
@@ -103,9 +103,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
                     _ => {}
                 }
             }
-            self.engine.index.snapshot()
+            self.engine.core.index.snapshot()
         };
-        let mut seen = self.engine.clock.now();
+        let mut seen = self.engine.core.clock.now();
         let mut marked = Vec::new();
         {
             let mut out = lock(&self.out);

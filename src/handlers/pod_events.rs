@@ -24,11 +24,11 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
     ready_wait: Duration,
     deadline: Option<UnixMillis>,
 ) -> Result<Value, HandlerError> {
-    let report = match parse(payload, &engine.cluster) {
+    let report = match parse(payload, &engine.core.cluster) {
         Parsed::Ignore(reason) => {
             tracing::info!(reason = %reason, "ignoring input");
-            let now = engine.clock.now();
-            let mut report = Report::new("pod-events", &engine.cluster, false, now);
+            let now = engine.core.clock.now();
+            let mut report = Report::new("pod-events", &engine.core.cluster, false, now);
             report.notes.push(format!("ignored: {reason}"));
             report.finish(now)
         }

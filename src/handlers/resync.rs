@@ -50,7 +50,7 @@ pub async fn handle<P: PodSource, G: TargetGroupApi, S: StateStore>(
     deadline: Option<UnixMillis>,
     watch: Duration,
 ) -> Result<Value, HandlerError> {
-    let started = engine.clock.now();
+    let started = engine.core.clock.now();
     let request = ResyncRequest::parse(payload)
         .inspect_err(|e| tracing::error!(error = %e, "refusing input"))?;
     let mut opts = request.options();

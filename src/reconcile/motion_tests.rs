@@ -28,7 +28,8 @@ fn web(name: &str, ip: &str) -> PodBuilder {
 }
 
 fn live(e: &TestEngine) -> Vec<String> {
-    e.groups
+    e.core
+        .groups
         .live_targets(TG)
         .iter()
         .map(Target::to_string)
@@ -41,7 +42,7 @@ fn seed_three(e: &TestEngine) {
         ("web-2", "10.0.1.2"),
         ("web-3", "10.0.1.3"),
     ] {
-        e.pods.put(web(n, ip).build());
+        e.core.pods.put(web(n, ip).build());
     }
 }
 
@@ -81,15 +82,17 @@ async fn a_pod_removed_by_pod_events_is_back_on_the_next_scheduled_run() {
     let (e, clock) = engine();
     seed_three(&e);
     scheduled(&e).await;
-    e.groups.settle();
+    e.core.groups.settle();
     clock.advance(60_000);
-    e.pods
+    e.core
+        .pods
         .update("shop", "web-2", |p| set_condition(p, "Ready", false));
     let r = pod_event(&e, "web-2", "Unhealthy").await;
     assert_eq!(r.group(TG).unwrap().deregistered, vec![t("10.0.1.2:8080")]);
-    e.groups.settle();
+    e.core.groups.settle();
     // It recovers; no event says so.
-    e.pods
+    e.core
+        .pods
         .update("shop", "web-2", |p| set_condition(p, "Ready", true));
     clock.advance(60_000);
     let r = scheduled(&e).await;
@@ -111,13 +114,13 @@ async fn a_pod_registered_by_pod_events_whose_deletion_was_missed_goes_on_the_ne
     let (e, clock) = engine();
     seed_three(&e);
     scheduled(&e).await;
-    e.groups.settle();
+    e.core.groups.settle();
     clock.advance(60_000);
-    e.pods.put(web("web-4", "10.0.1.4").build());
+    e.core.pods.put(web("web-4", "10.0.1.4").build());
     let r = pod_event(&e, "web-4", "Started").await;
     assert_eq!(r.group(TG).unwrap().registered, vec![t("10.0.1.4:8080")]);
-    e.groups.settle();
-    e.pods.delete("shop", "web-4");
+    e.core.groups.settle();
+    e.core.pods.delete("shop", "web-4");
     clock.advance(60_000);
     let r = scheduled(&e).await;
     assert_eq!(
@@ -138,12 +141,12 @@ async fn a_hand_removed_target_is_restored_on_the_very_next_scheduled_run() {
     let (e, clock) = engine();
     seed_three(&e);
     scheduled(&e).await;
-    e.groups.settle();
+    e.core.groups.settle();
     for _ in 0..3 {
         clock.advance(60_000);
         scheduled(&e).await;
     }
-    e.groups.remove_target(TG, &t("10.0.1.1:8080"));
+    e.core.groups.remove_target(TG, &t("10.0.1.1:8080"));
     clock.advance(60_000);
     let r = scheduled(&e).await;
     assert_eq!(
@@ -160,13 +163,13 @@ async fn a_group_in_backoff_still_deregisters_a_terminating_pod() {
     let (e, _) = engine();
     seed_three(&e);
     e.resync(&RunOptions::default()).await;
-    e.groups.settle();
-    e.pods.put(web("web-4", "10.0.1.4").build());
-    e.groups.set_failing_mutations(true);
+    e.core.groups.settle();
+    e.core.pods.put(web("web-4", "10.0.1.4").build());
+    e.core.groups.set_failing_mutations(true);
     let r = e.resync(&RunOptions::default()).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::Failed);
-    e.groups.set_failing_mutations(false);
-    e.pods.update("shop", "web-2", mark_terminating);
+    e.core.groups.set_failing_mutations(false);
+    e.core.pods.update("shop", "web-2", mark_terminating);
     let r = pod_event(&e, "web-2", "Killing").await;
     let g = r.group(TG).unwrap();
     assert_eq!(g.deregistered, vec![t("10.0.1.2:8080")], "{r:#?}");
@@ -184,11 +187,13 @@ async fn a_pod_that_stays_unready_leaves_the_pass_its_time() {
     let (e, clock) = engine();
     seed_three(&e);
     e.resync(&RunOptions::default()).await;
-    e.groups.settle();
+    e.core.groups.settle();
     // web-1 went away without an event; web-7 starts and never turns ready.
-    e.pods.delete("shop", "web-1");
-    e.pods.put(web("web-7", "10.0.1.7").ready(false).build());
-    e.pods.slow_gets(&clock, 5_000);
+    e.core.pods.delete("shop", "web-1");
+    e.core
+        .pods
+        .put(web("web-7", "10.0.1.7").ready(false).build());
+    e.core.pods.slow_gets(&clock, 5_000);
     let opts = RunOptions {
         deadline: Some(clock.now().plus(Duration::from_secs(60))),
         ..RunOptions::default()
@@ -208,10 +213,11 @@ async fn an_unhealthy_pod_is_deregistered_without_waiting() {
     let (e, clock) = engine();
     seed_three(&e);
     e.resync(&RunOptions::default()).await;
-    e.groups.settle();
-    e.pods
+    e.core.groups.settle();
+    e.core
+        .pods
         .update("shop", "web-2", |p| set_condition(p, "Ready", false));
-    e.pods.slow_gets(&clock, 1_000);
+    e.core.pods.slow_gets(&clock, 1_000);
     let before = clock.now();
     let r = e
         .pod_event(
@@ -223,9 +229,9 @@ async fn an_unhealthy_pod_is_deregistered_without_waiting() {
         .unwrap();
     assert_eq!(r.group(TG).unwrap().deregistered, vec![t("10.0.1.2:8080")]);
     assert!(
-        e.pods.get_calls() <= 1,
+        e.core.pods.get_calls() <= 1,
         "{} GETs: the unready pod was polled",
-        e.pods.get_calls()
+        e.core.pods.get_calls()
     );
     assert!(clock.now().0 - before.0 <= 1_000, "waited");
 }
@@ -235,15 +241,16 @@ async fn an_unhealthy_pod_is_deregistered_without_waiting() {
 #[tokio::test]
 async fn a_group_switched_to_shared_keeps_its_foreign_target_despite_warm_bindings() {
     let (e, clock) = engine();
-    e.groups.set_tag(TG, "tgsync/mode", Some("exclusive"));
-    e.pods.put(web("web-1", "10.0.1.1").build());
+    e.core.groups.set_tag(TG, "tgsync/mode", Some("exclusive"));
+    e.core.pods.put(web("web-1", "10.0.1.1").build());
     pod_event(&e, "web-1", "Started").await;
     // Seconds later, the operator makes the group shared and adds a target of its own.
     clock.advance(2_000);
-    e.groups.set_tag(TG, "tgsync/mode", Some("shared"));
-    e.groups
+    e.core.groups.set_tag(TG, "tgsync/mode", Some("shared"));
+    e.core
+        .groups
         .add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
-    e.pods.put(web("web-2", "10.0.1.2").build());
+    e.core.pods.put(web("web-2", "10.0.1.2").build());
     let r = pod_event(&e, "web-2", "Started").await;
     assert!(
         live(&e).contains(&"192.168.7.7:8080".to_owned()),
@@ -257,17 +264,17 @@ async fn a_group_switched_to_shared_keeps_its_foreign_target_despite_warm_bindin
 #[tokio::test]
 async fn a_target_not_yet_visible_after_registration_is_not_forgotten() {
     let (e, clock) = engine();
-    e.groups.lag_reads(2);
-    e.pods.put(web("web-1", "10.0.1.1").build());
+    e.core.groups.lag_reads(2);
+    e.core.pods.put(web("web-1", "10.0.1.1").build());
     e.resync(&RunOptions::default()).await;
-    e.pods.delete("shop", "web-1");
+    e.core.pods.delete("shop", "web-1");
     for _ in 0..4 {
         clock.advance(5_000);
         e.resync(&RunOptions::default()).await;
     }
-    e.groups.settle();
+    e.core.groups.settle();
     assert!(live(&e).is_empty(), "leaked: {:?}", live(&e));
-    assert!(e.state.live_ledger(TG).is_empty());
+    assert!(e.core.state.live_ledger(TG).is_empty());
 }
 
 /// A dry run always shows the plan, backoff or not.
@@ -275,7 +282,7 @@ async fn a_target_not_yet_visible_after_registration_is_not_forgotten() {
 async fn a_dry_run_in_backoff_shows_its_plan() {
     let (e, _) = engine();
     seed_three(&e);
-    e.groups.set_failing_mutations(true);
+    e.core.groups.set_failing_mutations(true);
     e.resync(&RunOptions::default()).await;
     let r = e
         .resync(&RunOptions {
@@ -293,16 +300,16 @@ async fn a_dry_run_in_backoff_shows_its_plan() {
 #[tokio::test]
 async fn pod_errors_are_reported_on_every_run() {
     let (e, clock) = engine();
-    e.groups.set_tag(TG, "tgsync/port", Some("http"));
+    e.core.groups.set_tag(TG, "tgsync/port", Some("http"));
     seed_three(&e);
-    e.pods.update("shop", "web-3", |p| {
+    e.core.pods.update("shop", "web-3", |p| {
         if let Some(spec) = p.spec.as_mut() {
             spec.containers[0].ports = None;
         }
     });
     for run in 0..3 {
         let r = scheduled(&e).await;
-        e.groups.settle();
+        e.core.groups.settle();
         clock.advance(60_000);
         let g = r.group(TG).unwrap();
         assert_eq!(g.pod_errors.len(), 1, "run {run}: {r:#?}");
@@ -315,19 +322,21 @@ async fn pod_errors_are_reported_on_every_run() {
 #[tokio::test]
 async fn a_gate_is_never_opened_on_a_namesake() {
     let (e, _) = engine();
-    e.pods
+    e.core
+        .pods
         .put(web("web-0", "10.0.1.1").gated().ready(false).build());
-    e.pods.update("shop", "web-0", |p| {
+    e.core.pods.update("shop", "web-0", |p| {
         set_condition(p, "ContainersReady", true)
     });
     e.resync(&RunOptions::default()).await;
-    e.groups.settle();
-    e.pods.before_next_gate(|p| {
+    e.core.groups.settle();
+    e.core.pods.before_next_gate(|p| {
         p.metadata.uid = Some("uid-of-the-namesake".into());
     });
     e.resync(&RunOptions::default()).await;
     let facts = crate::core::PodFacts::from_pod(
-        e.pods
+        e.core
+            .pods
             .get("shop", "web-0")
             .await
             .unwrap()
@@ -353,7 +362,7 @@ async fn a_holder_whose_renewals_fail_makes_no_further_write() {
     settings.lease.ready_wait = Duration::from_millis(300);
     let e = e.with_settings(settings);
     for i in 0..450u32 {
-        e.pods.put(
+        e.core.pods.put(
             web(
                 &format!("web-{i}"),
                 &format!("10.0.{}.{}", 10 + i / 200, i % 200),
@@ -361,36 +370,36 @@ async fn a_holder_whose_renewals_fail_makes_no_further_write() {
             .build(),
         );
     }
-    e.groups.slow_mutations(&clock, 6_000);
-    e.state.set_failing_renewals(true);
-    let (writes_before, _) = e.state.calls();
+    e.core.groups.slow_mutations(&clock, 6_000);
+    e.core.state.set_failing_renewals(true);
+    let (writes_before, _) = e.core.state.calls();
     let r = e.resync(&RunOptions::default()).await;
     let g = r.group(TG).unwrap();
     assert_eq!(g.outcome, Outcome::Failed, "{r:#?}");
     assert!(g.error.as_deref().unwrap_or("").contains("lease"), "{r:#?}");
-    let calls = e.groups.calls();
+    let calls = e.core.groups.calls();
     assert_eq!(calls.get("RegisterTargets"), Some(&2), "{calls:?}");
     assert_eq!(g.registered.len(), 400);
     // Writes: the lease, the group's index row, two write-ahead ledger writes, the
     // failed renewals, and giving the lease back; nothing after the lease ran low (no
     // third write-ahead, no release with the ledger).
-    let stored = e.state.stored(TG);
+    let stored = e.core.state.stored(TG);
     assert_eq!(stored.ledger.len(), 400, "the ledger stops with the calls");
     assert!(
         stored.lease.is_none(),
         "the lost lease is given back at once"
     );
     assert!(stored.dirty, "with a request for another pass");
-    let (writes_after, _) = e.state.calls();
+    let (writes_after, _) = e.core.state.calls();
     let renewals = writes_after - writes_before - 5;
     assert!(renewals > 0, "the heartbeat tried to renew");
     // Once the lease expired, the next run finishes the job.
-    e.state.set_failing_renewals(false);
-    e.groups.slow_mutations(&clock, 0);
+    e.core.state.set_failing_renewals(false);
+    e.core.groups.slow_mutations(&clock, 0);
     clock.advance(30_000);
     let r = e.resync(&RunOptions::default()).await;
     assert_eq!(r.group(TG).unwrap().registered.len(), 50, "{r:#?}");
-    assert_eq!(e.groups.live_targets(TG).len(), 450);
+    assert_eq!(e.core.groups.live_targets(TG).len(), 450);
 }
 
 /// A pod LIST that fails close to the deadline is reported as the API's error, not as
@@ -399,8 +408,8 @@ async fn a_holder_whose_renewals_fail_makes_no_further_write() {
 async fn a_list_that_fails_near_the_deadline_reports_its_error() {
     let (e, clock) = engine();
     seed_three(&e);
-    e.pods.slow_lists(&clock, 25_000);
-    e.pods.set_failing(true);
+    e.core.pods.slow_lists(&clock, 25_000);
+    e.core.pods.set_failing(true);
     let opts = RunOptions {
         deadline: Some(clock.now().plus(Duration::from_secs(40))),
         use_checkpoint: true,
@@ -448,23 +457,25 @@ async fn a_pass_cut_after_a_deregistration_leaves_no_checkpoint_that_skips_the_g
         }
         clock.advance(run * period - clock.now().0);
     };
-    e.pods.put(web("web-1", "10.0.1.1").build());
-    e.pods.put(web("web-2", "10.0.1.2").build());
+    e.core.pods.put(web("web-1", "10.0.1.1").build());
+    e.core.pods.put(web("web-2", "10.0.1.2").build());
     to_run(true);
     let r = scheduled(&e).await;
     assert_eq!(live(&e), ["10.0.1.1:8080", "10.0.1.2:8080"], "{r:#?}");
-    assert!(e.state.stored(TG).checkpoint.is_some(), "verified");
+    assert!(e.core.state.stored(TG).checkpoint.is_some(), "verified");
     // web-2 turns NotReady; the pass that deregisters it dies right after the call.
-    e.pods
+    e.core
+        .pods
         .update("shop", "web-2", |p| set_condition(p, "Ready", false));
     let crash = std::sync::Arc::new(CrashAt::first(FaultPoint::AfterDeregisterChunk));
-    e.faults = crash.clone();
+    e.core.faults = crash.clone();
     let r = pod_event(&e, "web-2", "Unhealthy").await;
     assert!(crash.fired(), "the crash was staged: {r:#?}");
     assert_eq!(live(&e), ["10.0.1.1:8080"]);
-    e.faults = std::sync::Arc::new(crate::faults::NoFaults);
+    e.core.faults = std::sync::Arc::new(crate::faults::NoFaults);
     // web-2 recovers; the next run does not re-verify TG by rotation.
-    e.pods
+    e.core
+        .pods
         .update("shop", "web-2", |p| set_condition(p, "Ready", true));
     to_run(false);
     let r = scheduled(&e).await;

@@ -48,7 +48,8 @@ async fn handle(e: &TestEngine, ev: &Value) -> crate::report::Report {
 }
 
 fn live(e: &TestEngine, arn: &str) -> Vec<String> {
-    e.groups
+    e.core
+        .groups
         .live_targets(arn)
         .iter()
         .map(Target::to_string)
@@ -62,7 +63,7 @@ fn web(name: &str, ip: &str) -> PodBuilder {
 #[tokio::test]
 async fn started_registers_only_in_the_groups_it_matches() {
     let e = engine();
-    e.pods.put(web("web-7", "10.0.1.7").build());
+    e.core.pods.put(web("web-7", "10.0.1.7").build());
     let r = handle(
         &e,
         &exporter_event("web-7", "Started", json!({"app": "web"})),
@@ -71,14 +72,14 @@ async fn started_registers_only_in_the_groups_it_matches() {
     assert_eq!(r.groups.len(), 1, "{r:#?}");
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed);
     assert_eq!(live(&e, TG), ["10.0.1.7:8080"]);
-    assert!(e.groups.targets(OTHER).is_empty());
+    assert!(e.core.groups.targets(OTHER).is_empty());
     assert_eq!(
-        e.groups.calls().get("DescribeTargetHealth"),
+        e.core.groups.calls().get("DescribeTargetHealth"),
         Some(&1),
         "only the matching group is read, once: the pass under its lease reuses the plan's read (nothing was written in between)"
     );
     assert_eq!(
-        e.pods.list_calls(),
+        e.core.pods.list_calls(),
         1,
         "one LIST of the namespace: the pass plans from the observation's (nothing was written in between)"
     );
@@ -90,23 +91,23 @@ async fn started_registers_only_in_the_groups_it_matches() {
 #[tokio::test]
 async fn a_write_between_observation_and_lease_makes_the_pass_list_again() {
     let e = engine();
-    e.pods.put(web("web-1", "10.0.1.1").build());
-    let held = e.groups.hold_health(TG);
+    e.core.pods.put(web("web-1", "10.0.1.1").build());
+    let held = e.core.groups.hold_health(TG);
     let event = exporter_event("web-1", "Started", json!({"app": "web"}));
     let other = async {
         // The observation has listed and waits for its health read: another writer
         // changes the group, and a new pod starts meanwhile.
-        while e.pods.list_calls() < 1 {
+        while e.core.pods.list_calls() < 1 {
             tokio::task::yield_now().await;
         }
-        let mut state = e.state.stored(TG);
+        let mut state = e.core.state.stored(TG);
         state.version += 1;
-        e.state.put(TG, state);
-        e.pods.put(web("web-2", "10.0.1.2").build());
+        e.core.state.put(TG, state);
+        e.core.pods.put(web("web-2", "10.0.1.2").build());
         held.add_permits(100);
     };
     let (r, ()) = tokio::join!(handle(&e, &event), other);
-    assert_eq!(e.pods.list_calls(), 2, "{r:#?}");
+    assert_eq!(e.core.pods.list_calls(), 2, "{r:#?}");
     assert_eq!(
         live(&e, TG),
         ["10.0.1.1:8080", "10.0.1.2:8080"],
@@ -117,13 +118,13 @@ async fn a_write_between_observation_and_lease_makes_the_pass_list_again() {
 #[tokio::test]
 async fn killing_a_terminating_pod_deregisters_it() {
     let e = engine();
-    e.pods.put(web("web-7", "10.0.1.7").build());
+    e.core.pods.put(web("web-7", "10.0.1.7").build());
     handle(
         &e,
         &exporter_event("web-7", "Started", json!({"app": "web"})),
     )
     .await;
-    e.pods.update("shop", "web-7", mark_terminating);
+    e.core.pods.update("shop", "web-7", mark_terminating);
     let r = handle(
         &e,
         &exporter_event("web-7", "Killing", json!({"app": "web"})),
@@ -139,24 +140,26 @@ async fn killing_a_terminating_pod_deregisters_it() {
 #[tokio::test]
 async fn deleted_pod_without_labels_is_found_through_the_ledger() {
     let e = engine();
-    e.pods.put(web("web-7", "10.0.1.7").build());
+    e.core.pods.put(web("web-7", "10.0.1.7").build());
     handle(
         &e,
         &exporter_event("web-7", "Started", json!({"app": "web"})),
     )
     .await;
-    e.pods.delete("shop", "web-7");
+    e.core.pods.delete("shop", "web-7");
     // The exporter could not look labels up for a pod that is gone.
     let r = handle(&e, &exporter_event("web-7", "Killing", Value::Null)).await;
     assert_eq!(r.groups.len(), 1, "{r:#?}");
     assert!(live(&e, TG).is_empty());
-    assert!(e.state.live_ledger(TG).is_empty());
+    assert!(e.core.state.live_ledger(TG).is_empty());
 }
 
 #[tokio::test]
 async fn running_pod_is_waited_for_until_ready() {
     let e = Arc::new(engine());
-    e.pods.put(web("web-7", "10.0.1.7").ready(false).build());
+    e.core
+        .pods
+        .put(web("web-7", "10.0.1.7").ready(false).build());
     let ev = match parse(
         &exporter_event("web-7", "Started", json!({"app": "web"})),
         "demo",
@@ -167,7 +170,7 @@ async fn running_pod_is_waited_for_until_ready() {
     let e2 = e.clone();
     let flip = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(600)).await;
-        e2.pods.update("shop", "web-7", |p| {
+        e2.core.pods.update("shop", "web-7", |p| {
             crate::testkit::set_condition(p, "Ready", true)
         });
     });
@@ -183,7 +186,7 @@ async fn running_pod_is_waited_for_until_ready() {
 #[tokio::test]
 async fn foreign_cluster_and_malformed_events_touch_nothing() {
     let e = engine();
-    e.pods.put(web("web-7", "10.0.1.7").build());
+    e.core.pods.put(web("web-7", "10.0.1.7").build());
     for file in [
         include_str!("../../events/pod-foreign-cluster.json"),
         include_str!("../../events/pod-malformed.json"),
@@ -198,7 +201,11 @@ async fn foreign_cluster_and_malformed_events_touch_nothing() {
             "{out}"
         );
     }
-    assert!(e.groups.calls().is_empty(), "{:?}", e.groups.calls());
+    assert!(
+        e.core.groups.calls().is_empty(),
+        "{:?}",
+        e.core.groups.calls()
+    );
 }
 
 /// Resync and pod-events on the same group at once, with a pod deleted between them,
@@ -220,14 +227,14 @@ fn resync_and_pod_events_race_over_many_interleavings() {
                 ("web-2", "10.0.1.2"),
                 ("web-3", "10.0.1.3"),
             ] {
-                e.pods.put(web(n, ip).build());
+                e.core.pods.put(web(n, ip).build());
             }
-            e.groups.add_target(TG, foreign, HealthState::Healthy);
+            e.core.groups.add_target(TG, foreign, HealthState::Healthy);
             e.resync(&RunOptions::default()).await;
-            e.groups.settle();
-            e.pods.chaos.seed(seed);
-            e.groups.chaos.seed(seed.wrapping_mul(31));
-            e.state.chaos.seed(seed.wrapping_mul(17));
+            e.core.groups.settle();
+            e.core.pods.chaos.seed(seed);
+            e.core.groups.chaos.seed(seed.wrapping_mul(31));
+            e.core.state.chaos.seed(seed.wrapping_mul(17));
             let mut rng = fastrand::Rng::with_seed(seed);
             let mut gap = || if rng.bool() { 0 } else { rng.u8(0..48) };
             let (before_delete, before_event) = (gap(), gap());
@@ -237,8 +244,8 @@ fn resync_and_pod_events_race_over_many_interleavings() {
                 for _ in 0..before_delete {
                     tokio::task::yield_now().await;
                 }
-                e.pods.delete("shop", "web-2");
-                e.pods.put(web("web-4", "10.0.1.4").build());
+                e.core.pods.delete("shop", "web-2");
+                e.core.pods.put(web("web-4", "10.0.1.4").build());
                 for _ in 0..before_event {
                     tokio::task::yield_now().await;
                 }
@@ -264,10 +271,12 @@ fn resync_and_pod_events_race_over_many_interleavings() {
                 "seed {seed}: stale ledger {ledger:?}"
             );
             assert!(
-                !e.state.lease_held(TG, crate::clock::Clock::now(&*e.clock)),
+                !e.core
+                    .state
+                    .lease_held(TG, crate::clock::Clock::now(&*e.core.clock)),
                 "seed {seed}: lease leaked"
             );
-            contended_seeds += u32::from(e.state.contended() > 0);
+            contended_seeds += u32::from(e.core.state.contended() > 0);
         });
     }
     // The race this test is about: the two runs met on the group's lease.
@@ -291,21 +300,22 @@ fn churn_with_both_functions_running_ends_exact() {
             .unwrap();
         rt.block_on(async {
             let e = engine();
-            e.groups.add_target(TG, foreign, HealthState::Healthy);
+            e.core.groups.add_target(TG, foreign, HealthState::Healthy);
             for i in 0..40u32 {
-                e.pods
+                e.core
+                    .pods
                     .put(web(&format!("web-{i}"), &format!("10.0.2.{i}")).build());
             }
             e.resync(&RunOptions::default()).await;
-            e.pods.chaos.seed(seed);
-            e.groups.chaos.seed(seed.wrapping_mul(31));
-            e.state.chaos.seed(seed.wrapping_mul(17));
+            e.core.pods.chaos.seed(seed);
+            e.core.groups.chaos.seed(seed.wrapping_mul(31));
+            e.core.state.chaos.seed(seed.wrapping_mul(17));
             let done = std::cell::Cell::new(false);
             let resyncs = async {
                 let opts = RunOptions::default();
                 while !done.get() {
                     e.resync(&opts).await;
-                    e.groups.settle();
+                    e.core.groups.settle();
                 }
             };
             let churn = async {
@@ -317,7 +327,7 @@ fn churn_with_both_functions_running_ends_exact() {
                         let i = next;
                         next += 1;
                         alive.push(i);
-                        e.pods.put(
+                        e.core.pods.put(
                             web(
                                 &format!("web-{i}"),
                                 &format!("10.0.{}.{}", 2 + i / 250, i % 250),
@@ -327,7 +337,7 @@ fn churn_with_both_functions_running_ends_exact() {
                         (format!("web-{i}"), "Started")
                     } else {
                         let i = alive.swap_remove(rng.usize(0..alive.len()));
-                        e.pods.delete("shop", &format!("web-{i}"));
+                        e.core.pods.delete("shop", &format!("web-{i}"));
                         (format!("web-{i}"), "Killing")
                     };
                     for _ in 0..rng.u8(0..6) {
@@ -343,11 +353,13 @@ fn churn_with_both_functions_running_ends_exact() {
             // next scheduled run can always act; it is the backstop for changes a holder
             // left pending after its pass limit.
             assert!(
-                !e.state.lease_held(TG, crate::clock::Clock::now(&*e.clock)),
+                !e.core
+                    .state
+                    .lease_held(TG, crate::clock::Clock::now(&*e.core.clock)),
                 "seed {seed}: lease left held"
             );
             e.resync(&RunOptions::default()).await;
-            e.groups.settle();
+            e.core.groups.settle();
             let mut want: Vec<String> = alive
                 .iter()
                 .map(|i| format!("10.0.{}.{}:8080", 2 + i / 250, i % 250))
@@ -370,9 +382,16 @@ fn churn_with_both_functions_running_ends_exact() {
 /// Pod `name` (label `app=<app>`, IP `ip`) started and its event handled: the
 /// DescribeTags calls the handling made, and its report.
 async fn started(e: &TestEngine, app: &str, name: &str, ip: &str) -> (u64, crate::report::Report) {
-    let reads = || e.groups.calls().get("DescribeTags").copied().unwrap_or(0);
+    let reads = || {
+        e.core
+            .groups
+            .calls()
+            .get("DescribeTags")
+            .copied()
+            .unwrap_or(0)
+    };
     let pod = PodBuilder::new("shop", name).label("app", app).ip(ip);
-    e.pods.put(pod.build());
+    e.core.pods.put(pod.build());
     let before = reads();
     let report = handle(e, &exporter_event(name, "Started", json!({"app": app}))).await;
     (reads() - before, report)
@@ -417,7 +436,7 @@ async fn a_tag_read_for_one_group_serves_the_other_groups_of_its_account() {
     started(&e, "web", "web-1", "10.0.1.1").await;
     clock.advance(6_000);
     // The third group is unbound by hand after discovery.
-    e.groups.set_tag(&third, "tgsync/cluster", None);
+    e.core.groups.set_tag(&third, "tgsync/cluster", None);
     assert_eq!(
         started(&e, "web", "web-2", "10.0.1.2").await.0,
         1,
@@ -449,7 +468,7 @@ async fn a_tag_read_for_one_group_serves_the_other_groups_of_its_account() {
 async fn a_deleted_group_costs_a_re_read_one_extra_call() {
     let (e, clock) = super::tests::fake_engine(FakePods::default(), engine_groups(), 3);
     started(&e, "web", "web-1", "10.0.1.1").await;
-    e.groups.delete_group(OTHER);
+    e.core.groups.delete_group(OTHER);
     for (i, want) in [(2, 2), (3, 1)] {
         clock.advance(6_000);
         let (name, ip) = (format!("web-{i}"), format!("10.0.1.{i}"));
@@ -476,7 +495,7 @@ async fn an_event_reads_its_namespaces_groups_from_the_index_of_bound_groups() {
         elb.add_group(bound_group(&arn, "demo", &format!("ns-{i}"), "app=x", 8080));
     }
     let (e, clock) = super::tests::fake_engine(FakePods::default(), elb, 3);
-    let calls = |name| e.groups.calls().get(name).copied().unwrap_or(0);
+    let calls = |name| e.core.groups.calls().get(name).copied().unwrap_or(0);
     // The index is empty: the first event discovers, and records every bound group.
     started(&e, "web", "web-1", "10.0.1.1").await;
     assert_eq!(calls("DescribeTargetGroups"), 1);
@@ -493,11 +512,11 @@ async fn an_event_reads_its_namespaces_groups_from_the_index_of_bound_groups() {
         "one DescribeTags: the pass re-read the web group's tags"
     );
     assert_eq!(live(&e, TG), ["10.0.1.1:8080", "10.0.1.2:8080"]);
-    let before = e.groups.calls();
+    let before = e.core.groups.calls();
     let pod = PodBuilder::new("ns-7", "x-1")
         .label("app", "x")
         .ip("10.0.9.1");
-    e.pods.put(pod.build());
+    e.core.pods.put(pod.build());
     let mut ev = exporter_event("x-1", "Started", json!({"app": "x"}));
     ev["detail"]["involvedObject"]["namespace"] = json!("ns-7");
     let report = handle(&e, &ev).await;
@@ -521,10 +540,10 @@ async fn an_event_reads_its_namespaces_groups_from_the_index_of_bound_groups() {
 #[tokio::test]
 async fn a_deleted_group_in_the_index_falls_back_to_discovery() {
     let (e, clock) = super::tests::fake_engine(FakePods::default(), engine_groups(), 3);
-    let calls = |name| e.groups.calls().get(name).copied().unwrap_or(0);
+    let calls = |name| e.core.groups.calls().get(name).copied().unwrap_or(0);
     started(&e, "web", "web-1", "10.0.1.1").await;
     started(&e, "api", "api-1", "10.0.2.1").await;
-    e.groups.delete_group(OTHER);
+    e.core.groups.delete_group(OTHER);
     clock.advance(61_000);
     let (_, report) = started(&e, "web", "web-2", "10.0.1.2").await;
     assert_eq!(
@@ -542,8 +561,8 @@ async fn a_deleted_group_in_the_index_falls_back_to_discovery() {
 #[tokio::test]
 async fn a_change_not_applied_is_handed_on() {
     let e = engine();
-    e.pods.put(web("web-7", "10.0.1.7").build());
-    e.groups.set_failing_mutations(true);
+    e.core.pods.put(web("web-7", "10.0.1.7").build());
+    e.core.groups.set_failing_mutations(true);
     let r = handle(
         &e,
         &exporter_event("web-7", "Started", json!({"app": "web"})),
@@ -551,7 +570,7 @@ async fn a_change_not_applied_is_handed_on() {
     .await;
     assert!(live(&e, TG).is_empty(), "the registration failed");
     assert_eq!(r.handed_on, [TG], "{r:#?}");
-    let meta = crate::state::StateStore::index_meta(&e.state, "demo")
+    let meta = crate::state::StateStore::index_meta(&e.core.state, "demo")
         .await
         .unwrap();
     assert!(
@@ -559,7 +578,7 @@ async fn a_change_not_applied_is_handed_on() {
         "the next run is asked to serve the group first: {meta:?}"
     );
     assert!(
-        e.state.stored(TG).dirty,
+        e.core.state.stored(TG).dirty,
         "whoever next holds the lease serves it"
     );
 }
@@ -570,8 +589,8 @@ async fn a_change_not_applied_is_handed_on() {
 #[tokio::test]
 async fn a_change_neither_applied_nor_handed_on_is_an_error() {
     let e = engine();
-    e.pods.put(web("web-7", "10.0.1.7").build());
-    e.state.set_failing(true);
+    e.core.pods.put(web("web-7", "10.0.1.7").build());
+    e.core.state.set_failing(true);
     let Parsed::Pod(p) = parse(
         &exporter_event("web-7", "Started", json!({"app": "web"})),
         "demo",

@@ -242,7 +242,8 @@ mod tests {
         elb.set_quota(TG, 2);
         let (e, clock) = fake_engine(FakePods::default(), elb, 1);
         for i in 1..=4 {
-            e.pods
+            e.core
+                .pods
                 .put(web(&format!("web-{i}"), &format!("10.0.1.{i}")).build());
         }
         let r = e.resync(&RunOptions::default()).await;
@@ -252,7 +253,7 @@ mod tests {
         assert!(g.failed_targets[0].error.contains("TooManyTargets"));
         assert_eq!(g.outcome, Outcome::Failed);
         assert!(g.error.as_deref().unwrap().contains("Raise the"), "{r:#?}");
-        assert_eq!((g.next_attempt_at, e.state.backoff(TG)), (None, None));
+        assert_eq!((g.next_attempt_at, e.core.state.backoff(TG)), (None, None));
         // The report says which pods wait, why, and until when.
         let pods: Vec<&str> = g.waiting.iter().map(|w| w.pod.as_str()).collect();
         assert_eq!(pods, ["shop/web-3", "shop/web-4"], "{r:#?}");
@@ -260,31 +261,38 @@ mod tests {
         let probe_at = g.waiting[0].retry_at;
         assert!(probe_at.0 >= clock.now().0 + 15_000, "{r:#?}");
         // Until the probe is due no run sends anything, whatever changes.
-        let before = e.groups.calls()["RegisterTargets"];
-        e.pods.put(web("web-5", "10.0.1.5").build());
+        let before = e.core.groups.calls()["RegisterTargets"];
+        e.core.pods.put(web("web-5", "10.0.1.5").build());
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
         assert_eq!(g.outcome, Outcome::Failed);
         assert_eq!(g.waiting.len(), 3, "{r:#?}");
-        assert_eq!(e.groups.calls()["RegisterTargets"], before);
+        assert_eq!(e.core.groups.calls()["RegisterTargets"], before);
         // Due: one registration of one target, refused; the next interval is longer.
         clock.advance(probe_at.0 - clock.now().0);
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
-        assert_eq!(e.groups.calls()["RegisterTargets"], before + 1, "{r:#?}");
+        assert_eq!(
+            e.core.groups.calls()["RegisterTargets"],
+            before + 1,
+            "{r:#?}"
+        );
         let next = g.waiting[0].retry_at;
         assert!(next.0 >= probe_at.0 + 15_000, "{r:#?}");
-        assert_eq!(e.state.stored(TG).held.full.map(|f| f.failures), Some(2));
-        assert_eq!(e.state.backoff(TG), None);
+        assert_eq!(
+            e.core.state.stored(TG).held.full.map(|f| f.failures),
+            Some(2)
+        );
+        assert_eq!(e.core.state.backoff(TG), None);
         // A raised quota: the next probe goes in, and the rest with it.
-        e.groups.set_quota(TG, 10);
+        e.core.groups.set_quota(TG, 10);
         clock.advance(next.0 - clock.now().0);
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
         assert_eq!(g.outcome, Outcome::Changed, "{r:#?}");
         assert_eq!(g.registered.len(), 3, "{r:#?}");
         assert!(g.waiting.is_empty() && g.error.is_none(), "{r:#?}");
-        assert!(e.state.stored(TG).held.is_empty());
+        assert!(e.core.state.stored(TG).held.is_empty());
     }
 
     #[tokio::test]
@@ -292,8 +300,8 @@ mod tests {
         let elb = web_group();
         elb.refuse(t("10.0.1.9:8080"), "ELBv2 RegisterTargets failed: InvalidTarget: The IP address 10.0.1.9 is not in the VPC");
         let (e, clock) = fake_engine(FakePods::default(), elb, 1);
-        e.pods.put(web("bad", "10.0.1.9").build());
-        e.pods.put(web("web-1", "10.0.1.1").build());
+        e.core.pods.put(web("bad", "10.0.1.9").build());
+        e.core.pods.put(web("web-1", "10.0.1.1").build());
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
         assert_eq!(g.registered, [t("10.0.1.1:8080")], "{r:#?}");
@@ -301,33 +309,37 @@ mod tests {
         assert_eq!(g.waiting[0].pod, "shop/bad");
         assert!(g.waiting[0].reason.contains("InvalidTarget"), "{r:#?}");
         assert_eq!(
-            (g.next_attempt_at, e.state.backoff(TG)),
+            (g.next_attempt_at, e.core.state.backoff(TG)),
             (None, None),
             "the group does not back off"
         );
         let retry_at = g.waiting[0].retry_at;
         // A new pod of the same group goes in at once, in a call without the refused one.
-        e.pods.put(web("web-2", "10.0.1.2").build());
-        let before = e.groups.calls()["RegisterTargets"];
+        e.core.pods.put(web("web-2", "10.0.1.2").build());
+        let before = e.core.groups.calls()["RegisterTargets"];
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
         assert_eq!(g.registered, [t("10.0.1.2:8080")], "{r:#?}");
-        assert_eq!(e.groups.calls()["RegisterTargets"], before + 1);
+        assert_eq!(e.core.groups.calls()["RegisterTargets"], before + 1);
         // Due: sent again alone, refused again, and the delay grows.
         clock.advance(retry_at.0 - clock.now().0);
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
-        assert_eq!(e.groups.calls()["RegisterTargets"], before + 2, "{r:#?}");
+        assert_eq!(
+            e.core.groups.calls()["RegisterTargets"],
+            before + 2,
+            "{r:#?}"
+        );
         assert!(g.waiting[0].retry_at.0 - retry_at.0 >= 5_000, "{r:#?}");
         assert_eq!(
-            e.state.stored(TG).held.refused[&t("10.0.1.9:8080")].failures,
+            e.core.state.stored(TG).held.refused[&t("10.0.1.9:8080")].failures,
             2
         );
         // The pod goes: its refusal is forgotten.
-        e.pods.delete("shop", "bad");
+        e.core.pods.delete("shop", "bad");
         let r = e.resync(&RunOptions::default()).await;
         assert!(r.group(TG).unwrap().waiting.is_empty(), "{r:#?}");
-        assert!(e.state.stored(TG).held.is_empty());
+        assert!(e.core.state.stored(TG).held.is_empty());
     }
 
     #[tokio::test]
@@ -337,15 +349,17 @@ mod tests {
         let pods = FakePods::default();
         pods.set_node_zone("node-a", "eu-west-1a");
         let (e, _) = fake_engine(pods, elb, 1);
-        e.pods
+        e.core
+            .pods
             .put(web("web-1", "192.168.0.1").node("node-a").build());
-        e.pods
+        e.core
+            .pods
             .put(web("web-2", "192.168.0.2").node("node-x").build());
         let r = e.resync(&RunOptions::default()).await;
         let g = r.group(TG).unwrap();
         assert_eq!(g.registered, [t("192.168.0.1:8080")], "{r:#?}");
         assert_eq!(
-            e.groups.zone_of(TG, &t("192.168.0.1:8080")).as_deref(),
+            e.core.groups.zone_of(TG, &t("192.168.0.1:8080")).as_deref(),
             Some("eu-west-1a")
         );
         assert_eq!(g.failed_targets.len(), 1, "{r:#?}");
@@ -357,21 +371,23 @@ mod tests {
         );
         // A failure to fix (label the node): the group backs off.
         assert_eq!(g.outcome, Outcome::Failed);
-        assert!(e.state.backoff(TG).is_some());
+        assert!(e.core.state.backoff(TG).is_some());
     }
 
     #[tokio::test]
     async fn unused_and_shifted_targets_are_reported_and_kept() {
         let (e, _) = fake_engine(FakePods::default(), web_group(), 1);
-        e.pods.put(web("web-1", "10.0.1.1").build());
-        e.pods.put(web("web-2", "10.0.1.2").build());
+        e.core.pods.put(web("web-1", "10.0.1.1").build());
+        e.core.pods.put(web("web-2", "10.0.1.2").build());
         e.resync(&RunOptions::default()).await;
-        e.groups.settle();
-        e.groups
+        e.core.groups.settle();
+        e.core
+            .groups
             .add_target(TG, t("10.0.1.1:8080"), crate::core::HealthState::Unused);
-        e.groups
+        e.core
+            .groups
             .set_reason(TG, t("10.0.1.1:8080"), "Target.NotInUse", None);
-        e.groups.set_override(
+        e.core.groups.set_override(
             TG,
             t("10.0.1.2:8080"),
             Some(AdministrativeOverride {
@@ -393,6 +409,6 @@ mod tests {
         assert_eq!(g.administrative_overrides[0].target, t("10.0.1.2:8080"));
         assert_eq!(g.administrative_overrides[0].state, "healthy");
         assert!(g.is_eventful());
-        assert_eq!(e.groups.live_targets(TG).len(), 2);
+        assert_eq!(e.core.groups.live_targets(TG).len(), 2);
     }
 }

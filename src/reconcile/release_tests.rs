@@ -54,34 +54,35 @@ async fn a_release_leaves_another_clusters_targets_entries_and_item() {
     let (e, _) = engine();
     e.resync(&RunOptions::default()).await;
     assert!(
-        e.state.indexed("demo", TG),
+        e.core.state.indexed("demo", TG),
         "the first registration indexes the group"
     );
     // Another cluster's deployment shares the group and owns 10.0.9.1.
-    e.groups
+    e.core
+        .groups
         .add_target(TG, t("10.0.9.1:8080"), HealthState::Healthy);
-    let mut state = e.state.stored(TG);
+    let mut state = e.core.state.stored(TG);
     state
         .ledger
         .insert(t("10.0.9.1:8080"), entry("10.0.9.1:8080", "other", "x-1"));
-    e.state.put(TG, state);
+    e.core.state.put(TG, state);
 
     let (arns, opts) = release_of(&[TG], false);
     let r = e.release(&arns, &opts).await;
     let g = r.group(TG).unwrap();
     assert_eq!(g.outcome, Outcome::Released, "{r:#?}");
     assert_eq!(g.deregistered, [t("10.0.1.1:8080")]);
-    assert_eq!(e.groups.live_targets(TG), [t("10.0.9.1:8080")]);
-    let ledger = e.state.ledger(TG);
+    assert_eq!(e.core.groups.live_targets(TG), [t("10.0.9.1:8080")]);
+    let ledger = e.core.state.ledger(TG);
     assert_eq!(
         ledger.keys().copied().collect::<Vec<_>>(),
         [t("10.0.9.1:8080")]
     );
     assert!(
-        e.state.has_item(TG),
+        e.core.state.has_item(TG),
         "the other cluster's entries keep the item"
     );
-    assert!(!e.state.indexed("demo", TG));
+    assert!(!e.core.state.indexed("demo", TG));
 }
 
 #[tokio::test]
@@ -90,6 +91,7 @@ async fn a_release_never_runs_beside_a_lease_holder() {
     e.resync(&RunOptions::default()).await;
     let now = clock.now();
     let held = e
+        .core
         .state
         .acquire(
             TG,
@@ -114,8 +116,12 @@ async fn a_release_never_runs_beside_a_lease_holder() {
             .is_some_and(|e| e.contains("invoke the release again")),
         "{g:#?}"
     );
-    assert_eq!(e.groups.live_targets(TG), [t("10.0.1.1:8080")], "untouched");
-    assert_eq!(e.state.ledger(TG).len(), 1);
+    assert_eq!(
+        e.core.groups.live_targets(TG),
+        [t("10.0.1.1:8080")],
+        "untouched"
+    );
+    assert_eq!(e.core.state.ledger(TG).len(), 1);
 }
 
 /// A lease take that fails (the state table in trouble) is tried again, by the queue's
@@ -131,17 +137,17 @@ async fn a_failed_lease_take_is_tried_again_while_the_invocation_lasts() {
             .now()
             .plus(super::START_CUTOFF + std::time::Duration::from_secs(10)),
     );
-    e.state.set_failing(true);
+    e.core.state.set_failing(true);
     let recover = async {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        e.state.set_failing(false);
+        e.core.state.set_failing(false);
     };
     let (r, ()) = tokio::join!(e.release(&arns, &opts), recover);
     let g = r.group(TG).unwrap();
     assert_eq!(g.outcome, Outcome::Released, "{r:#?}");
     assert_eq!(g.deregistered, [t("10.0.1.1:8080")]);
-    assert!(e.groups.live_targets(TG).is_empty());
-    assert!(!e.state.has_item(TG), "its item is deleted");
+    assert!(e.core.groups.live_targets(TG).is_empty());
+    assert!(!e.core.state.has_item(TG), "its item is deleted");
 }
 
 /// A ledger written before the index existed (an upgrade) is indexed by the next full
@@ -149,9 +155,10 @@ async fn a_failed_lease_take_is_tried_again_while_the_invocation_lasts() {
 #[tokio::test]
 async fn a_ledger_older_than_the_index_is_indexed_and_then_reported_orphaned() {
     let (e, _) = engine();
-    e.groups
+    e.core
+        .groups
         .add_target(TG, t("10.0.1.1:8080"), HealthState::Healthy);
-    e.state.put(
+    e.core.state.put(
         TG,
         GroupState {
             ledger: [(t("10.0.1.1:8080"), entry("10.0.1.1:8080", "demo", "web-1"))].into(),
@@ -159,12 +166,12 @@ async fn a_ledger_older_than_the_index_is_indexed_and_then_reported_orphaned() {
             ..GroupState::default()
         },
     );
-    assert!(!e.state.indexed("demo", TG));
+    assert!(!e.core.state.indexed("demo", TG));
     let r = e.resync(&RunOptions::default()).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::InSync, "{r:#?}");
-    assert!(e.state.indexed("demo", TG), "indexed on the way");
+    assert!(e.core.state.indexed("demo", TG), "indexed on the way");
 
-    e.groups.set_tag(TG, "tgsync/cluster", None);
+    e.core.groups.set_tag(TG, "tgsync/cluster", None);
     let r = e.resync(&RunOptions::default()).await;
     let orphans = r.orphans.unwrap();
     assert_eq!(orphans.len(), 1, "{orphans:#?}");
@@ -173,7 +180,7 @@ async fn a_ledger_older_than_the_index_is_indexed_and_then_reported_orphaned() {
         (TG, 1)
     );
     assert_eq!(
-        e.groups.live_targets(TG),
+        e.core.groups.live_targets(TG),
         [t("10.0.1.1:8080")],
         "not acted on"
     );
@@ -186,13 +193,15 @@ async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
     let (e, clock) = engine();
     let b = crate::testkit::binding("demo", "shop", "app=web", 8080);
     let g = crate::testkit::bound_group(TG, "demo", "shop", "app=web", 8080);
-    e.state
+    e.core
+        .state
         .index(TG, "demo", &b, (&g.name, &g.facts))
         .await
         .unwrap();
-    e.groups.set_tag(TG, "tgsync/cluster", None);
+    e.core.groups.set_tag(TG, "tgsync/cluster", None);
     let now = clock.now();
-    e.state
+    e.core
+        .state
         .acquire(
             TG,
             "pod-events@demo#1",
@@ -207,7 +216,10 @@ async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
         Some(&[][..]),
         "nothing of ours: no orphan"
     );
-    assert!(e.state.indexed("demo", TG), "kept while the lease is held");
+    assert!(
+        e.core.state.indexed("demo", TG),
+        "kept while the lease is held"
+    );
     // A dry run only looks.
     clock.advance(16_000);
     e.resync(&RunOptions {
@@ -215,14 +227,14 @@ async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
         ..RunOptions::default()
     })
     .await;
-    assert!(e.state.indexed("demo", TG));
+    assert!(e.core.state.indexed("demo", TG));
     // Expired, but within its takeover grace: still counted as held.
     e.resync(&RunOptions::default()).await;
-    assert!(e.state.indexed("demo", TG), "dropped within the grace");
-    clock.advance(e.settings.lease.grace_ms());
+    assert!(e.core.state.indexed("demo", TG), "dropped within the grace");
+    clock.advance(e.core.settings.lease.grace_ms());
     e.resync(&RunOptions::default()).await;
     assert!(
-        !e.state.indexed("demo", TG),
+        !e.core.state.indexed("demo", TG),
         "dropped once the lease expired and its grace passed"
     );
 }
@@ -232,11 +244,12 @@ async fn an_index_row_is_dropped_only_when_nobody_holds_the_lease() {
 #[tokio::test]
 async fn an_orphans_count_leaves_out_tombstones() {
     let (e, clock) = engine();
-    e.groups
+    e.core
+        .groups
         .add_target(TG, t("10.0.1.1:8080"), HealthState::Healthy);
     let mut gone = entry("10.0.1.2:8080", "demo", "web-2");
     gone.deregistered_at = Some(clock.now());
-    e.state.put(
+    e.core.state.put(
         TG,
         GroupState {
             ledger: [
@@ -249,8 +262,8 @@ async fn an_orphans_count_leaves_out_tombstones() {
         },
     );
     e.resync(&RunOptions::default()).await;
-    assert!(e.state.indexed("demo", TG), "indexed on the way");
-    e.groups.set_tag(TG, "tgsync/cluster", None);
+    assert!(e.core.state.indexed("demo", TG), "indexed on the way");
+    e.core.groups.set_tag(TG, "tgsync/cluster", None);
     let r = e.resync(&RunOptions::default()).await;
     let orphans = r.orphans.unwrap();
     assert_eq!(

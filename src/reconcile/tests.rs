@@ -65,15 +65,16 @@ fn web_pod(name: &str, ip: &str) -> PodBuilder {
 }
 
 fn seed_three(e: &TestEngine) {
-    e.pods.put(web_pod("web-1", "10.0.1.1").build());
-    e.pods.put(web_pod("web-2", "10.0.1.2").build());
-    e.pods.put(web_pod("web-3", "10.0.1.3").build());
+    e.core.pods.put(web_pod("web-1", "10.0.1.1").build());
+    e.core.pods.put(web_pod("web-2", "10.0.1.2").build());
+    e.core.pods.put(web_pod("web-3", "10.0.1.3").build());
 }
 
 /// The targets of `TG`'s ledger (tombstones left out) as `ip:port`, in the ledger's
 /// order.
 pub(super) fn ledger_targets(e: &TestEngine) -> Vec<String> {
-    e.state
+    e.core
+        .state
         .live_ledger(TG)
         .keys()
         .map(Target::to_string)
@@ -81,7 +82,8 @@ pub(super) fn ledger_targets(e: &TestEngine) -> Vec<String> {
 }
 
 fn live(e: &TestEngine, arn: &str) -> Vec<String> {
-    e.groups
+    e.core
+        .groups
         .live_targets(arn)
         .iter()
         .map(Target::to_string)
@@ -112,14 +114,14 @@ async fn registers_ready_pods_and_records_them() {
         live(&e, TG),
         ["10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"]
     );
-    let ledger = e.state.ledger(TG);
+    let ledger = e.core.state.ledger(TG);
     assert_eq!(ledger.len(), 3);
     assert_eq!(ledger[&t("10.0.1.2:8080")].pod.name, "web-2");
     // Second run: nothing to do, one health read, no mutation.
-    let before = e.groups.calls();
+    let before = e.core.groups.calls();
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::InSync);
-    let after = e.groups.calls();
+    let after = e.core.groups.calls();
     assert_eq!(after.get("RegisterTargets"), before.get("RegisterTargets"));
     assert_eq!(
         after["DescribeTargetHealth"],
@@ -131,13 +133,14 @@ async fn registers_ready_pods_and_records_them() {
 async fn deleted_terminating_and_unready_pods_are_deregistered() {
     let (e, _) = engine();
     seed_three(&e);
-    e.pods.put(web_pod("web-4", "10.0.1.4").build());
+    e.core.pods.put(web_pod("web-4", "10.0.1.4").build());
     run(&e).await;
-    e.groups.settle();
-    e.pods.delete("shop", "web-1");
-    e.pods
+    e.core.groups.settle();
+    e.core.pods.delete("shop", "web-1");
+    e.core
+        .pods
         .update("shop", "web-2", crate::testkit::mark_terminating);
-    e.pods.update("shop", "web-3", |p| {
+    e.core.pods.update("shop", "web-3", |p| {
         crate::testkit::set_condition(p, "Ready", false)
     });
     let r = run(&e).await;
@@ -147,14 +150,15 @@ async fn deleted_terminating_and_unready_pods_are_deregistered() {
         vec![t("10.0.1.1:8080"), t("10.0.1.2:8080"), t("10.0.1.3:8080")]
     );
     assert_eq!(live(&e, TG), ["10.0.1.4:8080"]);
-    assert_eq!(e.state.live_ledger(TG).len(), 1);
+    assert_eq!(e.core.state.live_ledger(TG).len(), 1);
 }
 
 #[tokio::test]
 async fn foreign_targets_survive_shared_mode_and_not_exclusive() {
     let (e, _) = engine();
     seed_three(&e);
-    e.groups
+    e.core
+        .groups
         .add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
     let r = run(&e).await;
     assert_eq!(
@@ -190,9 +194,10 @@ async fn hand_removed_target_is_registered_again_hand_added_is_kept() {
     let (e, _) = engine();
     seed_three(&e);
     run(&e).await;
-    e.groups.settle();
-    e.groups.remove_target(TG, &t("10.0.1.2:8080"));
-    e.groups
+    e.core.groups.settle();
+    e.core.groups.remove_target(TG, &t("10.0.1.2:8080"));
+    e.core
+        .groups
         .add_target(TG, t("10.9.9.9:8080"), HealthState::Healthy);
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
@@ -210,28 +215,29 @@ async fn a_deregistered_target_registered_again_late_is_deregistered_again() {
     let (e, clock) = engine();
     seed_three(&e);
     run(&e).await;
-    e.groups.settle();
-    e.pods.delete("shop", "web-3");
+    e.core.groups.settle();
+    e.core.pods.delete("shop", "web-3");
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().deregistered, vec![t("10.0.1.3:8080")]);
-    e.groups.settle();
+    e.core.groups.settle();
     // The late landing.
-    e.groups
+    e.core
+        .groups
         .add_target(TG, t("10.0.1.3:8080"), HealthState::Healthy);
     clock.advance(10_000);
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
     assert_eq!(g.deregistered, vec![t("10.0.1.3:8080")], "{g:?}");
     assert!(g.foreign_kept.is_empty(), "{g:?}");
-    e.groups.settle();
+    e.core.groups.settle();
     assert!(
-        e.state.ledger(TG).contains_key(&t("10.0.1.3:8080")),
+        e.core.state.ledger(TG).contains_key(&t("10.0.1.3:8080")),
         "kept for the grace"
     );
     clock.advance(crate::core::FORGET_GRACE.as_millis() as u64);
     run(&e).await;
     assert!(
-        !e.state.ledger(TG).contains_key(&t("10.0.1.3:8080")),
+        !e.core.state.ledger(TG).contains_key(&t("10.0.1.3:8080")),
         "forgotten after it"
     );
 }
@@ -241,8 +247,8 @@ async fn pod_list_failure_never_deregisters() {
     let (e, _) = engine();
     seed_three(&e);
     run(&e).await;
-    e.groups.settle();
-    e.pods.set_failing(true);
+    e.core.groups.settle();
+    e.core.pods.set_failing(true);
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
     assert_eq!(g.outcome, Outcome::Failed);
@@ -250,7 +256,7 @@ async fn pod_list_failure_never_deregisters() {
         g.error.as_deref().unwrap().contains("listing pods"),
         "{g:?}"
     );
-    assert_eq!(e.groups.calls().get("DeregisterTargets"), None);
+    assert_eq!(e.core.groups.calls().get("DeregisterTargets"), None);
     assert_eq!(live(&e, TG).len(), 3);
 }
 
@@ -259,7 +265,7 @@ async fn bad_tags_fail_one_group_only() {
     let (e, _) = engine();
     let mut bad = bound_group(TG2, "demo", "shop", "app!=web", 8080);
     bad.tags.insert("tgsync/port".into(), "http".into());
-    e.groups.add_group(bad);
+    e.core.groups.add_group(bad);
     seed_three(&e);
     let r = run(&e).await;
     assert_eq!(r.group(TG2).unwrap().outcome, Outcome::BindingError);
@@ -272,7 +278,7 @@ async fn bad_tags_fail_one_group_only() {
             .contains("app!=web")
     );
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed);
-    assert!(e.groups.targets(TG2).is_empty());
+    assert!(e.core.groups.targets(TG2).is_empty());
 }
 
 #[tokio::test]
@@ -288,9 +294,9 @@ async fn dry_run_changes_nothing() {
     let g = r.group(TG).unwrap();
     assert_eq!(g.outcome, Outcome::Planned);
     assert_eq!(g.plan.as_ref().unwrap().register.len(), 3);
-    assert!(e.groups.targets(TG).is_empty());
-    assert!(e.state.ledger(TG).is_empty());
-    assert!(!e.state.lease_held(TG, clock.now()));
+    assert!(e.core.groups.targets(TG).is_empty());
+    assert!(e.core.state.ledger(TG).is_empty());
+    assert!(!e.core.state.lease_held(TG, clock.now()));
 }
 
 /// A resync reads a namespace's groups' states in one batch; a dry run reads each alone
@@ -302,7 +308,7 @@ async fn a_resync_reads_a_namespaces_states_in_a_batch_and_a_dry_run_reads_each_
         let arn = format!(
             "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/b{g}/{g:016x}"
         );
-        e.groups.add_group(bound_group(
+        e.core.groups.add_group(bound_group(
             &arn,
             "demo",
             "batch",
@@ -315,15 +321,15 @@ async fn a_resync_reads_a_namespaces_states_in_a_batch_and_a_dry_run_reads_each_
         ..Default::default()
     })
     .await;
-    let alone = e.state.calls().1;
-    assert_eq!(e.state.batch_reads(), 0, "a dry run reads alone");
+    let alone = e.core.state.calls().1;
+    assert_eq!(e.core.state.batch_reads(), 0, "a dry run reads alone");
     assert!(alone >= 5, "{alone} reads");
     e.resync(&RunOptions::default()).await;
-    assert_eq!(e.state.batch_reads(), 1);
+    assert_eq!(e.core.state.batch_reads(), 1);
     assert!(
-        e.state.calls().1 - alone < 5,
+        e.core.state.calls().1 - alone < 5,
         "the five groups were read in the batch: {} reads alone",
-        e.state.calls().1 - alone
+        e.core.state.calls().1 - alone
     );
 }
 
@@ -348,28 +354,28 @@ async fn a_run_at_rest_glances_at_its_groups_and_reads_whole_what_changed() {
             .build()
     };
     for g in 0..6 {
-        e.groups.add_group(bound_group(
+        e.core.groups.add_group(bound_group(
             &arn(g),
             "demo",
             "shop",
             &format!("app=w{g}"),
             8080,
         ));
-        e.pods.put(pod(g, 1));
+        e.core.pods.put(pod(g, 1));
     }
     let r = scheduled(&e).await;
     assert_eq!(r.totals.registered, 6, "{r:#?}");
-    e.groups.settle();
+    e.core.groups.settle();
     let reads = |e: &TestEngine| {
         (0..6)
-            .map(|g| e.state.reads_of(&arn(g)))
+            .map(|g| e.core.state.reads_of(&arn(g)))
             .collect::<Vec<_>>()
     };
     // At rest: one batch of glances; only the group due reads its item alone.
     clock.advance(60_000);
-    let (before, glances) = (reads(&e), e.state.glance_batches());
+    let (before, glances) = (reads(&e), e.core.state.glance_batches());
     let r = scheduled(&e).await;
-    assert_eq!(e.state.glance_batches(), glances + 1);
+    assert_eq!(e.core.state.glance_batches(), glances + 1);
     let skipped: Vec<bool> = (0..6)
         .map(|g| r.group(&arn(g)).unwrap().verification_skipped)
         .collect();
@@ -378,7 +384,7 @@ async fn a_run_at_rest_glances_at_its_groups_and_reads_whole_what_changed() {
         assert_eq!(after - before, u64::from(!skipped[g]), "w{g}");
     }
     // A new pod for w3: its glance does not end its look, which reads it whole.
-    e.pods.put(pod(3, 2));
+    e.core.pods.put(pod(3, 2));
     clock.advance(60_000);
     let before = reads(&e);
     let r = scheduled(&e).await;
@@ -397,23 +403,26 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
     seed_three(&e);
     let now = clock.now();
     let until = now.plus(std::time::Duration::from_secs(60));
-    let Acquire::Acquired(taken) = e.state.acquire(TG, "other", now, until).await.unwrap() else {
+    let Acquire::Acquired(taken) = e.core.state.acquire(TG, "other", now, until).await.unwrap()
+    else {
         panic!("free");
     };
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::LeaseHeld);
-    assert!(e.groups.targets(TG).is_empty());
+    assert!(e.core.groups.targets(TG).is_empty());
     // The holder is told to run again when it releases.
     let none = crate::state::Change::default();
     assert!(matches!(
-        e.state
+        e.core
+            .state
             .release(TG, "other", now, taken.version, until, &none, false)
             .await
             .unwrap(),
         crate::state::Release::RunAgain(_)
     ));
     assert_eq!(
-        e.state
+        e.core
+            .state
             .release(TG, "other", now, taken.version, until, &none, false)
             .await
             .unwrap(),
@@ -423,7 +432,7 @@ async fn held_lease_marks_dirty_and_the_holder_runs_again() {
 
 /// `TG` as discovery binds it.
 async fn bound_web(e: &TestEngine) -> super::BoundGroup {
-    let found = e.bindings(&Priority::Reaction).await.unwrap();
+    let found = e.core.bindings(&Priority::Reaction).await.unwrap();
     found.bound.into_iter().find(|b| b.group.arn == TG).unwrap()
 }
 
@@ -435,13 +444,14 @@ async fn look(
     verification: bool,
 ) -> (crate::report::GroupReport, super::Action) {
     use crate::pods::PodSource as _;
-    let listing = e.pods.list_versioned("shop", None).await.unwrap();
+    let listing = e.core.pods.list_versioned("shop", None).await.unwrap();
     let pods = crate::core::PodIndex::new(&listing.pods);
     let opts = RunOptions {
         use_checkpoint: verification,
         ..RunOptions::default()
     };
     match e
+        .core
         .observe(bound, &pods, &opts, &super::Scope::default())
         .await
     {
@@ -461,10 +471,11 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
     seed_three(&e);
     run(&e).await;
     // A pod the holder has not served yet: the look would have a change.
-    e.pods.put(web_pod("web-4", "10.0.1.4").build());
+    e.core.pods.put(web_pod("web-4", "10.0.1.4").build());
     let now = clock.now();
     let until = now.plus(std::time::Duration::from_secs(15));
     let Acquire::Acquired(taken) = e
+        .core
         .state
         .acquire(TG, "resync@demo#other", now, until)
         .await
@@ -472,10 +483,10 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
     else {
         panic!("the other holder takes the lease");
     };
-    let grace = e.settings.lease.takeover_grace;
+    let grace = e.core.settings.lease.takeover_grace;
     let bound = bound_web(&e).await;
     for verification in [true, false] {
-        let before = e.groups.calls();
+        let before = e.core.groups.calls();
         let (report, action) = look(&e, &bound, verification).await;
         assert_eq!(
             action,
@@ -487,15 +498,19 @@ async fn a_lease_held_elsewhere_parks_the_look_before_any_elbv2_read() {
         assert_eq!(report.outcome, Outcome::LeaseHeld);
         assert_eq!(report.lease_until, Some(until.plus(grace)));
         assert_eq!(
-            e.groups.calls(),
+            e.core.groups.calls(),
             before,
             "an ELBv2 call for a group it cannot write"
         );
-        assert!(e.state.stored(TG).dirty, "the holder was asked for a pass");
+        assert!(
+            e.core.state.stored(TG).dirty,
+            "the holder was asked for a pass"
+        );
         // The holder serves the request when it releases.
         let none = crate::state::Change::default();
         assert!(matches!(
-            e.state
+            e.core
+                .state
                 .release(
                     TG,
                     "resync@demo#other",
@@ -521,11 +536,11 @@ async fn a_verification_is_not_parked_forever_on_a_lease_that_keeps_being_renewe
     seed_three(&e);
     run(&e).await;
     let now = clock.now();
-    let timings = e.settings.lease;
+    let timings = e.core.settings.lease;
     let owner = "resync@demo#other";
     let until = now.plus(timings.duration);
     assert!(matches!(
-        e.state.acquire(TG, owner, now, until).await.unwrap(),
+        e.core.state.acquire(TG, owner, now, until).await.unwrap(),
         Acquire::Acquired(_)
     ));
     let bound = bound_web(&e).await;
@@ -537,17 +552,18 @@ async fn a_verification_is_not_parked_forever_on_a_lease_that_keeps_being_renewe
     // The holder keeps renewing, past the longest a dead holder could keep the group.
     clock.advance((timings.duration + timings.takeover_grace).as_millis() as u64);
     assert!(
-        e.state
+        e.core
+            .state
             .renew(TG, owner, clock.now().plus(timings.duration))
             .await
             .unwrap()
     );
-    let before = e.groups.calls();
+    let before = e.core.groups.calls();
     let (report, action) = look(&e, &bound, true).await;
     assert_eq!(action, super::Action::Done, "{report:#?}");
     assert_eq!(report.outcome, Outcome::InSync);
     assert_eq!(
-        e.groups.calls()["DescribeTargetHealth"],
+        e.core.groups.calls()["DescribeTargetHealth"],
         before["DescribeTargetHealth"] + 1
     );
     let (_, change) = look(&e, &bound, false).await;
@@ -561,15 +577,15 @@ async fn a_verification_is_not_parked_forever_on_a_lease_that_keeps_being_renewe
 async fn failures_back_off_and_force_overrides() {
     let (e, clock) = engine();
     seed_three(&e);
-    e.groups.set_failing_mutations(true);
+    e.core.groups.set_failing_mutations(true);
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
     assert_eq!(g.outcome, Outcome::Failed);
     assert_eq!(g.failed_targets.len(), 3);
-    assert_eq!(e.state.backoff(TG).unwrap().failures, 1);
+    assert_eq!(e.core.state.backoff(TG).unwrap().failures, 1);
     // Ledger rows were written ahead: a superset of what is registered.
-    assert_eq!(e.state.ledger(TG).len(), 3);
-    e.groups.set_failing_mutations(false);
+    assert_eq!(e.core.state.ledger(TG).len(), 3);
+    e.core.groups.set_failing_mutations(false);
     let r = run(&e).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::BackingOff);
     let r = e
@@ -579,7 +595,7 @@ async fn failures_back_off_and_force_overrides() {
         })
         .await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed);
-    assert_eq!(e.state.backoff(TG), None, "success resets backoff");
+    assert_eq!(e.core.state.backoff(TG), None, "success resets backoff");
     assert_eq!(live(&e, TG).len(), 3);
     let _ = clock;
 }
@@ -591,29 +607,30 @@ async fn crash_at_any_fault_point_then_converge() {
     for point in FaultPoint::ALL {
         let (mut e, clock) = engine();
         seed_three(&e);
-        e.groups
+        e.core
+            .groups
             .add_target(TG, t("192.168.7.7:8080"), HealthState::Healthy);
         scheduled(&e).await;
-        e.groups.settle();
+        e.core.groups.settle();
         // Changes: web-1 gone (deregister), web-4 new (register), web-2 removed by hand
         // and its pod gone too (forget), a backoff row to clear.
-        e.pods.delete("shop", "web-1");
-        e.pods.delete("shop", "web-2");
-        e.groups.remove_target(TG, &t("10.0.1.2:8080"));
-        e.pods.put(web_pod("web-4", "10.0.1.4").build());
-        let mut stored = e.state.stored(TG);
+        e.core.pods.delete("shop", "web-1");
+        e.core.pods.delete("shop", "web-2");
+        e.core.groups.remove_target(TG, &t("10.0.1.2:8080"));
+        e.core.pods.put(web_pod("web-4", "10.0.1.4").build());
+        let mut stored = e.core.state.stored(TG);
         stored.backoff = Some(crate::core::BackoffState {
             failures: 1,
             next_attempt: UnixMillis(0),
         });
-        e.state.put(TG, stored);
+        e.core.state.put(TG, stored);
         let crash = Arc::new(CrashAt::first(point));
-        e.faults = crash.clone();
+        e.core.faults = crash.clone();
         let r = scheduled(&e).await;
         assert!(crash.fired(), "{point} never reached: {r:#?}");
         assert_eq!(r.group(TG).unwrap().outcome, Outcome::Aborted);
         // A killed Lambda leaves its lease until expiry.
-        e.faults = Arc::new(crate::faults::NoFaults);
+        e.core.faults = Arc::new(crate::faults::NoFaults);
         clock.advance(200_000);
         let r = scheduled(&e).await;
         assert_ne!(
@@ -621,7 +638,7 @@ async fn crash_at_any_fault_point_then_converge() {
             Outcome::Failed,
             "{point}: {r:#?}"
         );
-        e.groups.settle();
+        e.core.groups.settle();
         let r = scheduled(&e).await;
         assert_eq!(
             r.group(TG).unwrap().outcome,
@@ -639,7 +656,7 @@ async fn crash_at_any_fault_point_then_converge() {
             ["10.0.1.3:8080", "10.0.1.4:8080"],
             "{point}: stale ledger rows"
         );
-        assert_eq!(e.state.backoff(TG), None, "{point}");
+        assert_eq!(e.core.state.backoff(TG), None, "{point}");
     }
 }
 
@@ -648,7 +665,7 @@ async fn gated_pod_is_registered_then_its_gate_opens_once_healthy() {
     let (e, _) = engine();
     let mut pod = web_pod("web-g", "10.0.1.9").gated().build();
     crate::testkit::set_condition(&mut pod, "Ready", false); // held by the gate
-    e.pods.put(pod);
+    e.core.pods.put(pod);
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
     assert_eq!(
@@ -657,13 +674,13 @@ async fn gated_pod_is_registered_then_its_gate_opens_once_healthy() {
         "registered on ContainersReady"
     );
     assert!(g.gates_opened.is_empty(), "target not healthy yet");
-    e.groups.settle(); // the NLB's health checks pass
+    e.core.groups.settle(); // the NLB's health checks pass
     let r = run(&e).await;
     assert_eq!(
         r.group(TG).unwrap().gates_opened,
         vec!["shop/web-g".to_string()]
     );
-    let pod = crate::pods::PodSource::get(&e.pods, "shop", "web-g")
+    let pod = crate::pods::PodSource::get(&e.core.pods, "shop", "web-g")
         .await
         .unwrap()
         .unwrap();
@@ -684,11 +701,13 @@ async fn beyond_the_budget_unchanged_groups_are_verified_in_turn() {
         verify_describes_per_second: 1.0 / 60.0,
         ..no_waiting()
     });
-    e.groups
+    e.core
+        .groups
         .add_group(bound_group(TG2, "demo", "shop", "app=web", 9090));
     let tg3 =
         "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/adm/2123456789abcdef";
-    e.groups
+    e.core
+        .groups
         .add_group(bound_group(tg3, "demo", "shop", "app=web", 7070));
     seed_three(&e);
     let r = scheduled(&e).await;
@@ -698,9 +717,10 @@ async fn beyond_the_budget_unchanged_groups_are_verified_in_turn() {
         .expect("a scheduled run states its verification");
     assert_eq!((v.budget_per_run, v.cycle_runs), (1, 3));
     assert_eq!(v.detection_bound_seconds, 180);
-    e.groups.settle();
+    e.core.groups.settle();
     let health = |e: &TestEngine| {
-        e.groups
+        e.core
+            .groups
             .calls()
             .get("DescribeTargetHealth")
             .copied()
@@ -719,13 +739,13 @@ async fn beyond_the_budget_unchanged_groups_are_verified_in_turn() {
     }
     assert_eq!(verified.len(), 3, "{verified:?}");
     // A pod change changes the desired set of every group: all read at once.
-    e.pods.put(web_pod("web-4", "10.0.1.4").build());
+    e.core.pods.put(web_pod("web-4", "10.0.1.4").build());
     clock.advance(60_000);
     let r = scheduled(&e).await;
     assert_eq!(r.totals.registered, 3, "{r:#?}");
-    e.groups.settle();
+    e.core.groups.settle();
     // External drift waits for the group's turn, within the bound.
-    e.groups.remove_target(TG, &t("10.0.1.1:8080"));
+    e.core.groups.remove_target(TG, &t("10.0.1.1:8080"));
     let mut runs = 0;
     loop {
         clock.advance(60_000);
@@ -766,11 +786,11 @@ async fn a_run_too_close_to_its_deadline_starts_nothing() {
     assert!(g.error.as_deref().unwrap().contains("next run"));
     assert!(live(&e, TG).is_empty());
     assert_eq!(
-        e.pods.list_calls(),
+        e.core.pods.list_calls(),
         0,
         "no LIST for groups that were not started"
     );
-    assert!(!e.state.lease_held(TG, clock.now()));
+    assert!(!e.core.state.lease_held(TG, clock.now()));
     // The next run, with time to spare, does the work.
     let r = e.resync(&ending_in(&clock, 120)).await;
     assert_eq!(r.group(TG).unwrap().outcome, Outcome::Changed, "{r:#?}");
@@ -784,10 +804,11 @@ async fn a_run_too_close_to_its_deadline_starts_nothing() {
 #[tokio::test]
 async fn groups_whose_turn_comes_after_the_cut_off_release_their_leases() {
     let (e, clock) = engine();
-    e.groups
+    e.core
+        .groups
         .add_group(bound_group(TG2, "demo", "shop", "app=web", 9090));
     seed_three(&e);
-    e.pods.slow_lists(&clock, 45_000);
+    e.core.pods.slow_lists(&clock, 45_000);
     let r = e.resync(&ending_in(&clock, 60)).await;
     for arn in [TG, TG2] {
         let g = r.group(arn).unwrap();
@@ -797,18 +818,19 @@ async fn groups_whose_turn_comes_after_the_cut_off_release_their_leases() {
             "nothing registered after the cut-off"
         );
         assert!(
-            !e.state.lease_held(arn, clock.now()),
+            !e.core.state.lease_held(arn, clock.now()),
             "{arn}: the lease was given back"
         );
     }
     assert_eq!(
-        e.pods.list_calls(),
+        e.core.pods.list_calls(),
         1,
         "the leases were taken, then the LIST ran"
     );
     // A pod event right after finds the group free.
     assert!(matches!(
-        e.state
+        e.core
+            .state
             .acquire(
                 TG,
                 "pod-events",
@@ -841,16 +863,17 @@ async fn deferred_groups_are_not_the_same_every_run() {
         .collect();
     for (i, arn) in arns.iter().enumerate() {
         let ns = format!("ns-{i}");
-        e.groups
+        e.core
+            .groups
             .add_group(bound_group(arn, "demo", &ns, "app=web", 8080));
-        e.pods.put(
+        e.core.pods.put(
             PodBuilder::new(&ns, "web")
                 .label("app", "web")
                 .ip(&format!("10.0.9.{}", i + 1))
                 .build(),
         );
     }
-    e.pods.slow_lists(&clock, 8_000);
+    e.core.pods.slow_lists(&clock, 8_000);
     let mut runs = 0;
     let mut deferred_sets = std::collections::BTreeSet::new();
     while arns.iter().any(|arn| live(&e, arn).is_empty()) {
@@ -891,9 +914,10 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
                 "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/g{n}{g}/{n:08x}{g:08x}"
             );
             let app = format!("app-{g}");
-            e.groups
+            e.core
+                .groups
                 .add_group(bound_group(&arn, "demo", &ns, &format!("app={app}"), 8080));
-            e.pods.put(
+            e.core.pods.put(
                 PodBuilder::new(&ns, &app)
                     .label("app", &app)
                     .ip(&format!("10.0.{n}.{}", g + 1))
@@ -904,7 +928,7 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
     }
     // One batched read of each namespace's groups and one of the fixture's group: 21
     // reads at 3 s each would take 63 s; the invocation has 60 s (cut-off at 40 s).
-    e.state.slow_reads(&clock, 3_000);
+    e.core.state.slow_reads(&clock, 3_000);
     let r = e.resync(&ending_in(&clock, 60)).await;
     let changed = r
         .groups
@@ -922,7 +946,7 @@ async fn a_slow_state_table_still_lets_each_run_finish_some_groups() {
     assert_eq!(changed + deferred, r.groups.len(), "{r:#?}");
     for arn in &arns {
         assert!(
-            !e.state.lease_held(arn, clock.now()),
+            !e.core.state.lease_held(arn, clock.now()),
             "{arn}: lease left held"
         );
     }
@@ -937,18 +961,21 @@ async fn a_dirty_flag_with_no_holder_is_served_by_the_next_run() {
     let (e, clock) = engine();
     seed_three(&e);
     scheduled(&e).await;
-    e.groups.settle();
+    e.core.groups.settle();
     clock.advance(60_000);
     scheduled(&e).await;
-    assert!(e.state.stored(TG).checkpoint.is_some(), "verified at rest");
+    assert!(
+        e.core.state.stored(TG).checkpoint.is_some(),
+        "verified at rest"
+    );
     // A flag left set, with no lease on the item.
-    let mut left = e.state.stored(TG);
+    let mut left = e.core.state.stored(TG);
     left.dirty = true;
     left.checkpoint = None;
-    e.state.put(TG, left);
+    e.core.state.put(TG, left);
     clock.advance(60_000);
     scheduled(&e).await;
-    let served = e.state.stored(TG);
+    let served = e.core.state.stored(TG);
     assert!(!served.dirty, "the flag is still set: {served:?}");
     assert!(
         served.checkpoint.is_some(),
@@ -964,25 +991,25 @@ async fn a_verification_records_nothing_within_a_leases_takeover_grace() {
     let (e, clock) = engine();
     seed_three(&e);
     scheduled(&e).await;
-    e.groups.settle();
-    let mut ended = e.state.stored(TG);
+    e.core.groups.settle();
+    let mut ended = e.core.state.stored(TG);
     ended.checkpoint = None;
     ended.lease = Some(crate::state::LeaseView {
         owner: "other".into(),
         until: clock.now(),
     });
-    e.state.put(TG, ended);
+    e.core.state.put(TG, ended);
     clock.advance(1_000);
     scheduled(&e).await;
     assert_eq!(
-        e.state.stored(TG).checkpoint,
+        e.core.state.stored(TG).checkpoint,
         None,
         "recorded within the grace"
     );
-    clock.advance(e.settings.lease.grace_ms());
+    clock.advance(e.core.settings.lease.grace_ms());
     scheduled(&e).await;
     assert!(
-        e.state.stored(TG).checkpoint.is_some(),
+        e.core.state.stored(TG).checkpoint.is_some(),
         "not recorded after it"
     );
 }
@@ -998,18 +1025,18 @@ async fn a_group_that_selects_a_gated_pod_but_cannot_hold_it_keeps_its_gate_clos
     named
         .tags
         .insert("tgsync/port".to_owned(), "metrics".to_owned());
-    e.groups.add_group(named);
+    e.core.groups.add_group(named);
     let mut pod = web_pod("web-g", "10.0.1.9").gated().build();
     crate::testkit::set_condition(&mut pod, "Ready", false);
-    e.pods.put(pod);
+    e.core.pods.put(pod);
     run(&e).await;
-    e.groups.settle();
+    e.core.groups.settle();
     let r = run(&e).await;
     assert!(
         r.groups.iter().all(|g| g.gates_opened.is_empty()),
         "the gate opened on the group that can hold the pod alone: {r:#?}"
     );
-    let pod = crate::pods::PodSource::get(&e.pods, "shop", "web-g")
+    let pod = crate::pods::PodSource::get(&e.core.pods, "shop", "web-g")
         .await
         .unwrap()
         .unwrap();
@@ -1027,15 +1054,15 @@ async fn a_group_that_selects_a_gated_pod_but_cannot_hold_it_keeps_its_gate_clos
         "solo".to_owned(),
     )]));
     crate::testkit::set_condition(&mut other, "Ready", false);
-    e.pods.put(other);
+    e.core.pods.put(other);
     let tg3 =
         "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/solo/3123456789abcdef";
     let mut solo = bound_group(tg3, "demo", "shop", "app=solo", 8080);
     solo.tags
         .insert("tgsync/port".to_owned(), "metrics".to_owned());
-    e.groups.add_group(solo);
+    e.core.groups.add_group(solo);
     run(&e).await;
-    let pod = crate::pods::PodSource::get(&e.pods, "shop", "solo")
+    let pod = crate::pods::PodSource::get(&e.core.pods, "shop", "solo")
         .await
         .unwrap()
         .unwrap();
@@ -1065,9 +1092,9 @@ impl crate::metrics::Sink for Lines {
 /// Two pods of the Kubernetes default template (30-s grace, no preStop, no gate) and
 /// one of the documented template (190-s preStop sleep, 220-s grace, the gate).
 fn seed_templates(e: &TestEngine) {
-    e.pods.put(web_pod("web-1", "10.0.1.1").build());
-    e.pods.put(web_pod("web-2", "10.0.1.2").build());
-    e.pods.put(
+    e.core.pods.put(web_pod("web-1", "10.0.1.1").build());
+    e.core.pods.put(web_pod("web-2", "10.0.1.2").build());
+    e.core.pods.put(
         web_pod("web-3", "10.0.1.3")
             .gated()
             .grace_period(220)
@@ -1096,7 +1123,10 @@ async fn the_report_carries_the_rollout_check_with_the_numbers_it_used() {
         "{c:#?}"
     );
     assert_eq!((c.pods, c.without_gate, c.too_short), (3, 2, 0));
-    assert_eq!(e.groups.calls().get("DescribeTargetGroupAttributes"), None);
+    assert_eq!(
+        e.core.groups.calls().get("DescribeTargetGroupAttributes"),
+        None
+    );
     // The next look verifies the group, finds it right, and reads the attributes.
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
@@ -1149,13 +1179,13 @@ async fn the_report_carries_the_rollout_check_with_the_numbers_it_used() {
     assert_eq!(json["rollout"]["withoutGate"], 2);
     assert_eq!(json["rollout"]["loadBalancer"], "NLB");
     assert_eq!(json["rollout"]["allowanceSeconds"], 180);
-    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 1);
+    assert_eq!(e.core.groups.calls()["DescribeTargetGroupAttributes"], 1);
     // Cached: the next looks read nothing more, until the read is an hour old.
     run(&e).await;
-    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 1);
+    assert_eq!(e.core.groups.calls()["DescribeTargetGroupAttributes"], 1);
     clock.advance(3_600_000);
     let r = run(&e).await;
-    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 2);
+    assert_eq!(e.core.groups.calls()["DescribeTargetGroupAttributes"], 2);
     assert_eq!(r.group(TG).unwrap().rollout.as_ref().unwrap().too_short, 2);
 }
 
@@ -1170,7 +1200,7 @@ async fn a_changing_pass_counts_the_pods_terminating_too_soon() {
     seed_templates(&e);
     run(&e).await;
     run(&e).await;
-    e.groups.settle();
+    e.core.groups.settle();
     lines.0.lock().unwrap().clear();
     run(&e).await;
     assert!(
@@ -1178,7 +1208,8 @@ async fn a_changing_pass_counts_the_pods_terminating_too_soon() {
         "a quiet run writes no line for the check"
     );
     // The rollout begins: a pod of the old template goes.
-    e.pods
+    e.core
+        .pods
         .update("shop", "web-1", crate::testkit::mark_terminating);
     let r = run(&e).await;
     let g = r.group(TG).unwrap();
@@ -1207,15 +1238,15 @@ async fn a_dry_run_names_the_pods_too_short_and_an_unreadable_group_is_unchecked
     settings.rollout.allowances.alb_seconds = 100;
     let e = e.with_settings(settings);
     let api = bound_group(TG2, "demo", "shop", "app=web", 8080);
-    e.groups.add_group(api);
-    e.groups.set_attributes(
+    e.core.groups.add_group(api);
+    e.core.groups.set_attributes(
         TG2,
         crate::core::rollout::GroupAttributes {
             protocol: Some("HTTP".into()),
             ..Default::default()
         },
     );
-    e.groups.refuse_attributes(
+    e.core.groups.refuse_attributes(
         TG,
         "AccessDenied: not authorized to perform elasticloadbalancing:DescribeTargetGroupAttributes",
     );
@@ -1261,5 +1292,5 @@ async fn a_dry_run_names_the_pods_too_short_and_an_unreadable_group_is_unchecked
         c.findings
     );
     // Each dry run is asked for: no budget holds its reads back.
-    assert_eq!(e.groups.calls()["DescribeTargetGroupAttributes"], 2);
+    assert_eq!(e.core.groups.calls()["DescribeTargetGroupAttributes"], 2);
 }

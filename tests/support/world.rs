@@ -102,7 +102,7 @@ impl World {
         for chunk in arns.chunks(16) {
             let mut writes = tokio::task::JoinSet::new();
             for arn in chunk {
-                let (state, arn) = (self.engine.state.clone(), arn.clone());
+                let (state, arn) = (self.engine.core.state.clone(), arn.clone());
                 writes.spawn(async move {
                     let cp = tgsync::core::Checkpoint {
                         desired: empty,
@@ -201,6 +201,7 @@ impl World {
         let now = self.clock.now();
         let taken = self
             .engine
+            .core
             .state
             .acquire(arn, holder, now, now.plus(lease))
             .await
@@ -281,6 +282,7 @@ impl World {
         let until = now.plus(std::time::Duration::from_secs(15));
         let Acquire::Acquired(taken) = self
             .engine
+            .core
             .state
             .acquire(arn, "test-setup", now, until)
             .await
@@ -293,6 +295,7 @@ impl World {
             ..Change::default()
         };
         self.engine
+            .core
             .state
             .abandon(arn, "test-setup", now, taken.version, &change, false, false)
             .await

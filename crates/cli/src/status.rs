@@ -234,7 +234,7 @@ pub async fn read(
         if g.plan.is_some() {
             s.desired = Some(g.desired);
         }
-        match engine.state.peek(&g.target_group_arn).await {
+        match engine.core.state.peek(&g.target_group_arn).await {
             Ok(state) => {
                 s.backoff = state.backoff.map(|b| Backoff {
                     failures: b.failures,
@@ -267,6 +267,7 @@ pub async fn read(
                     })
                     .collect();
                 match engine
+                    .core
                     .groups
                     .health(&g.target_group_arn, &tgsync::groups::Priority::Reaction)
                     .await

@@ -286,6 +286,7 @@ async fn status_shows_what_each_group_holds() {
     let until = UnixMillis(now.0 + 120_000);
     assert!(matches!(
         w.engine
+            .core
             .state
             .acquire(&api, "resync-demo-7f3a", now, until)
             .await
