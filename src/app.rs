@@ -224,9 +224,9 @@ async fn graceful_shutdown(app: Arc<App>) {
             _ = int.recv() => {}
         }
         tracing::info!("shutting down: passes in flight give their leases back");
-        app.engine.core.shut_down();
+        app.engine.core.stop.shut_down();
         let give_up = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        while app.engine.core.passes_in_flight() > 0 && tokio::time::Instant::now() < give_up {
+        while app.engine.core.stop.passes_in_flight() > 0 && tokio::time::Instant::now() < give_up {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         std::process::exit(0);

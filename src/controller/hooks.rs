@@ -10,7 +10,7 @@ use super::queue::Now;
 use crate::core::UnixMillis;
 use crate::groups::TargetGroupApi;
 use crate::pods::PodSource;
-use crate::reconcile::Holding;
+use crate::reconcile::Stop;
 use crate::state::{StateError, StateStore};
 
 /// The owner of a runner's queue.
@@ -21,14 +21,9 @@ pub(crate) trait Owner: Sync {
     /// Now, on the queue's two clocks.
     fn now(&self) -> Now;
 
-    /// Whether the process is shutting down.
-    fn is_shutting_down(&self) -> bool;
-
-    /// Completes when the process starts shutting down (after this was created).
-    fn shutdown_notified(&self) -> tokio::sync::futures::Notified<'_>;
-
-    /// Counted as a pass in flight while held: the shutdown hook waits for it.
-    fn holding(&self) -> Holding<'_>;
+    /// Whether the process is shutting down, and the passes in flight the shutdown
+    /// hook waits for (a run counts itself as one while it hands on).
+    fn stop(&self) -> &Stop;
 
     /// When the lease parking each of `keys` may be taken (its expiry plus the
     /// takeover grace; `None`: given back or expired), from one batched read; `None`
@@ -55,16 +50,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Owner for Engine<P, G, S> {
         Now::of(self.core.clock.as_ref())
     }
 
-    fn is_shutting_down(&self) -> bool {
-        self.core.is_shutting_down()
-    }
-
-    fn shutdown_notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.core.shutdown_notified()
-    }
-
-    fn holding(&self) -> Holding<'_> {
-        self.core.holding()
+    fn stop(&self) -> &Stop {
+        &self.core.stop
     }
 
     async fn lease_ends(&self, keys: &[String]) -> Option<Vec<(String, Option<UnixMillis>)>> {

@@ -179,7 +179,7 @@ impl<'a, O: Owner> Runner<'a, O> {
             let woken = self.wake.notified();
             let mut woken = std::pin::pin!(woken);
             woken.as_mut().enable();
-            let shutdown = owner.shutdown_notified();
+            let shutdown = owner.stop().notified();
             let mut shutdown = std::pin::pin!(shutdown);
             shutdown.as_mut().enable();
             let now = Instant::now();
@@ -194,7 +194,7 @@ impl<'a, O: Owner> Runner<'a, O> {
                         && (queue.is_idle() || (now >= until && !queue.has_work(now, now)))
                 }
             };
-            if over || owner.is_shutting_down() {
+            if over || owner.stop().is_shutting_down() {
                 break;
             }
             loop {
@@ -259,10 +259,10 @@ impl<'a, O: Owner> Runner<'a, O> {
         // handed on first, then the passes drain (each hands its own lease over), in
         // the protocol's order (`lease_protocol::winding_up`, which the model check
         // explores).
-        let _holding = owner.holding();
+        let _holding = owner.stop().holding();
         let mut unserved: Vec<String> = Vec::new();
         let mut error = None;
-        for wind in protocol::winding_up(owner.is_shutting_down()) {
+        for wind in protocol::winding_up(owner.stop().is_shutting_down()) {
             match wind {
                 Wind::Drain => {
                     while let Some((key, want, result)) = in_flight.next().await {

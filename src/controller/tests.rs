@@ -344,7 +344,7 @@ async fn at_shutdown_queued_requests_are_handed_on_before_the_passes_in_flight_d
     );
     let signal = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        e.core.shut_down();
+        e.core.stop.shut_down();
         // The shutdown hook's grace.
         tokio::time::sleep(Duration::from_millis(400)).await;
         e.core

@@ -68,7 +68,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         reads: &PodReads<'_>,
         prior: Option<PriorRead>,
     ) -> (GroupReport, Reconciled) {
-        let _holding = self.holding();
+        let _holding = self.stop.holding();
         // A look of this container at the group meanwhile does not take it for a lease
         // held elsewhere.
         let _ours = self.leases.ours(lease.owner());
@@ -82,7 +82,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 state,
                 self.settings.max_passes,
                 || !self.past_start_deadline(opts) && !self.cut_due(opts),
-                self.shutting_down(),
+                self.stop.shutting_down(),
                 async |state, lease| {
                     // Only the first pass may reuse the observation's health read.
                     let prior = prior.take();

@@ -22,6 +22,7 @@ mod reads;
 mod refusals;
 mod release;
 mod rollout;
+mod stop;
 mod tag_reads;
 
 pub use action::{Action, Reconciled};
@@ -33,6 +34,7 @@ pub use pod_event::{PodEvent, PodEventError};
 pub(crate) use read_ahead::ReadAhead;
 pub(crate) use reads::PodReads;
 pub(crate) use release::unreleased;
+pub use stop::Stop;
 #[cfg(test)]
 mod motion_tests;
 #[cfg(test)]
@@ -138,13 +140,9 @@ pub struct Reconciler<P, G, S> {
     /// Prefix of lease owner ids (`resync`, `pod-events`), for debugging held leases.
     pub owner_prefix: String,
     rng: Mutex<fastrand::Rng>,
-    /// Set when the process is told to stop (SIGTERM): passes stop before their next
-    /// change and give their leases back.
-    shutting_down: std::sync::atomic::AtomicBool,
-    /// Signalled with `shutting_down`.
-    shutdown: tokio::sync::Notify,
-    /// Leased passes running now (the shutdown hook waits for them).
-    leased: std::sync::atomic::AtomicUsize,
+    /// Whether the process is shutting down (SIGTERM), and the leased passes the
+    /// shutdown hook waits for.
+    pub stop: Stop,
     /// Told about every pass as it ends, and every gate opened: the log and metric
     /// lines, printed as they happen.
     sink: Arc<dyn crate::metrics::Sink>,
@@ -187,9 +185,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             settings: EngineSettings::default(),
             owner_prefix: "tgsync".into(),
             rng: Mutex::new(fastrand::Rng::new()),
-            shutting_down: std::sync::atomic::AtomicBool::new(false),
-            shutdown: tokio::sync::Notify::new(),
-            leased: std::sync::atomic::AtomicUsize::new(0),
+            stop: Stop::default(),
             sink: Arc::new(crate::metrics::Printed),
             health_cache: gates::HealthCache::default(),
             index: crate::index::BoundIndex::default(),
@@ -485,50 +481,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         (due, verification)
     }
 
-    /// Tells every pass to stop before its next change and give its lease back (the
-    /// process is shutting down).
-    pub fn shut_down(&self) {
-        self.shutting_down
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.shutdown.notify_waiters();
-    }
-
-    /// Whether [`Reconciler::shut_down`] was called.
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Leases held by passes of this engine right now.
-    pub fn passes_in_flight(&self) -> usize {
-        self.leased.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Counts a held lease for as long as the returned guard lives.
-    pub(crate) fn holding(&self) -> Holding<'_> {
-        self.leased
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Holding(&self.leased)
-    }
-
-    /// Completes when [`Reconciler::shut_down`] is called (after this was created).
-    pub(crate) fn shutdown_notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.shutdown.notified()
-    }
-
-    /// Completes when the process starts shutting down (at once if it has): what a
-    /// lease holder waits on to hand its lease over.
-    pub(crate) async fn shutting_down(&self) {
-        let notified = self.shutdown.notified();
-        if self.is_shutting_down() {
-            return;
-        }
-        notified.await;
-    }
-
     /// Whether passes must stop now: the process is shutting down, or the run's
     /// `cut_at` has come.
     pub(crate) fn cut_due(&self, opts: &RunOptions) -> bool {
-        self.is_shutting_down() || opts.cut_at.is_some_and(|t| self.clock.now() >= t)
+        self.stop.is_shutting_down() || opts.cut_at.is_some_and(|t| self.clock.now() >= t)
     }
 
     /// Whether the invocation is too close to its deadline to start another group pass.
@@ -593,14 +549,5 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             .filter(|e| e.cluster == self.cluster)
             .map(|e| e.target)
             .collect()
-    }
-}
-
-/// A held lease, counted in [`Reconciler::passes_in_flight`] until dropped.
-pub(crate) struct Holding<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl Drop for Holding<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }

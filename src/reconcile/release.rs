@@ -95,7 +95,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 return (report, note, Err(PassError::Failed(Failure::LeaseTake(e))));
             }
         };
-        let holding = self.holding();
+        let holding = self.stop.holding();
         // A look of this container at the group meanwhile does not take it for a lease
         // held elsewhere.
         let ours = self.leases.ours(lease.owner());
@@ -104,7 +104,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 state,
                 self.settings.max_passes,
                 || !self.past_start_deadline(opts) && !self.cut_due(opts),
-                self.shutting_down(),
+                self.stop.shutting_down(),
                 async |state, lease| self.release_pass(arn, state, lease, &mut report).await,
             )
             .await;
