@@ -89,7 +89,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Records `health` as `arn`'s target health as of now (a read, or what a pass's
     /// changes made of it).
     pub(crate) fn remember_health(&self, arn: &str, health: Vec<TargetHealth>) {
-        if let Ok(mut cache) = self.health_cache.lock() {
+        if let Ok(mut cache) = self.memory.health.lock() {
             cache.insert(
                 arn.to_owned(),
                 (tokio::time::Instant::now(), Arc::new(health)),
@@ -101,7 +101,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// read: a pod in a rollout waits for it, so at a reaction's priority); `None` when
     /// it cannot be read.
     async fn fresh_health(&self, arn: &str) -> Option<Arc<Vec<TargetHealth>>> {
-        let cached = self.health_cache.lock().ok().and_then(|c| {
+        let cached = self.memory.health.lock().ok().and_then(|c| {
             c.get(arn)
                 .filter(|(at, _)| at.elapsed() < HEALTH_FRESH)
                 .map(|(_, h)| h.clone())
@@ -176,7 +176,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             return Settled::Unchanged;
         };
         if !v.open
-            && let Ok(mut waiting) = self.gates_waiting.lock()
+            && let Ok(mut waiting) = self.memory.gates_waiting.lock()
         {
             waiting.retain(|_, at| at.elapsed() < WAITING_FOR);
             waiting.insert(pod.pod.uid.clone(), asked);
@@ -204,6 +204,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     report.gates_opened.push(name);
                 }
                 let since = self
+                    .memory
                     .gates_waiting
                     .lock()
                     .ok()
@@ -229,7 +230,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// before (to restore if the write fails) and whether the status changes.
     fn claim_gate(&self, pod: &PodFacts, v: &GateVerdict) -> Option<(Option<Said>, bool)> {
         let now = tokio::time::Instant::now();
-        let mut said = self.gates_said.lock().ok()?;
+        let mut said = self.memory.gates_said.lock().ok()?;
         said.retain(|_, (at, _)| now.duration_since(*at) < SAID_FOR);
         let written = said.get(&pod.pod.uid).map(|(_, s)| s.clone());
         let shown = match (&written, &pod.gate_said) {
@@ -259,7 +260,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
 
     /// Puts back what `uid`'s gate said before a write that failed.
     fn unclaim_gate(&self, uid: &str, before: Option<Said>) {
-        if let Ok(mut said) = self.gates_said.lock() {
+        if let Ok(mut said) = self.memory.gates_said.lock() {
             match before {
                 Some(s) => {
                     said.insert(uid.to_owned(), (tokio::time::Instant::now(), s));

@@ -71,7 +71,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let _holding = self.stop.holding();
         // A look of this container at the group meanwhile does not take it for a lease
         // held elsewhere.
-        let _ours = self.leases.ours(lease.owner());
+        let _ours = self.memory.leases.ours(lease.owner());
         // The observation's counts are redone by the passes.
         report.passes = 0;
         report.gates_opened.clear();

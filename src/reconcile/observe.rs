@@ -146,7 +146,8 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let elsewhere = if opts.dry_run {
             None
         } else {
-            self.leases
+            self.memory
+                .leases
                 .elsewhere(arn, state.lease.as_ref(), now, &self.settings.lease)
         };
         // A request for a pass that no holder serves (its holder gave up, or a run

@@ -98,7 +98,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let holding = self.stop.holding();
         // A look of this container at the group meanwhile does not take it for a lease
         // held elsewhere.
-        let ours = self.leases.ours(lease.owner());
+        let ours = self.memory.leases.ours(lease.owner());
         let end = lease
             .run(
                 state,

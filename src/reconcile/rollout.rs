@@ -128,7 +128,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     ) {
         let arn = bound.group.arn.as_str();
         let now = self.clock.now();
-        let cached = self.attribute_reads.get(arn);
+        let cached = self.memory.attribute_reads.get(arn);
         let read = match cached {
             Some(read) if read.fresh(now) => Some(read),
             stale if may_read && (opts.dry_run || self.may_read_attributes(now)) => {
@@ -136,7 +136,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     Ok(attributes) => Read::new(now, Ok(attributes)),
                     Err(ElbError::NotFound { .. }) => {
                         // Deleted meanwhile: the next look finds it gone.
-                        self.attribute_reads.forget(arn);
+                        self.memory.attribute_reads.forget(arn);
                         return;
                     }
                     Err(e) => {
@@ -155,7 +155,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                         }
                     }
                 };
-                self.attribute_reads.put(arn, read.clone());
+                self.memory.attribute_reads.put(arn, read.clone());
                 Some(read)
             }
             // Not read now: what the container has, however old.
@@ -179,7 +179,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     fn may_read_attributes(&self, now: UnixMillis) -> bool {
         let rate = self.settings.verify_describes_per_second / 2.0 / CALLS_PER_READ;
         let burst = (rate * self.settings.schedule_period.as_secs_f64()).max(1.0);
-        self.attribute_reads.take(now, rate, burst)
+        self.memory.attribute_reads.take(now, rate, burst)
     }
 }
 

@@ -36,7 +36,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     ) -> Result<std::collections::BTreeMap<String, String>, ElbError> {
         let arn = &bound.group.arn;
         let known = self.index.all();
-        let others = self.tag_reads.companions(bound, &known, now);
+        let others = self.memory.tag_reads.companions(bound, &known, now);
         let mut arns = Vec::with_capacity(others.len() + 1);
         arns.push(arn.clone());
         arns.extend(others.iter().map(|b| b.group.arn.clone()));
@@ -44,7 +44,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             // One group deleted fails the whole call: ask for this one alone, and leave
             // the others out of re-reads until discovery has dropped the deleted one.
             Err(ElbError::NotFound { .. }) if arns.len() > 1 => {
-                self.tag_reads.unreadable(&arns[1..], now);
+                self.memory.tag_reads.unreadable(&arns[1..], now);
                 self.groups.tags_of(&arns[..1], priority).await?
             }
             read => read?,
