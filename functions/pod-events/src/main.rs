@@ -2,7 +2,6 @@
 //! its lifecycle event. Thin on purpose: everything lives in the library.
 
 // The engine's nested futures are deeper than rustc's default layout query limit.
-#![recursion_limit = "256"]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 #[global_allocator]

@@ -3,7 +3,6 @@
 //! Thin on purpose: configuration, the engine and the handler live in the library.
 
 // The engine's nested futures are deeper than rustc's default layout query limit.
-#![recursion_limit = "256"]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 #[global_allocator]
