@@ -7,7 +7,8 @@
 #   - the operator CLI (package tgsync-cli, binary `tgsync`), static (musl, linked by zig
 #     through cargo-zigbuild) for each CLI target (default: x86_64-unknown-linux-musl and
 #     aarch64-unknown-linux-musl): dist/tgsync-<version>-<target>.tar.gz holding
-#     tgsync-<version>/{tgsync,LICENSE,README.md};
+#     tgsync-<version>/{tgsync,LICENSE,README.md} with the manual pages (man/) and every
+#     shell's completion script (completions/);
 #   - the packaged template dist/template.yaml: template.yaml with each function's CodeUri
 #     pointing at its zip (next to it), deployable with `sam deploy --template-file
 #     template.yaml` from a directory holding just it and the zips (so without the
@@ -199,6 +200,30 @@ for i in range(phnum):
 PY
 }
 
+# write_extras [RUNNER...] BIN: the manual pages (man/) and every shell's completion
+# script (completions/, under the names each shell looks for) that BIN writes, into
+# $extras. They are the same for every target, so the first CLI that runs here writes
+# them for every archive.
+extras=""
+write_extras() {
+  extras="$(mktemp -d)"
+  "$@" man --dir "$extras/man"
+  mkdir "$extras/completions"
+  local shell file
+  for shell in bash zsh fish powershell elvish; do
+    case "$shell" in
+      bash) file=tgsync.bash ;;
+      zsh) file=_tgsync ;;
+      fish) file=tgsync.fish ;;
+      powershell) file=_tgsync.ps1 ;;
+      elvish) file=tgsync.elv ;;
+    esac
+    "$@" completions "$shell" >"$extras/completions/$file"
+  done
+  [ -s "$extras/man/tgsync.1" ] || { echo "scripts/release.sh: $* man wrote no tgsync.1" >&2; exit 1; }
+  log "manual pages and completions: $(cd "$extras" && ls man/* completions/* | tr '\n' ' ')"
+}
+
 built_at="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 cli_built=()
 cli_skipped=()
@@ -230,19 +255,33 @@ if [ -n "$cli" ] && [ "$build_cli" = 1 ]; then
       said="$("${runner[@]}" "$bin" --version)"
       [ "$said" = "tgsync $version" ] || { echo "$bin --version says '$said', not 'tgsync $version'" >&2; exit 1; }
       log "$bin --version: $said${runner:+ (under ${runner[0]})}"
+      [ -n "$extras" ] || write_extras "${runner[@]}" "$bin"
     else
       log "not run: $bin is for $arch (install qemu-user to run it here)"
     fi
     staging="$(mktemp -d)"
     mkdir "$staging/tgsync-$version"
     cp "$bin" LICENSE README.md "$staging/tgsync-$version/"
+    if [ -n "$extras" ]; then
+      cp -R "$extras/man" "$extras/completions" "$staging/tgsync-$version/"
+    elif [ -n "$tag" ]; then
+      echo "scripts/release.sh: the release $tag needs the manual pages and completions, written by a CLI this machine runs (build a target of its own architecture first)" >&2
+      exit 1
+    else
+      log "the CLI for $target ships without manual pages and completions (no CLI built so far runs here)"
+    fi
     # Reproducible: sorted, owned by root, dated by the commit, gzip without a timestamp.
     tar -C "$staging" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$built_at" \
       -cf - "tgsync-$version" | gzip -9n >"$dist/tgsync-$version-$target.tar.gz"
     rm -rf "$staging"
+    if [ -n "$extras" ]; then
+      tar -tzf "$dist/tgsync-$version-$target.tar.gz" | grep -qx "tgsync-$version/man/tgsync.1" ||
+        { echo "scripts/release.sh: tgsync-$version-$target.tar.gz holds no man/tgsync.1" >&2; exit 1; }
+    fi
     cli_built+=("$target")
     log "the CLI for $target: static, built in $((SECONDS - cli_started)) s"
   done
+  [ -z "$extras" ] || rm -rf "$extras"
 elif [ -z "$cli" ]; then
   log "no tgsync-cli package in the workspace: no CLI in this release"
 else

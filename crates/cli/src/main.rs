@@ -176,6 +176,36 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Print the manual page (roff; e.g. `tgsync man | man -l -`); with `--dir`, write
+    /// it and a page per command there (tgsync.1, tgsync-status.1, …).
+    Man {
+        /// Write the pages into this directory instead of printing tgsync.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+/// `tgsync man`: the manual page on stdout, or every page written into `dir`.
+fn manual(dir: Option<&std::path::Path>) -> ExitCode {
+    let command = Cli::command();
+    let written = match dir {
+        None => clap_mangen::Man::new(command).render(&mut std::io::stdout().lock()),
+        Some(dir) => {
+            std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(command, dir))
+        }
+    };
+    match written {
+        // `tgsync man | head` is not a failure.
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) if dir.is_none() && e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => {
+            let place = dir.map_or_else(|| "stdout".to_owned(), |d| d.display().to_string());
+            eprintln!("tgsync: writing the manual page to {place} failed: {e}");
+            ExitCode::from(exit::ERROR)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -193,9 +223,18 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if let Command::Completions { shell } = cli.command {
-        clap_complete::generate(shell, &mut Cli::command(), "tgsync", &mut std::io::stdout());
-        return ExitCode::from(exit::OK);
+    match &cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "tgsync",
+                &mut std::io::stdout(),
+            );
+            return ExitCode::from(exit::OK);
+        }
+        Command::Man { dir } => return manual(dir.as_deref()),
+        _ => {}
     }
     let (verbose, errors) = (cli.global.verbose, Style::stderr(cli.global.color));
     tgsync::app::install_crypto_provider();
@@ -349,7 +388,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             })
         }
         // Answered in main, before any AWS setup.
-        Command::Completions { .. } => Ok(exit::OK),
+        Command::Completions { .. } | Command::Man { .. } => Ok(exit::OK),
     }
 }
 

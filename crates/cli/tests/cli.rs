@@ -1050,3 +1050,47 @@ fn shell_completions() {
         }
     }
 }
+
+/// `tgsync man` prints a manual page (roff) that names every command, with no AWS call
+/// (no credentials, no stack); `--dir` writes it and one page per command, as a release's
+/// archive carries them.
+#[test]
+fn manual_pages() {
+    let page = Command::new(env!("CARGO_BIN_EXE_tgsync"))
+        .args(["man", "--stack", "no-such-stack"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(page.status.code(), Some(0), "{}", text(&page));
+    let roff = String::from_utf8_lossy(&page.stdout);
+    assert!(roff.contains(".TH tgsync 1"), "{roff}");
+    let commands = ["status", "plan", "sync", "release", "completions", "man"];
+    for command in commands {
+        assert!(
+            roff.contains(&format!("tgsync\\-{command}(1)")),
+            "{command}: {roff}"
+        );
+    }
+    // The after-help's exit codes are in the page too.
+    assert!(roff.contains("Exit codes"), "{roff}");
+    let dir = std::env::temp_dir().join(moto::unique("tgsync-man"));
+    let written = Command::new(env!("CARGO_BIN_EXE_tgsync"))
+        .args(["man", "--dir"])
+        .arg(&dir)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(written.status.code(), Some(0), "{}", text(&written));
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    let mut want: Vec<String> = commands.iter().map(|c| format!("tgsync-{c}.1")).collect();
+    want.push("tgsync.1".into());
+    want.sort();
+    assert_eq!(pages, want);
+    let release = std::fs::read_to_string(dir.join("tgsync-release.1")).unwrap();
+    assert!(release.contains("\\-\\-yes"), "{release}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
