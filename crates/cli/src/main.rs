@@ -15,6 +15,7 @@
 
 mod error;
 mod invoke;
+mod json_times;
 #[cfg(test)]
 mod manual_page;
 mod output;
@@ -400,8 +401,11 @@ fn payload(arns: &[String], mut body: Value) -> Value {
     body
 }
 
+/// Prints `value` as JSON, its times as RFC 3339 (see [`json_times`]).
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
-    print(&format!("{}\n", serde_json::to_string_pretty(value)?))
+    let mut value = serde_json::to_value(value)?;
+    json_times::rfc3339(&mut value);
+    print(&format!("{}\n", serde_json::to_string_pretty(&value)?))
 }
 
 /// Writes `text` to stdout; a closed pipe (`tgsync status | head`) ends quietly instead

@@ -314,7 +314,12 @@ async fn status_shows_what_each_group_holds() {
     assert_eq!(g["owned"], 3, "{g}");
     assert_eq!(g["foreign"], 1, "{g}");
     assert_eq!(g["backoff"]["failures"], 3, "{g}");
-    assert_eq!(g["backoff"]["nextAttemptAt"], next, "{g}");
+    // Times in the CLI's JSON are RFC 3339.
+    assert_eq!(
+        g["backoff"]["nextAttemptAt"],
+        tgsync::logging::rfc3339(next),
+        "{g}"
+    );
     assert!(g["error"].as_str().unwrap().contains("back off"), "{g}");
     assert_eq!(g["pending"]["register"], json!(["10.0.1.4:8080"]), "{g}");
     // Its verification went with the lease taken to record the backoff (as a failed
@@ -324,8 +329,8 @@ async fn status_shows_what_each_group_holds() {
     let d = group(&db);
     assert!(
         d["lastVerifiedAt"]
-            .as_u64()
-            .is_some_and(|at| at >= report.started_at.0),
+            .as_str()
+            .is_some_and(|at| at >= tgsync::logging::rfc3339(report.started_at.0).as_str()),
         "{d}"
     );
     let unhealthy = g["targets"]
@@ -348,7 +353,11 @@ async fn status_shows_what_each_group_holds() {
     assert_eq!(g["rollout"]["tooShort"], 4, "{g}");
     let a = group(&api);
     assert_eq!(a["lease"]["owner"], "resync-demo-7f3a", "{a}");
-    assert_eq!(a["lease"]["until"], until.0, "{a}");
+    assert_eq!(
+        a["lease"]["until"],
+        tgsync::logging::rfc3339(until.0),
+        "{a}"
+    );
     assert_eq!(
         (a["desired"].clone(), a["owned"].clone()),
         (json!(1), json!(1))
