@@ -22,6 +22,7 @@
 #
 # Usage:
 #   scripts/release.sh [--no-cli] [--cli-target TRIPLE]... [--tag vX.Y.Z [--github-release]]
+#   scripts/release.sh --tag vX.Y.Z --publish-only
 #   scripts/release.sh --tag vX.Y.Z --sar-publish BUCKET
 #
 #   --no-cli            no CLI in this release
@@ -29,6 +30,10 @@
 #   --tag vX.Y.Z        the tag being released: must be v<workspace version>; every CLI
 #                       target must build
 #   --github-release    then publish dist/ as the tag's GitHub release (`gh`, GH_TOKEN)
+#   --publish-only      build nothing: publish dist/ as an earlier run built it (checked
+#                       against SHA256SUMS) as the tag's GitHub release (the release
+#                       workflow builds without a write token and publishes in a job of
+#                       its own)
 #   --sar-publish B     publish the tag's release to the Serverless Application
 #                       Repository instead of building: its assets (dist/, else
 #                       downloaded with `gh release download`) checked against
@@ -44,6 +49,7 @@ build_cli=1
 cli_targets=()
 tag=""
 github_release=0
+publish_only=0
 sar_bucket=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +57,7 @@ while [ $# -gt 0 ]; do
     --cli-target) [ $# -ge 2 ] || usage; cli_targets+=("$2"); shift ;;
     --tag) [ $# -ge 2 ] || usage; tag="$2"; shift ;;
     --github-release) github_release=1 ;;
+    --publish-only) publish_only=1 ;;
     --sar-publish) [ $# -ge 2 ] || usage; sar_bucket="$2"; shift ;;
     -h | --help) usage ;;
     *) echo "scripts/release.sh: unknown argument $1" >&2; usage ;;
@@ -59,8 +66,8 @@ while [ $# -gt 0 ]; do
 done
 given_targets=${#cli_targets[@]}
 [ "${#cli_targets[@]}" -gt 0 ] || cli_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
-if { [ "$github_release" = 1 ] || [ -n "$sar_bucket" ]; } && [ -z "$tag" ]; then
-  echo "scripts/release.sh: --github-release and --sar-publish need --tag" >&2
+if { [ "$github_release" = 1 ] || [ "$publish_only" = 1 ] || [ -n "$sar_bucket" ]; } && [ -z "$tag" ]; then
+  echo "scripts/release.sh: --github-release, --publish-only and --sar-publish need --tag" >&2
   exit 2
 fi
 if [ -n "$tag" ] && [ -z "$sar_bucket" ] && { [ "$build_cli" = 0 ] || [ "$given_targets" -ne 0 ]; }; then
@@ -100,6 +107,20 @@ elif [ -n "$tag" ] && [ -z "$sar_bucket" ]; then
   exit 1
 else
   log "release notes: CHANGELOG.md's $version section is $notes_state (a tagged release refuses that)"
+fi
+
+# --- A release an earlier run built: publish it -------------------------------------------
+if [ "$publish_only" = 1 ]; then
+  [ -s "$dist/SHA256SUMS" ] || { echo "scripts/release.sh: --publish-only publishes dist/ as an earlier run built it, and dist/SHA256SUMS is missing" >&2; exit 1; }
+  log "checking dist/ against SHA256SUMS"
+  (cd "$dist" && sha256sum --strict -c SHA256SUMS)
+  files=("$dist"/*)
+  listed=$(wc -l <"$dist/SHA256SUMS")
+  [ "${#files[@]}" -eq $((listed + 1)) ] || { echo "scripts/release.sh: dist/ holds ${#files[@]} files, SHA256SUMS lists $listed (and itself): publish exactly what was built" >&2; exit 1; }
+  log "publishing the GitHub release $tag (${#files[@]} assets)"
+  gh release create "$tag" --verify-tag --title "tgsync $version" --notes-file "$notes" "${files[@]}"
+  rm -f "$notes"
+  exit 0
 fi
 
 # --- Serverless Application Repository ----------------------------------------------------
@@ -256,6 +277,9 @@ if [ -n "$cli" ] && [ "$build_cli" = 1 ]; then
       [ "$said" = "tgsync $version" ] || { echo "$bin --version says '$said', not 'tgsync $version'" >&2; exit 1; }
       log "$bin --version: $said${runner:+ (under ${runner[0]})}"
       [ -n "$extras" ] || write_extras "${runner[@]}" "$bin"
+    elif [ -n "$tag" ]; then
+      echo "scripts/release.sh: the release $tag runs every CLI it ships once: $bin is for $arch (install qemu-user)" >&2
+      exit 1
     else
       log "not run: $bin is for $arch (install qemu-user to run it here)"
     fi
