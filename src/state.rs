@@ -9,7 +9,7 @@
 //! write), and the write-ahead order (entry before RegisterTargets, removal after
 //! DeregisterTargets) keeps the ledger a superset of what tgsync registered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use serde::Serialize;
@@ -96,6 +96,35 @@ pub struct LedgerEntry {
     /// what tgsync may have registered, also when a call lands late.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deregistered_at: Option<UnixMillis>,
+}
+
+impl LedgerEntry {
+    /// The entry as the diff sees it: `cluster`'s or another's, since when, and whether
+    /// it is a tombstone.
+    pub fn claim(&self, cluster: &str) -> crate::core::Claim {
+        crate::core::Claim {
+            mine: self.cluster == cluster,
+            since: self.deregistered_at.unwrap_or(self.registered_at),
+            tombstone: self.deregistered_at.is_some(),
+        }
+    }
+}
+
+/// The claims of `ledger` as the diff sees them, `cluster`'s or another's.
+pub fn claims(
+    ledger: &BTreeMap<Target, LedgerEntry>,
+    cluster: &str,
+) -> BTreeMap<Target, crate::core::Claim> {
+    ledger.iter().map(|(t, e)| (*t, e.claim(cluster))).collect()
+}
+
+/// The targets `cluster`'s deployment owns in `ledger`.
+pub fn owned_by(ledger: &BTreeMap<Target, LedgerEntry>, cluster: &str) -> BTreeSet<Target> {
+    ledger
+        .values()
+        .filter(|e| e.cluster == cluster)
+        .map(|e| e.target)
+        .collect()
 }
 
 /// Who holds a group's lease, as stored.
@@ -529,4 +558,59 @@ pub enum StateError {
         /// Error code and message.
         message: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ip: &str, cluster: &str, deregistered_at: Option<u64>) -> LedgerEntry {
+        let target = Target {
+            ip: ip.parse().expect("an IP"),
+            port: 8080,
+            quic_server_id: None,
+        };
+        LedgerEntry {
+            target,
+            pod: PodRef {
+                namespace: "shop".into(),
+                name: format!("web-{ip}"),
+                uid: ip.into(),
+            },
+            cluster: cluster.into(),
+            registered_at: UnixMillis(1_000),
+            deregistered_at: deregistered_at.map(UnixMillis),
+        }
+    }
+
+    #[test]
+    fn a_ledger_is_read_for_the_cluster_that_asks() {
+        let ledger: BTreeMap<Target, LedgerEntry> = [
+            entry("10.0.1.1", "demo", None),
+            entry("10.0.1.2", "demo", Some(5_000)),
+            entry("10.0.1.3", "other", None),
+        ]
+        .into_iter()
+        .map(|e| (e.target, e))
+        .collect();
+        let owned: Vec<String> = owned_by(&ledger, "demo")
+            .iter()
+            .map(|t| t.ip.to_string())
+            .collect();
+        // A tombstone is still the deployment's: it may deregister it again.
+        assert_eq!(owned, ["10.0.1.1", "10.0.1.2"]);
+        let claims: Vec<(bool, u64, bool)> = claims(&ledger, "demo")
+            .values()
+            .map(|c| (c.mine, c.since.0, c.tombstone))
+            .collect();
+        // A tombstone's claim dates from its deregistration.
+        assert_eq!(
+            claims,
+            [
+                (true, 1_000, false),
+                (true, 5_000, true),
+                (false, 1_000, false)
+            ]
+        );
+    }
 }

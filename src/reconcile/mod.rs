@@ -47,7 +47,7 @@ mod release_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -313,37 +313,5 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     pub(crate) fn jitter_rng(&self) -> fastrand::Rng {
         let seed = self.rng.lock().map(|mut r| r.u64(..)).unwrap_or_default();
         fastrand::Rng::with_seed(seed)
-    }
-
-    /// The claims of a ledger as the diff sees them (this cluster's or another's).
-    fn claims(
-        &self,
-        ledger: &BTreeMap<crate::core::Target, crate::state::LedgerEntry>,
-    ) -> BTreeMap<crate::core::Target, crate::core::Claim> {
-        ledger
-            .iter()
-            .map(|(t, e)| {
-                (
-                    *t,
-                    crate::core::Claim {
-                        mine: e.cluster == self.cluster,
-                        since: e.deregistered_at.unwrap_or(e.registered_at),
-                        tombstone: e.deregistered_at.is_some(),
-                    },
-                )
-            })
-            .collect()
-    }
-
-    /// Targets this cluster's deployment owns in `ledger`.
-    fn mine(
-        &self,
-        ledger: &BTreeMap<crate::core::Target, crate::state::LedgerEntry>,
-    ) -> BTreeSet<crate::core::Target> {
-        ledger
-            .values()
-            .filter(|e| e.cluster == self.cluster)
-            .map(|e| e.target)
-            .collect()
     }
 }

@@ -181,8 +181,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         if let Gate::Wait { until } = gate
             && !opts.dry_run
             && !unserved
-            && self
-                .mine(&state.ledger)
+            && crate::state::owned_by(&state.ledger, &self.cluster)
                 .iter()
                 .all(|t| desired.targets.contains_key(t))
         {
@@ -215,7 +214,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let plan = plan(
             &desired.targets,
             actual.iter().map(TargetHealth::pair),
-            &self.claims(&state.ledger),
+            &crate::state::claims(&state.ledger, &self.cluster),
             &Rules::new(bound.binding.mode, now),
         );
         report.foreign_kept.clone_from(&plan.foreign_kept);

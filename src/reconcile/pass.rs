@@ -241,7 +241,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             let plan = plan(
                 &desired.targets,
                 actual.iter().map(TargetHealth::pair),
-                &self.claims(ledger),
+                &crate::state::claims(ledger, &self.cluster),
                 &Rules::new(bound.binding.mode, now),
             );
             // Removing a target nobody's ledger holds (exclusive mode) follows tags read
@@ -316,7 +316,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             }
             self.fault(FaultPoint::AfterDeregisterChunk)?;
         }
-        if (!plan.adopt.is_empty() || !plan.register.is_empty()) && self.mine(ledger).is_empty() {
+        if (!plan.adopt.is_empty() || !plan.register.is_empty())
+            && crate::state::owned_by(ledger, &self.cluster).is_empty()
+        {
             // The group's first entry of this cluster: index it first, so a resync finds
             // the ledger if the group is ever unbound (the orphan report).
             self.record_bound(bound)

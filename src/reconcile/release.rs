@@ -155,7 +155,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let Some(actual) = self.release_health(arn, report).await else {
             return;
         };
-        let plan = release_plan(&self.mine(&state.ledger), actual.iter());
+        let plan = release_plan(
+            &crate::state::owned_by(&state.ledger, &self.cluster),
+            actual.iter(),
+        );
         report.foreign_kept.clone_from(&plan.foreign_kept);
         report.plan = Some(plan);
     }
@@ -197,7 +200,10 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         let Some(actual) = self.release_health(arn, report).await else {
             return PassEnd::GiveUp(Change::default());
         };
-        let plan = release_plan(&self.mine(&state.ledger), actual.iter());
+        let plan = release_plan(
+            &crate::state::owned_by(&state.ledger, &self.cluster),
+            actual.iter(),
+        );
         let mut ledger = state.ledger.clone();
         let mut failures = 0usize;
         for chunk in plan.deregister.chunks(MAX_TARGETS_PER_CALL) {
@@ -242,7 +248,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// is in it (another cluster's entries stay).
     async fn retire_released(&self, arn: &str, report: &mut GroupReport) {
         let retired = match self.state.peek(arn).await {
-            Ok(state) if self.mine(&state.ledger).is_empty() => {
+            Ok(state) if crate::state::owned_by(&state.ledger, &self.cluster).is_empty() => {
                 self.state
                     .retire(
                         arn,
