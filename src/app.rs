@@ -208,21 +208,14 @@ async fn graceful_shutdown(app: Arc<App>) {
             }
         }
     }
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let Some(terminated) = termination() else {
         tracing::warn!(
             "cannot listen for SIGTERM; leases in flight at shutdown expire on their own"
         );
         return;
     };
     tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        terminated.await;
         tracing::info!("shutting down: passes in flight give their leases back");
         app.engine.core.stop.shut_down();
         let give_up = tokio::time::Instant::now() + SHUTDOWN_GRACE;
@@ -231,6 +224,33 @@ async fn graceful_shutdown(app: Arc<App>) {
         }
         std::process::exit(0);
     });
+}
+
+/// Completes at SIGTERM or SIGINT; `None` when they cannot be listened for.
+#[cfg(unix)]
+fn termination() -> Option<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return None;
+    };
+    Some(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Completes at Ctrl-C: the library builds for the CLI on every platform, and only Unix
+/// has SIGTERM (the functions run on Lambda's Linux).
+#[cfg(not(unix))]
+fn termination() -> Option<impl std::future::Future<Output = ()>> {
+    Some(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 /// Installs aws-lc-rs as the process-wide rustls provider, so kube and the AWS SDK agree
