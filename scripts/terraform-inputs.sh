@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Checks the input validation of the Terraform module infra/terraform/modules/tgsync
-# offline: its variables.tf alone (no provider needed) is planned with good and bad
-# inputs, and each bad input must fail on the variable it names. Needs `terraform`.
+# offline: its variables.tf and checks.tf (the checks that involve several variables)
+# alone, no provider needed, are planned with good and bad inputs, and each bad input
+# must fail on the variable it names. Needs `terraform`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-cp infra/terraform/modules/tgsync/variables.tf "$dir/"
+cp infra/terraform/modules/tgsync/variables.tf infra/terraform/modules/tgsync/checks.tf "$dir/"
 export TF_CLI_CONFIG_FILE=/dev/null TF_IN_AUTOMATION=1
 terraform -chdir="$dir" init -input=false -no-color >/dev/null
 
@@ -45,6 +46,15 @@ check target_port -var target_port=0
 check tags -var 'tags={"tgsync/cluster"="other"}'
 check stack -var 'stack={application_id="a",template_url="b"}'
 check stack -var 'stack={template_url="b",parameters={ClusterName="other"}}'
+check deregistration_delay -var deregistration_delay=3601
+check deregistration_delay -var deregistration_delay=-1
+check deregistration_delay -var deregistration_delay=1.5
+check ok -var deregistration_delay=0
+check ok -var deregistration_delay=3600
+# A rule for the pods needs a source: the load balancer's security group or CIDR blocks.
+check pods_security_group_id -var pods_security_group_id=sg-0123
+check ok -var pods_security_group_id=sg-0123 -var load_balancer_security_group_id=sg-0456
+check ok -var pods_security_group_id=sg-0123 -var 'source_cidr_blocks=["10.0.0.0/16"]'
 if [ "$failed" -ne 0 ]; then
   echo "terraform module inputs: $failed check(s) failed"
   exit 1

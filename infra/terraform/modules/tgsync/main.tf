@@ -20,6 +20,8 @@ locals {
   )
 
   http = contains(["HTTP", "HTTPS"], var.protocol)
+  # Groups whose traffic is UDP (their health checks are not).
+  udp = contains(["UDP", "TCP_UDP"], var.protocol)
 }
 
 resource "aws_lb_target_group" "this" {
@@ -45,16 +47,29 @@ resource "aws_lb_target_group" "this" {
   tags = merge(var.tags, local.binding_tags)
 }
 
-# The load balancer's traffic and health checks to the pods.
+# The load balancer's traffic and health checks to the pods: TCP always (the traffic of
+# TCP, TLS and HTTP(S) groups, and every health check: a UDP group's are TCP, HTTP or
+# HTTPS), and UDP too for UDP and TCP_UDP groups.
 resource "aws_vpc_security_group_ingress_rule" "from_load_balancer" {
   count = var.pods_security_group_id != null && var.load_balancer_security_group_id != null ? 1 : 0
 
   security_group_id            = var.pods_security_group_id
   referenced_security_group_id = var.load_balancer_security_group_id
-  ip_protocol                  = var.protocol == "UDP" ? "udp" : "tcp"
+  ip_protocol                  = "tcp"
   from_port                    = local.pod_port
   to_port                      = local.pod_port
   description                  = "tgsync target group ${var.name}: load balancer to pods"
+}
+
+resource "aws_vpc_security_group_ingress_rule" "from_load_balancer_udp" {
+  count = local.udp && var.pods_security_group_id != null && var.load_balancer_security_group_id != null ? 1 : 0
+
+  security_group_id            = var.pods_security_group_id
+  referenced_security_group_id = var.load_balancer_security_group_id
+  ip_protocol                  = "udp"
+  from_port                    = local.pod_port
+  to_port                      = local.pod_port
+  description                  = "tgsync target group ${var.name}: load balancer to pods (UDP)"
 }
 
 resource "aws_vpc_security_group_ingress_rule" "from_cidr" {
@@ -63,10 +78,22 @@ resource "aws_vpc_security_group_ingress_rule" "from_cidr" {
   security_group_id = var.pods_security_group_id
   cidr_ipv4         = can(cidrnetmask(each.value)) ? each.value : null
   cidr_ipv6         = can(cidrnetmask(each.value)) ? null : each.value
-  ip_protocol       = var.protocol == "UDP" ? "udp" : "tcp"
+  ip_protocol       = "tcp"
   from_port         = local.pod_port
   to_port           = local.pod_port
   description       = "tgsync target group ${var.name}: load balancer to pods"
+}
+
+resource "aws_vpc_security_group_ingress_rule" "from_cidr_udp" {
+  for_each = local.udp && var.pods_security_group_id != null && var.load_balancer_security_group_id == null ? toset(var.source_cidr_blocks) : toset([])
+
+  security_group_id = var.pods_security_group_id
+  cidr_ipv4         = can(cidrnetmask(each.value)) ? each.value : null
+  cidr_ipv6         = can(cidrnetmask(each.value)) ? null : each.value
+  ip_protocol       = "udp"
+  from_port         = local.pod_port
+  to_port           = local.pod_port
+  description       = "tgsync target group ${var.name}: load balancer to pods (UDP)"
 }
 
 # The tgsync stack, from the Serverless Application Repository ...

@@ -101,6 +101,11 @@ variable "deregistration_delay" {
   description = "Seconds the load balancer drains a deregistered target; keep the pods' preStop sleep a little longer (docs/operations.md, Graceful termination)."
   type        = number
   default     = 30
+
+  validation {
+    condition     = var.deregistration_delay >= 0 && var.deregistration_delay <= 3600 && floor(var.deregistration_delay) == var.deregistration_delay
+    error_message = "The deregistration delay is a whole number of seconds from 0 to 3600 (what ELBv2 accepts)."
+  }
 }
 
 variable "connection_termination" {
