@@ -186,9 +186,11 @@ enum Command {
     },
 }
 
-/// `tgsync man`: the manual page on stdout, or every page written into `dir`.
+/// `tgsync man`: the manual page on stdout, or every page written into `dir`. Both name
+/// the same commands: no `help` (clap's own, which has no page of its own; `tgsync
+/// help` still works).
 fn manual(dir: Option<&std::path::Path>) -> ExitCode {
-    let command = Cli::command();
+    let command = Cli::command().disable_help_subcommand(true);
     let written = match dir {
         None => clap_mangen::Man::new(command).render(&mut std::io::stdout().lock()),
         Some(dir) => {
@@ -237,7 +239,8 @@ fn main() -> ExitCode {
         Command::Man { dir } => return manual(dir.as_deref()),
         _ => {}
     }
-    let (verbose, errors) = (cli.global.verbose, Style::stderr(cli.global.color));
+    cli.global.color.apply();
+    let (verbose, errors) = (cli.global.verbose, Style::stderr());
     tgsync::app::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -245,7 +248,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("{} cannot start: {e}", errors.red("tgsync:"));
+            anstream::eprintln!("{} cannot start: {e}", errors.red("tgsync:"));
             return ExitCode::from(exit::ERROR);
         }
     };
@@ -254,10 +257,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line: the cause and what to do; the SDK's account only when asked.
             let line = e.to_string().replace('\n', " ");
-            eprintln!("{} {line}", errors.red("tgsync:"));
+            anstream::eprintln!("{} {line}", errors.red("tgsync:"));
             if verbose && let Some(detail) = e.detail() {
                 for line in detail.lines() {
-                    eprintln!("{} {line}", errors.dim("tgsync: detail:"));
+                    anstream::eprintln!("{} {line}", errors.dim("tgsync: detail:"));
                 }
             }
             ExitCode::from(e.exit_code())
@@ -268,7 +271,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<u8, CliError> {
     let g = cli.global;
     let json = g.json || g.output == Format::Json;
-    let style = Style::stdout(g.color, json);
+    let style = Style::stdout(json);
     let session = Session::connect(g.region.as_deref(), g.profile.as_deref()).await?;
     let deployment = Deployment::resolve(
         &session,
@@ -408,10 +411,10 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
     print(&format!("{}\n", serde_json::to_string_pretty(&value)?))
 }
 
-/// Writes `text` to stdout; a closed pipe (`tgsync status | head`) ends quietly instead
-/// of panicking as `print!` does.
+/// Writes `text` to stdout (through `anstream`: see [`style`]); a closed pipe (`tgsync
+/// status | head`) ends quietly instead of panicking as `print!` does.
 fn print(text: &str) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
+    let mut out = anstream::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::Io(e)),
         _ => Ok(()),

@@ -829,7 +829,7 @@ mod tests {
         assert!(text.contains("  = 10.0.9.9:80"), "{text}");
         assert!(text.contains("1 to register, 1 to deregister"), "{text}");
         assert!(has_changes(&r) && !failed(&r));
-        let painted = plan(&r, Style::new(crate::style::ColorChoice::Always, false));
+        let painted = plan(&r, Style::PAINTED);
         assert!(painted.contains("\x1b[32m  + 10.0.1.2:80"), "{painted}");
         assert!(painted.contains("\x1b[31m  - 10.0.1.9:80"), "{painted}");
         assert_eq!(

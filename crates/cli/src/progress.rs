@@ -1,64 +1,61 @@
-//! Progress on stderr while a long call runs, and the release's question.
+//! Progress on stderr while a long call runs (`indicatif`'s spinner), and the release's
+//! question.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// A progress line for one operation. On a terminal it ticks with the elapsed time;
 /// otherwise it says once what started and once how long it took.
 pub struct Progress {
     what: String,
     started: Instant,
-    ticker: Option<JoinHandle<()>>,
+    spinner: Option<ProgressBar>,
 }
 
 impl Progress {
     /// Starts showing `what` (e.g. `tgsync-manual: planning`).
     pub fn start(what: impl Into<String>) -> Self {
         let what = what.into();
-        let started = Instant::now();
-        let ticker = if std::io::stderr().is_terminal() {
-            let line = what.clone();
-            Some(tokio::spawn(async move {
-                const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
-                let mut i = 0;
-                loop {
-                    eprint!(
-                        "\r{} {line} {:.1} s ",
-                        FRAMES[i % FRAMES.len()],
-                        started.elapsed().as_secs_f64()
-                    );
-                    let _ = std::io::stderr().flush();
-                    i += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }))
+        let spinner = if std::io::stderr().is_terminal() {
+            let style = ProgressStyle::with_template("{spinner} {msg} {seconds}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                .with_key(
+                    "seconds",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{:.1} s", state.elapsed().as_secs_f64());
+                    },
+                );
+            let spinner = ProgressBar::new_spinner()
+                .with_style(style)
+                .with_message(what.clone());
+            spinner.enable_steady_tick(Duration::from_millis(100));
+            Some(spinner)
         } else {
             eprintln!("tgsync: {what} ...");
             None
         };
         Self {
             what,
-            started,
-            ticker,
+            started: Instant::now(),
+            spinner,
         }
     }
 
     /// A line about the operation (e.g. a retry), without ending it.
     pub fn note(&self, message: &str) {
-        if self.ticker.is_some() {
-            eprint!("\r\x1b[2K");
+        match &self.spinner {
+            Some(s) => s.suspend(|| eprintln!("tgsync: {message}")),
+            None => eprintln!("tgsync: {message}"),
         }
-        eprintln!("tgsync: {message}");
     }
 
     /// Ends the operation: how long it took.
     pub fn done(mut self) {
         let took = self.started.elapsed().as_secs_f64();
-        if let Some(t) = self.ticker.take() {
-            t.abort();
-            eprint!("\r\x1b[2K");
+        if let Some(s) = self.spinner.take() {
+            s.finish_and_clear();
         }
         eprintln!("tgsync: {}: {took:.1} s", self.what);
     }
@@ -66,9 +63,8 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        if let Some(t) = self.ticker.take() {
-            t.abort();
-            eprint!("\r\x1b[2K");
+        if let Some(s) = self.spinner.take() {
+            s.finish_and_clear();
         }
     }
 }

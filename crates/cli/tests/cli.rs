@@ -959,7 +959,7 @@ fn access_denied_names_the_action() {
 }
 
 /// Colour on a terminal (run under `script`, which gives the command one), none with
-/// NO_COLOR, with --json, or when stdout is a pipe.
+/// a non-empty NO_COLOR, TERM=dumb, --json, or when stdout is a pipe.
 #[tokio::test(flavor = "multi_thread")]
 async fn colour_only_on_a_terminal() {
     let s = Setup::new().await;
@@ -967,6 +967,8 @@ async fn colour_only_on_a_terminal() {
     s.w.put_pod(web_pod("web-1", "10.0.1.1"));
     let on_a_terminal = |args: &str, extra: &[(&'static str, String)]| {
         let mut env = s.env();
+        // What a terminal sets (the environment is cleared below).
+        env.push(("TERM", "xterm-256color".to_owned()));
         env.extend_from_slice(extra);
         let command = format!("{} {args}", env!("CARGO_BIN_EXE_tgsync"));
         let o = Command::new("script")
@@ -986,6 +988,11 @@ async fn colour_only_on_a_terminal() {
         plain.contains("  + 10.0.1.1:8080") && !plain.contains("\x1b[3"),
         "{plain:?}"
     );
+    // An empty NO_COLOR is ignored (https://no-color.org), as docs/cli.md says.
+    let empty = on_a_terminal(&format!("plan {web}"), &[("NO_COLOR", String::new())]);
+    assert!(empty.contains("\x1b[32m  + 10.0.1.1:8080"), "{empty:?}");
+    let dumb = on_a_terminal(&format!("plan {web}"), &[("TERM", "dumb".to_owned())]);
+    assert!(!dumb.contains("\x1b[3"), "{dumb:?}");
     let json = on_a_terminal(&format!("plan --json {web}"), &[]);
     assert!(
         json.contains("\"dryRun\"") && !json.contains("\x1b[3"),
@@ -1099,6 +1106,19 @@ fn manual_pages() {
     want.push("tgsync.1".into());
     want.sort();
     assert_eq!(pages, want);
+    // The printed page names no page `--dir` does not write (clap's `help` has none).
+    for rest in roff.split("tgsync\\-").skip(1) {
+        let name: String = rest
+            .chars()
+            .take_while(char::is_ascii_alphanumeric)
+            .collect();
+        if rest[name.len()..].starts_with("(1)") {
+            assert!(
+                pages.contains(&format!("tgsync-{name}.1")),
+                "the page names tgsync-{name}(1), which `man --dir` does not write"
+            );
+        }
+    }
     let release = std::fs::read_to_string(dir.join("tgsync-release.1")).unwrap();
     assert!(release.contains("\\-\\-yes"), "{release}");
     let _ = std::fs::remove_dir_all(&dir);
