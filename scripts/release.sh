@@ -8,7 +8,8 @@
 #     through cargo-zigbuild) for each CLI target (default: x86_64-unknown-linux-musl and
 #     aarch64-unknown-linux-musl): dist/tgsync-<version>-<target>.tar.gz holding
 #     tgsync-<version>/{tgsync,LICENSE,README.md} with the manual pages (man/) and every
-#     shell's completion script (completions/);
+#     shell's completion script (completions/), packed by scripts/release_assets.py (the
+#     release workflow's macOS and Windows runners pack theirs with it too);
 #   - the packaged template dist/template.yaml: template.yaml with each function's CodeUri
 #     pointing at its zip (next to it), deployable with `sam deploy --template-file
 #     template.yaml` from a directory holding just it and the zips (so without the
@@ -136,7 +137,7 @@ if [ -n "$sar_bucket" ]; then
   (cd "$dist" && sha256sum --strict -c SHA256SUMS)
   # The application's template: the release's, with the license and readme of the tag.
   sar="$(mktemp -d)"
-  cp "$dist"/*.zip LICENSE README.md "$sar/"
+  cp "$dist"/*-arm64.zip LICENSE README.md "$sar/"
   python3 - "$dist/template.yaml" "$sar/template.yaml" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -221,33 +222,13 @@ for i in range(phnum):
 PY
 }
 
-# write_extras [RUNNER...] BIN: the manual pages (man/) and every shell's completion
-# script (completions/, under the names each shell looks for) that BIN writes, into
-# $extras. They are the same for every target, so the first CLI that runs here writes
-# them for every archive.
-extras=""
-write_extras() {
-  extras="$(mktemp -d)"
-  "$@" man --dir "$extras/man"
-  mkdir "$extras/completions"
-  local shell file
-  while read -r shell file; do
-    "$@" completions "$shell" </dev/null >"$extras/completions/$file"
-  done <<'SHELLS'
-bash tgsync.bash
-zsh _tgsync
-fish tgsync.fish
-powershell _tgsync.ps1
-elvish tgsync.elv
-SHELLS
-  [ -s "$extras/man/tgsync.1" ] || { echo "scripts/release.sh: $* man wrote no tgsync.1" >&2; exit 1; }
-  log "manual pages and completions: $(cd "$extras" && ls man/* completions/* | tr '\n' ' ')"
-}
-
 built_at="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 cli_built=()
 cli_skipped=()
 if [ -n "$cli" ] && [ "$build_cli" = 1 ]; then
+  # The manual pages and completions: written by the first CLI that runs, for every
+  # archive.
+  extras="$(mktemp -d)"
   for target in "${cli_targets[@]}"; do
     case "$target" in
       *-linux-musl) ;;
@@ -267,42 +248,24 @@ if [ -n "$cli" ] && [ "$build_cli" = 1 ]; then
     cargo zigbuild --release --locked -p "$cli" --bin tgsync --target "$target"
     bin="$target_dir/$target/release/tgsync"
     check_static "$bin" "$target"
-    # It runs and says its version: here, or under qemu-user when installed.
+    # It runs and says its version (here, or under qemu-user when installed), and the
+    # first that runs writes the manual pages and completions every archive holds.
     arch="${target%%-*}"
-    runner=()
-    [ "$arch" = "$(uname -m)" ] || runner=("qemu-$arch")
-    if [ "${#runner[@]}" -eq 0 ] || command -v "${runner[0]}" >/dev/null 2>&1; then
-      said="$("${runner[@]}" "$bin" --version)"
-      [ "$said" = "tgsync $version" ] || { echo "$bin --version says '$said', not 'tgsync $version'" >&2; exit 1; }
-      log "$bin --version: $said${runner:+ (under ${runner[0]})}"
-      [ -n "$extras" ] || write_extras "${runner[@]}" "$bin"
-    elif [ -n "$tag" ]; then
-      echo "scripts/release.sh: the release $tag runs every CLI it ships once: $bin is for $arch (install qemu-user)" >&2
-      exit 1
-    else
-      log "not run: $bin is for $arch (install qemu-user to run it here)"
+    run=()
+    [ "$arch" = "$(uname -m)" ] || run=(--run "qemu-$arch")
+    if [ "${#run[@]}" -gt 0 ] && ! command -v "qemu-$arch" >/dev/null 2>&1; then
+      if [ -n "$tag" ]; then
+        echo "scripts/release.sh: the release $tag runs every CLI it ships once: $bin is for $arch (install qemu-user)" >&2
+        exit 1
+      fi
+      run=(--no-run)
     fi
-    staging="$(mktemp -d)"
-    mkdir "$staging/tgsync-$version"
-    cp "$bin" LICENSE README.md "$staging/tgsync-$version/"
-    # A tagged release has them: every CLI it ships ran here (above).
-    if [ -n "$extras" ]; then
-      cp -R "$extras/man" "$extras/completions" "$staging/tgsync-$version/"
-    else
-      log "the CLI for $target ships without manual pages and completions (no CLI built so far runs here)"
-    fi
-    # Reproducible: sorted, owned by root, dated by the commit, gzip without a timestamp.
-    tar -C "$staging" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$built_at" \
-      -cf - "tgsync-$version" | gzip -9n >"$dist/tgsync-$version-$target.tar.gz"
-    rm -rf "$staging"
-    if [ -n "$extras" ]; then
-      tar -tzf "$dist/tgsync-$version-$target.tar.gz" | grep -qx "tgsync-$version/man/tgsync.1" ||
-        { echo "scripts/release.sh: tgsync-$version-$target.tar.gz holds no man/tgsync.1" >&2; exit 1; }
-    fi
+    python3 scripts/release_assets.py cli --bin "$bin" --target "$target" --version "$version" \
+      --dist "$dist" --extras "$extras" --epoch "$built_at" "${run[@]}"
     cli_built+=("$target")
     log "the CLI for $target: static, built in $((SECONDS - cli_started)) s"
   done
-  [ -z "$extras" ] || rm -rf "$extras"
+  rm -rf "$extras"
 elif [ -z "$cli" ]; then
   log "no tgsync-cli package in the workspace: no CLI in this release"
 else
@@ -341,7 +304,7 @@ header = (f"# tgsync {version}: packaged by scripts/release.sh. CodeUri names th
 open(out, "w").write(header + text)
 PY
 cfn-lint "$dist/template.yaml"
-(cd "$dist" && files=(*) && sha256sum -- "${files[@]}" > SHA256SUMS)
+python3 scripts/release_assets.py sums "$dist"
 
 log "dist/ (tgsync $version), built in $((SECONDS - started)) s:"
 for f in "$dist"/*; do
