@@ -392,7 +392,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Engine<P, G, S> {
             .unwrap_or_else(|| {
                 GroupReport::new(&bound.group.arn, &bound.group.group_name(), Outcome::InSync)
             });
-        let settled = self.core.settle_gate(pod, &mut report).await;
+        let settled = self.core.gates().settle(pod, &mut report).await;
         results.keep(report);
         settled
     }

@@ -251,7 +251,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Run<'_, P, G, S> {
         let mut still = false;
         for pod in waiting {
             let mut r = GroupReport::new(arn, &bound.group.group_name(), Outcome::InSync);
-            match engine.core.settle_gate(&pod, &mut r).await {
+            match engine.core.gates().settle(&pod, &mut r).await {
                 crate::reconcile::Settled::Opened => lock(&self.out)
                     .watch
                     .gates_opened

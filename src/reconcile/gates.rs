@@ -19,10 +19,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::memory::Memory;
 use super::{BoundGroup, Reconciler};
+use crate::clock::Clock;
 use crate::core::gate::{GateVerdict, GroupHealth, GroupView, verdict};
 use crate::core::{PodFacts, SkipReason, Target, TargetHealth, holding};
 use crate::groups::{ElbError, Priority, TargetGroupApi};
+use crate::index::BoundIndex;
+use crate::metrics::Sink;
 use crate::pods::PodSource;
 use crate::report::{GroupReport, PodError};
 use crate::state::StateStore;
@@ -82,14 +86,45 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         priority: &Priority,
     ) -> Result<Vec<TargetHealth>, ElbError> {
         let health = self.groups.health(arn, priority).await?;
-        self.remember_health(arn, health.clone());
+        self.memory.remember_health(arn, health.clone());
         Ok(health)
     }
 
+    /// The gates of this container's pods, over the parts of the core they use.
+    pub(crate) fn gates(&self) -> Gates<'_, P, G> {
+        Gates {
+            pods: &self.pods,
+            groups: &self.groups,
+            index: &self.index,
+            memory: &self.memory,
+            sink: self.sink.as_ref(),
+            function: &self.owner_prefix,
+            cluster: &self.cluster,
+            clock: self.clock.as_ref(),
+        }
+    }
+}
+
+/// The readiness gates (see the module docs): what settling one reads (the bound
+/// groups, their target health, what a gate last said here) and where it writes (the
+/// pod's condition, the gate-latency metric).
+pub(crate) struct Gates<'a, P, G> {
+    pods: &'a P,
+    groups: &'a G,
+    index: &'a BoundIndex,
+    memory: &'a Memory,
+    /// Told how long each gate opened took, for `function` in `cluster`.
+    sink: &'a dyn Sink,
+    function: &'a str,
+    cluster: &'a str,
+    clock: &'a dyn Clock,
+}
+
+impl Memory {
     /// Records `health` as `arn`'s target health as of now (a read, or what a pass's
     /// changes made of it).
-    pub(crate) fn remember_health(&self, arn: &str, health: Vec<TargetHealth>) {
-        if let Ok(mut cache) = self.memory.health.lock() {
+    pub(super) fn remember_health(&self, arn: &str, health: Vec<TargetHealth>) {
+        if let Ok(mut cache) = self.health.lock() {
             cache.insert(
                 arn.to_owned(),
                 (tokio::time::Instant::now(), Arc::new(health)),
@@ -97,28 +132,32 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         }
     }
 
-    /// `arn`'s target health read less than [`HEALTH_FRESH`] ago, or read now (a gate's
-    /// read: a pod in a rollout waits for it, so at a reaction's priority); `None` when
-    /// it cannot be read.
-    async fn fresh_health(&self, arn: &str) -> Option<Arc<Vec<TargetHealth>>> {
-        let cached = self.memory.health.lock().ok().and_then(|c| {
+    /// `arn`'s target health if it was read less than [`HEALTH_FRESH`] ago.
+    fn fresh_health(&self, arn: &str) -> Option<Arc<Vec<TargetHealth>>> {
+        self.health.lock().ok().and_then(|c| {
             c.get(arn)
                 .filter(|(at, _)| at.elapsed() < HEALTH_FRESH)
                 .map(|(_, h)| h.clone())
-        });
-        match cached {
-            Some(h) => Some(h),
-            None => self
-                .read_health(arn, &Priority::Reaction)
-                .await
-                .ok()
-                .map(Arc::new),
+        })
+    }
+}
+
+impl<P: PodSource, G: TargetGroupApi> Gates<'_, P, G> {
+    /// `arn`'s target health read less than [`HEALTH_FRESH`] ago, or read now (a gate's
+    /// read: a pod in a rollout waits for it, so at a reaction's priority); `None` when
+    /// it cannot be read.
+    async fn health(&self, arn: &str) -> Option<Arc<Vec<TargetHealth>>> {
+        if let Some(h) = self.memory.fresh_health(arn) {
+            return Some(h);
         }
+        let health = self.groups.health(arn, &Priority::Reaction).await.ok()?;
+        self.memory.remember_health(arn, health.clone());
+        Some(Arc::new(health))
     }
 
     /// The bound groups of `pod`'s namespace whose bindings select it (see
     /// [`holding`]): each with the pod's target in it, or why it cannot hold the pod.
-    fn gating_groups(&self, pod: &PodFacts) -> Vec<(BoundGroup, Result<Target, SkipReason>)> {
+    fn selecting(&self, pod: &PodFacts) -> Vec<(BoundGroup, Result<Target, SkipReason>)> {
         let bound = self.index.in_namespace(&pod.pod.namespace);
         bound
             .iter()
@@ -129,15 +168,15 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// The verdict for `pod`'s gate from every group that selects it: the health of
     /// those that hold it, and why the others cannot (`None` when no bound group
     /// selects it).
-    pub(crate) async fn gate_verdict(&self, pod: &PodFacts) -> Option<GateVerdict> {
-        let groups = self.gating_groups(pod);
+    pub(crate) async fn verdict(&self, pod: &PodFacts) -> Option<GateVerdict> {
+        let groups = self.selecting(pod);
         if groups.is_empty() {
             return None;
         }
         let mut reads = Vec::with_capacity(groups.len());
         for (b, held) in &groups {
             reads.push(match held {
-                Ok(_) => self.fresh_health(&b.group.arn).await,
+                Ok(_) => self.health(&b.group.arn).await,
                 Err(_) => None,
             });
         }
@@ -167,12 +206,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
 
     /// Settles `pod`'s gate (see the module docs), recording an opened gate or a failed
     /// patch in `report`, and telling the sink how long an opened one took.
-    pub(crate) async fn settle_gate(&self, pod: &PodFacts, report: &mut GroupReport) -> Settled {
+    pub(crate) async fn settle(&self, pod: &PodFacts, report: &mut GroupReport) -> Settled {
         if pod.gate.is_none() || pod.gate == Some(true) {
             return Settled::Unchanged;
         }
         let asked = tokio::time::Instant::now();
-        let Some(v) = self.gate_verdict(pod).await else {
+        let Some(v) = self.verdict(pod).await else {
             return Settled::Unchanged;
         };
         if !v.open
@@ -181,7 +220,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             waiting.retain(|_, at| at.elapsed() < WAITING_FOR);
             waiting.insert(pod.pod.uid.clone(), asked);
         }
-        let Some((last, transition)) = self.claim_gate(pod, &v) else {
+        let Some((last, transition)) = self.claim(pod, &v) else {
             return Settled::Unchanged;
         };
         let name = pod.pod.to_string();
@@ -196,7 +235,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             )
             .await;
         if written.is_err() {
-            self.unclaim_gate(&pod.pod.uid, last);
+            self.unclaim(&pod.pod.uid, last);
         }
         match written {
             Ok(()) if v.open => {
@@ -210,7 +249,12 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     .ok()
                     .and_then(|mut w| w.remove(&pod.pod.uid))
                     .unwrap_or(asked);
-                self.gate_done(since.elapsed());
+                self.sink.gate(
+                    self.function,
+                    self.cluster,
+                    self.clock.now(),
+                    since.elapsed(),
+                );
                 Settled::Opened
             }
             Ok(()) => Settled::Closed,
@@ -228,7 +272,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     /// Claims the write of verdict `v` for `pod`'s gate: `None` when its condition
     /// already says so (as last written here, or as the pod shows); else what it said
     /// before (to restore if the write fails) and whether the status changes.
-    fn claim_gate(&self, pod: &PodFacts, v: &GateVerdict) -> Option<(Option<Said>, bool)> {
+    fn claim(&self, pod: &PodFacts, v: &GateVerdict) -> Option<(Option<Said>, bool)> {
         let now = tokio::time::Instant::now();
         let mut said = self.memory.gates_said.lock().ok()?;
         said.retain(|_, (at, _)| now.duration_since(*at) < SAID_FOR);
@@ -259,7 +303,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     }
 
     /// Puts back what `uid`'s gate said before a write that failed.
-    fn unclaim_gate(&self, uid: &str, before: Option<Said>) {
+    fn unclaim(&self, uid: &str, before: Option<Said>) {
         if let Ok(mut said) = self.memory.gates_said.lock() {
             match before {
                 Some(s) => {
@@ -274,7 +318,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
 
     /// Settles the gates of the gated pods among `pods` that `bound` selects, after a
     /// health read of `bound`'s group (in hand, so remembered for the verdict).
-    pub(crate) async fn settle_gates<'p>(
+    pub(crate) async fn settle_selected<'p>(
         &self,
         bound: &BoundGroup,
         pods: impl IntoIterator<Item = &'p PodFacts>,
@@ -282,7 +326,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
     ) {
         for pod in pods {
             if pod.gate == Some(false) && holding(pod, &bound.binding).is_some() {
-                self.settle_gate(pod, report).await;
+                self.settle(pod, report).await;
             }
         }
     }

@@ -209,13 +209,6 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         });
     }
 
-    /// Tells the sink that a gate was opened `latency` after its target was first seen
-    /// healthy.
-    pub(crate) fn gate_done(&self, latency: Duration) {
-        self.sink
-            .gate(&self.owner_prefix, &self.cluster, self.clock.now(), latency);
-    }
-
     /// Names lease owners after the calling function.
     pub fn with_owner_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.owner_prefix = prefix.into();

@@ -236,7 +236,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                     Some(Err(_)) => true,
                     None => false,
                 });
-        self.settle_gates(bound, registered, &mut report).await;
+        self.gates()
+            .settle_selected(bound, registered, &mut report)
+            .await;
         let backing_off = matches!(gate, Gate::Wait { .. });
         // Registrations held back target by target (refused targets, a full group)
         // need no lease until they are due.

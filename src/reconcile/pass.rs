@@ -467,8 +467,9 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 Some("Target registration is in progress"),
             )
         }));
-        self.remember_health(&arn, after);
-        self.settle_gates(bound, pods.candidates(&bound.binding), report)
+        self.memory.remember_health(&arn, after);
+        self.gates()
+            .settle_selected(bound, pods.candidates(&bound.binding), report)
             .await;
         if failures > 0 {
             return Err(Stop::Failed(Failure::Changes(failures)));
