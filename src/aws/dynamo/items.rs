@@ -566,6 +566,76 @@ mod tests {
         h
     }
 
+    /// What existing tables hold: the attribute names and types of each stored value,
+    /// spelled out (a round trip alone would pass with any layout).
+    #[test]
+    fn the_stored_layout_is_the_one_tables_hold() {
+        let m = |pairs: Vec<(&str, AttributeValue)>| {
+            AttributeValue::M(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        };
+        let mut gone = entry("10.0.1.7:8080", "blue");
+        gone.deregistered_at = Some(UnixMillis(1_700_000_009_000));
+        let ledger = BTreeMap::from([(gone.target, gone)]);
+        assert_eq!(
+            ledger_value(&ledger),
+            m(vec![(
+                "10.0.1.7:8080",
+                m(vec![
+                    ("c", s("blue")),
+                    ("ns", s("ns")),
+                    ("pod", s("web-0")),
+                    ("uid", s("u-1")),
+                    ("at", n(1_700_000_000_123u64)),
+                    ("gone", n(1_700_000_009_000u64)),
+                ]),
+            )])
+        );
+        assert_eq!(
+            backoff_value(&BackoffState {
+                failures: 3,
+                next_attempt: UnixMillis(42),
+            }),
+            m(vec![("failures", n(3)), ("next", n(42))])
+        );
+        assert_eq!(
+            held_value(&some_holds()),
+            m(vec![
+                (
+                    "refused",
+                    m(vec![(
+                        "10.0.9.9:80",
+                        m(vec![
+                            ("n", n(2)),
+                            ("next", n(1_700_000_005_000u64)),
+                            ("why", s("InvalidTarget: not in the VPC")),
+                            ("c", s("blue")),
+                        ]),
+                    )]),
+                ),
+                (
+                    "full",
+                    m(vec![
+                        ("cap", n(1000)),
+                        ("n", n(3)),
+                        ("next", n(1_700_000_060_000u64)),
+                    ]),
+                ),
+            ])
+        );
+        assert_eq!(held_value(&Holds::default()), m(vec![]));
+        assert_eq!(
+            checkpoint_value(&Checkpoint {
+                desired: 0xa46c_7d1b_5827_2b7d,
+                verified_at: UnixMillis(9),
+            }),
+            m(vec![("fp", s("a46c7d1b58272b7d")), ("at", n(9))])
+        );
+        assert_eq!(
+            seen_value(&BTreeMap::from([("blue".into(), "12".into())])),
+            m(vec![("blue", s("12"))])
+        );
+    }
+
     #[test]
     fn held_registrations_round_trip_and_a_bad_one_is_left_out() {
         let mut item = item_with(&BTreeMap::new());
