@@ -98,7 +98,7 @@ def pack_tar(out, files, epoch):
 def pack_zip(out, files, epoch):
     import time
 
-    # A zip's times are local calendar times from 1980 on.
+    # A zip's times are calendar times (here UTC), from 1980 on.
     stamp = time.gmtime(max(epoch, 315532800))[:6]
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         for name, path, executable in files:
@@ -110,6 +110,7 @@ def pack_zip(out, files, epoch):
 
 
 def cli(args):
+    os.makedirs(args.extras, exist_ok=True)
     runner = args.run.split() if args.run else []
     command = runner + [os.path.abspath(args.bin)]
     extras_written = os.path.isfile(os.path.join(args.extras, "man", "tgsync.1"))
@@ -137,6 +138,8 @@ def cli(args):
 
 
 def sums(args):
+    if not os.path.isdir(args.dir):
+        fail(f"{args.dir} is not a directory")
     names = sorted(n for n in os.listdir(args.dir) if n != "SHA256SUMS" and os.path.isfile(os.path.join(args.dir, n)))
     if not names:
         fail(f"{args.dir} holds no assets")
@@ -167,7 +170,6 @@ def main():
     s = commands.add_parser("sums", help="write SHA256SUMS over a directory's assets")
     s.add_argument("dir")
     args = parser.parse_args()
-    os.makedirs(getattr(args, "extras", None) or ".", exist_ok=True)
     {"cli": cli, "sums": sums}[args.command](args)
 
 
