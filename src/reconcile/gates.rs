@@ -16,10 +16,11 @@
 //! groups of a pod are read once per poll, not once per group that asks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::memory::Memory;
+use tokio::time::Instant;
+
 use super::{BoundGroup, Reconciler};
 use crate::clock::Clock;
 use crate::core::gate::{GateVerdict, GroupHealth, GroupView, verdict};
@@ -34,24 +35,28 @@ use crate::state::StateStore;
 /// How long a target-health read stands for the group's health in a gate's verdict.
 pub(crate) const HEALTH_FRESH: Duration = Duration::from_secs(1);
 
-/// Target health of groups as last read (real time of the read), shared by everything
-/// that reads it.
-pub(crate) type HealthCache =
-    std::sync::Mutex<HashMap<String, (tokio::time::Instant, Arc<Vec<TargetHealth>>)>>;
-
 /// How long a gate write this container made stands for the pod's condition (a pod
 /// read or the informer may not show it yet); after that the pod's own says.
 pub(crate) const SAID_FOR: Duration = Duration::from_secs(60);
 
-/// What each gated pod's condition (by UID) was last written to say here, and when:
-/// settlers that run at once (a group's pass, another group's, the gate poll) write
-/// each change once.
-pub(crate) type GatesSaid = std::sync::Mutex<HashMap<String, (tokio::time::Instant, Said)>>;
+/// A group's target health as read, and when (real time).
+type HealthRead = (Instant, Arc<Vec<TargetHealth>>);
 
-/// When each gated pod's gate (by UID) was last found closed here: its target turned
-/// healthy everywhere after that, so a gate opened later took at most that long (the
-/// `GateLatency` metric).
-pub(crate) type GatesWaiting = std::sync::Mutex<HashMap<String, tokio::time::Instant>>;
+/// What the gates remember between passes in this container.
+#[derive(Default)]
+pub(crate) struct GateMemory {
+    /// Target health of groups as last read (real time of the read), shared by
+    /// everything that reads it: a gate's verdict reuses a fresh read.
+    health: Mutex<HashMap<String, HealthRead>>,
+    /// What each gated pod's condition (by UID) was last written to say here, and when:
+    /// settlers that run at once (a group's pass, another group's, the gate poll) write
+    /// each change once.
+    said: Mutex<HashMap<String, (Instant, Said)>>,
+    /// When each gated pod's gate (by UID) was last found closed here: its target
+    /// turned healthy everywhere after that, so a gate opened later took at most that
+    /// long (the `GateLatency` metric).
+    waiting: Mutex<HashMap<String, Instant>>,
+}
 
 /// A gate found closed longer ago than this is forgotten (its pod is gone, or its
 /// target never turned healthy).
@@ -86,7 +91,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
         priority: &Priority,
     ) -> Result<Vec<TargetHealth>, ElbError> {
         let health = self.groups.health(arn, priority).await?;
-        self.memory.remember_health(arn, health.clone());
+        self.memory.gates.remember_health(arn, health.clone());
         Ok(health)
     }
 
@@ -96,7 +101,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
             pods: &self.pods,
             groups: &self.groups,
             index: &self.index,
-            memory: &self.memory,
+            memory: &self.memory.gates,
             sink: self.sink.as_ref(),
             function: &self.owner_prefix,
             cluster: &self.cluster,
@@ -112,7 +117,7 @@ pub(crate) struct Gates<'a, P, G> {
     pods: &'a P,
     groups: &'a G,
     index: &'a BoundIndex,
-    memory: &'a Memory,
+    memory: &'a GateMemory,
     /// Told how long each gate opened took, for `function` in `cluster`.
     sink: &'a dyn Sink,
     function: &'a str,
@@ -120,16 +125,19 @@ pub(crate) struct Gates<'a, P, G> {
     clock: &'a dyn Clock,
 }
 
-impl Memory {
+impl GateMemory {
     /// Records `health` as `arn`'s target health as of now (a read, or what a pass's
-    /// changes made of it).
-    pub(super) fn remember_health(&self, arn: &str, health: Vec<TargetHealth>) {
+    /// changes made of it), and returns it as kept.
+    pub(super) fn remember_health(
+        &self,
+        arn: &str,
+        health: Vec<TargetHealth>,
+    ) -> Arc<Vec<TargetHealth>> {
+        let health = Arc::new(health);
         if let Ok(mut cache) = self.health.lock() {
-            cache.insert(
-                arn.to_owned(),
-                (tokio::time::Instant::now(), Arc::new(health)),
-            );
+            cache.insert(arn.to_owned(), (Instant::now(), health.clone()));
         }
+        health
     }
 
     /// `arn`'s target health if it was read less than [`HEALTH_FRESH`] ago.
@@ -151,8 +159,7 @@ impl<P: PodSource, G: TargetGroupApi> Gates<'_, P, G> {
             return Some(h);
         }
         let health = self.groups.health(arn, &Priority::Reaction).await.ok()?;
-        self.memory.remember_health(arn, health.clone());
-        Some(Arc::new(health))
+        Some(self.memory.remember_health(arn, health))
     }
 
     /// The bound groups of `pod`'s namespace whose bindings select it (see
@@ -210,12 +217,12 @@ impl<P: PodSource, G: TargetGroupApi> Gates<'_, P, G> {
         if pod.gate.is_none() || pod.gate == Some(true) {
             return Settled::Unchanged;
         }
-        let asked = tokio::time::Instant::now();
+        let asked = Instant::now();
         let Some(v) = self.verdict(pod).await else {
             return Settled::Unchanged;
         };
         if !v.open
-            && let Ok(mut waiting) = self.memory.gates_waiting.lock()
+            && let Ok(mut waiting) = self.memory.waiting.lock()
         {
             waiting.retain(|_, at| at.elapsed() < WAITING_FOR);
             waiting.insert(pod.pod.uid.clone(), asked);
@@ -244,7 +251,7 @@ impl<P: PodSource, G: TargetGroupApi> Gates<'_, P, G> {
                 }
                 let since = self
                     .memory
-                    .gates_waiting
+                    .waiting
                     .lock()
                     .ok()
                     .and_then(|mut w| w.remove(&pod.pod.uid))
@@ -273,8 +280,8 @@ impl<P: PodSource, G: TargetGroupApi> Gates<'_, P, G> {
     /// already says so (as last written here, or as the pod shows); else what it said
     /// before (to restore if the write fails) and whether the status changes.
     fn claim(&self, pod: &PodFacts, v: &GateVerdict) -> Option<(Option<Said>, bool)> {
-        let now = tokio::time::Instant::now();
-        let mut said = self.memory.gates_said.lock().ok()?;
+        let now = Instant::now();
+        let mut said = self.memory.said.lock().ok()?;
         said.retain(|_, (at, _)| now.duration_since(*at) < SAID_FOR);
         let written = said.get(&pod.pod.uid).map(|(_, s)| s.clone());
         let shown = match (&written, &pod.gate_said) {
@@ -304,10 +311,10 @@ impl<P: PodSource, G: TargetGroupApi> Gates<'_, P, G> {
 
     /// Puts back what `uid`'s gate said before a write that failed.
     fn unclaim(&self, uid: &str, before: Option<Said>) {
-        if let Ok(mut said) = self.memory.gates_said.lock() {
+        if let Ok(mut said) = self.memory.said.lock() {
             match before {
                 Some(s) => {
-                    said.insert(uid.to_owned(), (tokio::time::Instant::now(), s));
+                    said.insert(uid.to_owned(), (Instant::now(), s));
                 }
                 None => {
                     said.remove(uid);

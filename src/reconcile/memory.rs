@@ -8,13 +8,10 @@ use super::{elsewhere, gates, rollout, tag_reads};
 /// The reads and verdicts the passes of one container share (see the module docs).
 #[derive(Default)]
 pub(super) struct Memory {
-    /// Target health as last read per group (the gates' verdicts reuse fresh reads).
-    pub(super) health: gates::HealthCache,
-    /// What each gated pod's condition was last written to say (its writes are
-    /// patched only when the verdict changes, whoever in this container settles it).
-    pub(super) gates_said: gates::GatesSaid,
-    /// When each gated pod's gate was last found closed (for its latency once opened).
-    pub(super) gates_waiting: gates::GatesWaiting,
+    /// The gates' memory: target health as last read per group (their verdicts reuse
+    /// fresh reads), what each gated pod's condition was last written to say, and when
+    /// each gate was last found closed.
+    pub(super) gates: gates::GateMemory,
     /// Each group's newest tag read in this container (a pass's re-read serves the
     /// passes after it for `binding_max_age`).
     pub(super) tag_reads: tag_reads::TagReads,

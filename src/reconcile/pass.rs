@@ -467,7 +467,7 @@ impl<P: PodSource, G: TargetGroupApi, S: StateStore> Reconciler<P, G, S> {
                 Some("Target registration is in progress"),
             )
         }));
-        self.memory.remember_health(&arn, after);
+        self.memory.gates.remember_health(&arn, after);
         self.gates()
             .settle_selected(bound, pods.candidates(&bound.binding), report)
             .await;
